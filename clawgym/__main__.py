@@ -1,0 +1,5 @@
+import sys
+
+from clawgym.cli import main
+
+sys.exit(main())

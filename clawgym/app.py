@@ -1,0 +1,62 @@
+"""The task function behind ``train.py``: validate, plan, then dry-run or launch."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any, Optional
+
+from omegaconf import DictConfig
+
+from clawgym.plan import LaunchPlan, build_plan, format_plan
+from clawgym.validate import ConfigError, validate
+
+PLAN_FILE = "launch_plan.json"
+
+
+def timestamp() -> str:
+    return time.strftime("%Y%m%d_%H%M%S")
+
+
+def output_dir() -> Optional[Path]:
+    """The Hydra output dir of the current job, when running under Hydra."""
+    from hydra.core.hydra_config import HydraConfig
+
+    if HydraConfig.initialized():
+        return Path(HydraConfig.get().runtime.output_dir)
+    return None
+
+
+def write_plan(plan: LaunchPlan, directory: Path) -> Path:
+    """Write launch_plan.json atomically (temp file + rename)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    target = directory / PLAN_FILE
+    tmp = directory / f".{PLAN_FILE}.tmp-{os.getpid()}"
+    tmp.write_text(plan.to_json())
+    os.replace(tmp, target)
+    return target
+
+
+def fail(err: ConfigError) -> None:
+    """Report a config error without a traceback and exit non-zero."""
+    print(err.report(), file=sys.stderr)
+    sys.exit(2)
+
+
+def run(cfg: DictConfig) -> Any:
+    try:
+        validate(cfg)
+    except ConfigError as err:
+        fail(err)
+    plan = build_plan(cfg, environ=os.environ, timestamp=timestamp())
+    if cfg.dry_run:
+        print(format_plan(plan))
+        out = output_dir()
+        if out is not None:
+            print(f"\nplan written to {write_plan(plan, out)}")
+        return plan.to_dict()
+    from clawgym.launch import launch_single  # heavy imports (ray) only for real launches
+
+    return launch_single(cfg, plan)

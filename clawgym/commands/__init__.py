@@ -1,0 +1,1 @@
+"""Subcommands of the ``clawgym`` CLI (see clawgym/cli.py)."""

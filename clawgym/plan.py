@@ -1,0 +1,409 @@
+"""Resolved config -> launch plan: a pure function.
+
+The plan is everything a launch does: the trainer argv (interpreter, script, every
+flag once), the working dir, the Ray runtime env, how to start a local head and with
+which environment. A dry run prints it; a launch submits exactly it.
+
+Secrets never enter the plan: it names the environment variables a secret is read
+from (``secret_env``), and the launcher reads the values at launch time.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+from dataclasses import asdict, dataclass, field
+from typing import Any, Dict, List, Mapping, Optional
+
+from omegaconf import DictConfig
+
+from clawgym.config import to_plain
+
+#: Interpreter that runs the trainer script inside the job.
+INTERPRETER = "python3"
+
+#: Environment variable -> where its value comes from, for docs and the migration table.
+SGLANG_KEY_ENV = "SGLANG_API_KEY"
+WANDB_KEY_TARGET = "WANDB_API_KEY"
+
+
+@dataclass
+class LaunchPlan:
+    """What a launch executes. ``to_dict`` is the content of ``launch_plan.json``."""
+
+    # Interpreter, trainer script, then every trainer flag.
+    entrypoint: List[str]
+    # Directory the trainer runs in (uploaded by Ray as the job's working dir).
+    working_dir: str
+    # Given to Ray as the job's runtime env; ``env_vars`` holds no secret.
+    runtime_env: Dict[str, Any]
+    # ``ray start`` argv for a local head, or None when submitting to an existing cluster.
+    ray_start: Optional[List[str]]
+    # Environment the local head is started with (its processes and the job inherit it).
+    ray_start_env: Dict[str, str]
+    # Ray job submission id.
+    submission_id: str
+    # Dashboard address the job is submitted to.
+    address: str
+    # Target variable in the job -> variables of the launcher's environment it is read from.
+    secret_env: Dict[str, List[str]] = field(default_factory=dict)
+    # Where the launcher tees the job's output.
+    log_file: Optional[str] = None
+    # Training output dir (checkpoints, logs, snapshots).
+    save_dir: Optional[str] = None
+    # GPUs the job occupies while it runs (for packing sweep jobs on a cluster).
+    gpus_required: int = 0
+    # Run name (save dir and W&B run).
+    run_name: str = ""
+
+    def to_dict(self) -> Dict[str, Any]:
+        return asdict(self)
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2, sort_keys=False) + "\n"
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "LaunchPlan":
+        return cls(**dict(data))
+
+
+def _num(value: Any) -> str:
+    """Render a number or string as a trainer argument."""
+    if isinstance(value, bool):
+        raise TypeError("booleans are flags, not values")
+    return str(value)
+
+
+class _Argv:
+    """Collects trainer flags and refuses to emit one twice."""
+
+    def __init__(self) -> None:
+        self.args: List[str] = []
+        self.seen: set = set()
+
+    def _mark(self, flag: str) -> None:
+        if flag in self.seen:
+            raise ValueError(f"trainer flag {flag} emitted twice")
+        self.seen.add(flag)
+
+    def opt(self, flag: str, value: Any) -> None:
+        """``flag value``, skipped when value is None."""
+        if value is None:
+            return
+        self._mark(flag)
+        self.args += [flag, _num(value)]
+
+    def switch(self, flag: str, on: bool) -> None:
+        """A store_true flag, present when on."""
+        if on:
+            self._mark(flag)
+            self.args.append(flag)
+
+
+def wandb_enabled(c: Mapping[str, Any], environ: Mapping[str, str]) -> bool:
+    """W&B is on when forced, or (auto) when a key is in the launcher's environment."""
+    enabled = c["wandb"]["enabled"]
+    if enabled is None:
+        return any(environ.get(name) for name in c["wandb"]["key_env"])
+    return bool(enabled)
+
+
+def gpus_required(c: Mapping[str, Any]) -> int:
+    """GPUs the run holds: shared in colocate mode, disjoint otherwise."""
+    g = c["gpu_layout"]
+    actor = g["actor_gpus"] * g["actor_num_nodes"]
+    return max(actor, g["rollout_gpus"]) if g["colocate"] else actor + g["rollout_gpus"]
+
+
+def _model_args(a: _Argv, m: Mapping[str, Any]) -> None:
+    a.switch("--swiglu", m["swiglu"])
+    a.opt("--num-layers", m["num_layers"])
+    a.opt("--hidden-size", m["hidden_size"])
+    a.opt("--ffn-hidden-size", m["ffn_hidden_size"])
+    a.opt("--num-attention-heads", m["num_attention_heads"])
+    a.switch("--group-query-attention", m["num_query_groups"] < m["num_attention_heads"])
+    a.opt("--num-query-groups", m["num_query_groups"])
+    if m["position_embedding"] == "rope":
+        a.opt("--position-embedding-type", "rope")
+    else:
+        a.switch("--use-rotary-position-embeddings", True)
+    a.switch("--disable-bias-linear", m["disable_bias_linear"])
+    a.opt("--normalization", m["normalization"])
+    a.opt("--norm-epsilon", m["norm_epsilon"])
+    a.opt("--rotary-base", m["rotary_base"])
+    a.opt("--rotary-percent", m["rotary_percent"])
+    a.opt("--vocab-size", m["vocab_size"])
+    a.opt("--kv-channels", m["kv_channels"])
+    a.switch("--qk-layernorm", m["qk_layernorm"])
+    a.switch("--untie-embeddings-and-output-weights", m["untie_embeddings_and_output_weights"])
+    a.opt("--num-experts", m["num_experts"])
+    a.opt("--moe-ffn-hidden-size", m["moe_ffn_hidden_size"])
+    a.opt("--moe-router-score-function", m["moe_router_score_function"])
+    a.opt("--moe-token-dispatcher-type", m["moe_token_dispatcher_type"])
+    a.opt("--moe-router-topk", m["moe_router_topk"])
+    a.opt("--moe-layer-freq", m["moe_layer_freq"])
+    a.switch("--moe-grouped-gemm", m["moe_grouped_gemm"])
+    a.opt("--moe-token-drop-policy", m["moe_token_drop_policy"])
+    a.opt("--moe-router-dtype", m["moe_router_dtype"])
+    a.switch("--moe-permute-fusion", m["moe_permute_fusion"])
+    a.opt("--moe-aux-loss-coeff", m["moe_aux_loss_coeff"])
+
+
+def trainer_argv(c: Mapping[str, Any], *, use_wandb: bool) -> List[str]:
+    """Every trainer flag of a resolved config, each once, grouped as the seed script does."""
+    g, m, r, p, o = c["gpu_layout"], c["model"], c["rollout"], c["perf"], c["optimizer"]
+    e, s, gr, paths, ck = c["eval"], c["sglang"], c["grpo"], c["paths"], c["checkpoint"]
+    a = _Argv()
+    # Placement.
+    a.opt("--actor-num-nodes", g["actor_num_nodes"])
+    a.opt("--actor-num-gpus-per-node", g["actor_gpus"])
+    a.opt("--rollout-num-gpus", g["rollout_gpus"])
+    a.opt("--num-gpus-per-node", g["num_gpus"])
+    a.switch("--colocate", g["colocate"])
+    _model_args(a, m)
+    # Checkpoints.
+    a.opt("--megatron-to-hf-mode", ck["megatron_to_hf_mode"])
+    a.opt("--hf-checkpoint", paths["hf_checkpoint"])
+    a.opt("--ref-load", paths["ref_load"])
+    a.opt("--load", ck["load"])
+    a.opt("--save", paths["save"])
+    a.opt("--save-interval", ck["save_interval"])
+    # Rollout.
+    a.switch("--disable-rollout-global-dataset", not r["global_dataset"])
+    a.opt("--rollout-function-path", r["function_path"])
+    a.opt("--num-rollout", r["num_rollout"])
+    a.opt("--rollout-batch-size", r["batch_size"])
+    a.opt("--n-samples-per-prompt", r["n_samples_per_prompt"])
+    a.opt("--rollout-max-response-len", r["max_response_len"])
+    a.opt("--rollout-max-context-len", r["max_context_len"])
+    a.opt("--rollout-temperature", r["temperature"])
+    a.opt("--reward-key", r["reward_key"])
+    a.opt("--num-steps-per-rollout", r["num_steps_per_rollout"])
+    # Optimizer.
+    a.opt("--optimizer", o["name"])
+    a.opt("--lr", o["lr"])
+    a.opt("--lr-decay-style", o["lr_decay_style"])
+    a.opt("--weight-decay", o["weight_decay"])
+    a.opt("--adam-beta1", o["adam_beta1"])
+    a.opt("--adam-beta2", o["adam_beta2"])
+    a.switch("--optimizer-cpu-offload", o["cpu_offload"])
+    a.switch("--overlap-cpu-optimizer-d2h-h2d", o["overlap_cpu_optimizer_d2h_h2d"])
+    a.switch("--use-precision-aware-optimizer", o["use_precision_aware_optimizer"])
+    # GRPO.
+    a.opt("--advantage-estimator", gr["advantage_estimator"])
+    a.switch("--dynamic-history", gr["dynamic_history"])
+    a.switch("--use-kl-loss", gr["use_kl_loss"])
+    a.opt("--kl-loss-coef", gr["kl_loss_coef"])
+    a.opt("--kl-loss-type", gr["kl_loss_type"])
+    a.opt("--entropy-coef", gr["entropy_coef"])
+    a.opt("--eps-clip", gr["eps_clip"])
+    a.opt("--eps-clip-high", gr["eps_clip_high"])
+    a.switch("--use-dynamic-global-batch-size", gr["use_dynamic_global_batch_size"])
+    a.switch("--calculate-per-token-loss", gr["calculate_per_token_loss"])
+    # Parallelism and memory.
+    a.opt("--tensor-model-parallel-size", p["tensor_parallel"])
+    a.switch("--sequence-parallel", p["sequence_parallel"])
+    a.opt("--pipeline-model-parallel-size", p["pipeline_parallel"])
+    a.opt("--context-parallel-size", p["context_parallel"])
+    a.opt("--expert-model-parallel-size", p["expert_parallel"])
+    a.opt("--expert-tensor-parallel-size", p["expert_tensor_parallel"])
+    a.opt("--recompute-granularity", p["recompute_granularity"])
+    a.opt("--recompute-method", p["recompute_method"])
+    a.opt("--recompute-num-layers", p["recompute_num_layers"])
+    a.switch("--use-dynamic-batch-size", p["use_dynamic_batch_size"])
+    a.opt("--max-tokens-per-gpu", p["max_tokens_per_gpu"])
+    a.opt("--log-probs-chunk-size", p["log_probs_chunk_size"])
+    # Eval.
+    a.opt("--eval-interval", e["interval"])
+    a.opt("--eval-function-path", e["function_path"])
+    a.switch("--skip-eval-before-train", e["skip_before_train"])
+    # SGLang.
+    a.opt("--rollout-num-gpus-per-engine", s["tp"])
+    a.opt("--sglang-tool-call-parser", s["tool_call_parser"])
+    a.opt("--sglang-mem-fraction-static", s["mem_fraction_static"])
+    a.opt("--sglang-context-length", s["context_length"])
+    a.opt("--sglang-reasoning-parser", s["reasoning_parser"])
+    # Numerics.
+    a.opt("--attention-dropout", m["attention_dropout"])
+    a.opt("--hidden-dropout", m["hidden_dropout"])
+    a.switch("--accumulate-allreduce-grads-in-fp32", p["accumulate_allreduce_grads_in_fp32"])
+    a.switch("--attention-softmax-in-fp32", p["attention_softmax_in_fp32"])
+    a.opt("--attention-backend", p["attention_backend"])
+    # W&B: the key travels in the environment only.
+    if use_wandb:
+        a.switch("--use-wandb", True)
+        a.opt("--wandb-project", c["wandb"]["project"])
+        a.opt("--wandb-group", c["wandb"]["group"])
+    # ClawGym-RL hooks.
+    a.opt("--custom-generate-function-path", r["generate_function_path"])
+    a.opt("--custom-rm-path", r["reward_function_path"])
+    for item in c["extra_args"]:
+        if item.startswith("--"):
+            a._mark(item.split("=", 1)[0])
+        a.args.append(str(item))
+    return a.args
+
+
+def job_env(c: Mapping[str, Any]) -> Dict[str, str]:
+    """Environment of the trainer job: complete, so an existing cluster needs nothing else."""
+    paths, r, e, s, sb = c["paths"], c["rollout"], c["eval"], c["sglang"], c["sandbox"]
+    node_ip = c["ray"]["node_ip"]
+    env = {
+        # Megatron-LM first, then the ClawGym-RL modules (rollout, API server), then slime.
+        "PYTHONPATH": ":".join([paths["megatron"], paths["root"], paths["slime"]]),
+        "CUDA_DEVICE_MAX_CONNECTIONS": "1",
+        "PYTHONUNBUFFERED": "1",
+        "PYTHONFAULTHANDLER": "1",
+        "MASTER_ADDR": node_ip,
+        "no_proxy": f"127.0.0.1,{node_ip}",
+        "OPENCLAW_TRAIN_TASKS": paths["train_tasks"],
+        "OPENCLAW_EVAL_TASKS": paths["eval_tasks"],
+        "OPENCLAW_TRAIN_MAX_TURNS": str(r["train_max_turns"]),
+        "OPENCLAW_EVAL_MAX_TURNS": str(e["max_turns"]),
+        "OPENCLAW_TRAIN_NUM_WORKERS": str(r["train_num_workers"]),
+        "OPENCLAW_EVAL_NUM_WORKERS": str(e["num_workers"]),
+        "OPENCLAW_EVAL_N_SAMPLES": str(e["n_samples"]),
+        # A non-empty rootfs switches the rollout code from Docker to chroot.
+        "OPENCLAW_ROOTFS": sb["rootfs"] if sb["backend"] == "chroot" and sb["rootfs"] else "",
+        "OPENCLAW_GATEWAY_IMAGE": sb["image"],
+        "OPENCLAW_CONTEXT_WINDOW": str(r["max_context_len"]),
+        "OPENCLAW_MAX_TOKENS": str(r["max_response_len"]),
+        "OPENCLAW_RECORD_ENABLED": "1" if s["record"] else "0",
+        "OPENCLAW_RECORD_FILE": paths["record_file"],
+        "SERVED_MODEL_NAME": s["served_model_name"],
+        "HOST": s["api_host"],
+        "PORT": str(s["api_port"]),
+        "TOOL_CALL_PARSER": s["tool_call_parser"],
+        "REASONING_PARSER": s["reasoning_parser"] or "",
+    }
+    for key, value in c["extra_env"].items():
+        env[str(key)] = str(value)
+    return env
+
+
+def head_env(c: Mapping[str, Any]) -> Dict[str, str]:
+    """Environment a local head starts with: Ray's own health-check tuning (the seed's)."""
+    ray = c["ray"]
+    return {
+        "RAY_health_check_failure_threshold": str(ray["health_check_failure_threshold"]),
+        "RAY_health_check_period_ms": str(ray["health_check_period_ms"]),
+        "RAY_health_check_timeout_ms": str(ray["health_check_timeout_ms"]),
+        "RAY_num_heartbeats_timeout": str(ray["num_heartbeats_timeout"]),
+    }
+
+
+def ray_start_argv(c: Mapping[str, Any]) -> Optional[List[str]]:
+    """``ray start`` for a local head; None when an existing cluster is configured."""
+    ray = c["ray"]
+    if ray["address"]:
+        return None
+    argv = ["ray", "start", "--head", "--node-ip-address", ray["node_ip"], "--port", str(ray["port"])]
+    if ray["num_gpus"] is not None:
+        argv += ["--num-gpus", str(ray["num_gpus"])]
+    argv += [
+        "--disable-usage-stats",
+        "--dashboard-host", ray["dashboard_host"],
+        "--dashboard-port", str(ray["dashboard_port"]),
+    ]
+    return argv
+
+
+def dashboard_address(c: Mapping[str, Any]) -> str:
+    ray = c["ray"]
+    if ray["address"]:
+        address = str(ray["address"])
+        return address if "://" in address else f"http://{address}"
+    host = ray["dashboard_host"]
+    # A head listening on all interfaces is still reached through loopback from here.
+    host = "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
+    return f"http://{host}:{ray['dashboard_port']}"
+
+
+def secret_env(c: Mapping[str, Any], *, use_wandb: bool) -> Dict[str, List[str]]:
+    """Secrets the job needs: target variable -> launcher variables to read, first set wins."""
+    names: Dict[str, List[str]] = {SGLANG_KEY_ENV: [SGLANG_KEY_ENV]}
+    if use_wandb:
+        names[WANDB_KEY_TARGET] = list(c["wandb"]["key_env"])
+    return names
+
+
+def submission_id(run_name: str, timestamp: str) -> str:
+    slug = re.sub(r"[^A-Za-z0-9_.-]+", "-", run_name).strip("-") or "run"
+    # The prefix marks jobs as clawgym's on a shared cluster.
+    return f"{slug}-{timestamp}" if slug.startswith("clawgym") else f"clawgym-{slug}-{timestamp}"
+
+
+def build_plan_from_dict(c: Mapping[str, Any], *, environ: Mapping[str, str], timestamp: str) -> LaunchPlan:
+    """The plan for a resolved plain config.
+
+    ``environ`` is consulted only for whether a W&B key is present (the seed's auto
+    mode); no value from it is copied into the plan.
+    """
+    use_wandb = wandb_enabled(c, environ)
+    save = c["paths"]["save"]
+    return LaunchPlan(
+        entrypoint=[INTERPRETER, c["gpu_layout"]["trainer_script"], *trainer_argv(c, use_wandb=use_wandb)],
+        working_dir=c["paths"]["slime"],
+        runtime_env={"env_vars": job_env(c)},
+        ray_start=ray_start_argv(c),
+        ray_start_env=head_env(c),
+        submission_id=submission_id(c["run_name"], timestamp),
+        address=dashboard_address(c),
+        secret_env=secret_env(c, use_wandb=use_wandb),
+        log_file=f"{save}/logs/train_{timestamp}.log" if save else None,
+        save_dir=save,
+        gpus_required=gpus_required(c),
+        run_name=c["run_name"],
+    )
+
+
+def build_plan(cfg: DictConfig, *, environ: Mapping[str, str], timestamp: str) -> LaunchPlan:
+    """The plan for a composed config (resolved here)."""
+    return build_plan_from_dict(to_plain(cfg, resolve=True), environ=environ, timestamp=timestamp)
+
+
+def equivalent_command(plan: LaunchPlan) -> str:
+    """A copy-pasteable shell equivalent of the plan (secrets by name only)."""
+    lines: List[str] = []
+    if plan.ray_start is not None:
+        env = " ".join(f"{k}={shlex.quote(v)}" for k, v in plan.ray_start_env.items())
+        lines.append(f"{env} {shlex.join(plan.ray_start)}")
+    runtime_env = json.dumps(plan.runtime_env, sort_keys=True)
+    lines.append(
+        "ray job submit"
+        f" --address {shlex.quote(plan.address)}"
+        f" --submission-id {shlex.quote(plan.submission_id)}"
+        f" --working-dir {shlex.quote(plan.working_dir)}"
+        f" --runtime-env-json {shlex.quote(runtime_env)}"
+        f" -- {shlex.join(plan.entrypoint)}"
+    )
+    return "\n".join(lines)
+
+
+def format_plan(plan: LaunchPlan) -> str:
+    """Human-readable plan for the console."""
+    out = [f"run:            {plan.run_name}", f"submission id:  {plan.submission_id}",
+           f"ray address:    {plan.address}" + ("" if plan.ray_start is None else " (local head started by clawgym)"),
+           f"working dir:    {plan.working_dir}", f"save dir:       {plan.save_dir}",
+           f"log file:       {plan.log_file}", f"GPUs held:      {plan.gpus_required}", "",
+           f"trainer: {plan.entrypoint[0]} {plan.entrypoint[1]}"]
+    args = plan.entrypoint[2:]
+    i = 0
+    while i < len(args):
+        if i + 1 < len(args) and not args[i + 1].startswith("--"):
+            out.append(f"  {args[i]} {args[i + 1]}")
+            i += 2
+        else:
+            out.append(f"  {args[i]}")
+            i += 1
+    out += ["", "job environment:"]
+    out += [f"  {k}={v}" for k, v in plan.runtime_env.get("env_vars", {}).items()]
+    if plan.ray_start is not None:
+        out += ["", "local head: " + shlex.join(plan.ray_start)]
+        out += [f"  {k}={v}" for k, v in plan.ray_start_env.items()]
+    if plan.secret_env:
+        out += ["", "secrets (read from the environment at launch, never stored):"]
+        out += [f"  {k} <- {' or '.join('$' + n for n in v)}" for k, v in plan.secret_env.items()]
+    out += ["", "equivalent command:", equivalent_command(plan)]
+    return "\n".join(out)

@@ -1,0 +1,363 @@
+"""Typed schema of every config group.
+
+Each group has one dataclass here, stored in Hydra's ConfigStore as ``base_<group>``;
+the YAML options under ``conf/<group>/`` start their defaults list with it and only
+set what differs. Defaults live here and nowhere else; derived values are
+interpolations so that overriding the source moves everything that follows from it.
+
+Struct mode (Hydra's default for structured configs) makes a misspelled key or a
+wrongly typed value an error at compose time.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional
+
+from omegaconf import MISSING
+
+
+@dataclass
+class ModelConfig:
+    """Architecture of the policy model, as Megatron needs it.
+
+    The numbers are those of slime's ``scripts/models/<model>.sh``; slime checks them
+    against the checkpoint's ``config.json`` at startup (and so does our preflight).
+    """
+
+    # Option name; also names the per-model record file.
+    name: str = MISSING
+    # Hugging Face repository id of the initial weights.
+    hf_repo: str = MISSING
+    # Folder name of the downloaded checkpoint under ``<paths.root>/local/models``.
+    checkpoint_dirname: str = MISSING
+    num_layers: int = MISSING
+    hidden_size: int = MISSING
+    ffn_hidden_size: int = MISSING
+    num_attention_heads: int = MISSING
+    # Grouped-query attention: number of KV heads.
+    num_query_groups: int = MISSING
+    kv_channels: int = 128
+    vocab_size: int = 151936
+    # RoPE theta; must equal ``rope_theta`` in the checkpoint's config.json.
+    rotary_base: int = 1000000
+    # Fraction of head dimensions that get rotary embedding (emitted when not None).
+    rotary_percent: Optional[float] = None
+    normalization: str = "RMSNorm"
+    norm_epsilon: float = 1e-6
+    # Linear layers without bias terms (all Qwen3 models).
+    disable_bias_linear: bool = True
+    # True when the output layer does not share weights with the embedding
+    # (``tie_word_embeddings: false`` in config.json).
+    untie_embeddings_and_output_weights: bool = False
+    qk_layernorm: bool = True
+    swiglu: bool = True
+    # How position embeddings are requested: "rotary" emits
+    # ``--use-rotary-position-embeddings``, "rope" emits ``--position-embedding-type rope``.
+    position_embedding: str = "rotary"
+    # Mixture of experts; all None for dense models.
+    num_experts: Optional[int] = None
+    moe_ffn_hidden_size: Optional[int] = None
+    moe_router_topk: Optional[int] = None
+    # Python-literal layer pattern as slime writes it, e.g. "[1]*48" (1 = MoE layer).
+    moe_layer_freq: Optional[str] = None
+    moe_router_score_function: Optional[str] = None
+    moe_token_dispatcher_type: Optional[str] = None
+    moe_grouped_gemm: bool = False
+    moe_token_drop_policy: Optional[str] = None
+    moe_router_dtype: Optional[str] = None
+    moe_permute_fusion: bool = False
+    moe_aux_loss_coeff: Optional[float] = None
+    # Dropout is off for RL fine-tuning.
+    attention_dropout: float = 0.0
+    hidden_dropout: float = 0.0
+
+
+@dataclass
+class GpuLayoutConfig:
+    """How the node's GPUs are split between the Megatron actor and SGLang."""
+
+    # GPUs on each node (the seed's NUM_GPUS); slime's --num-gpus-per-node.
+    num_gpus: int = 8
+    # Nodes the actor spans.
+    actor_num_nodes: int = 1
+    # GPUs per node for the Megatron actor (the seed's ACTOR_GPUS).
+    actor_gpus: int = 4
+    # GPUs for the SGLang engines (the seed's ROLLOUT_GPUS).
+    rollout_gpus: int = 4
+    # Training and inference share the same GPUs, swapped by offloading.
+    colocate: bool = False
+    # Colocated runs need the synchronous driver; split runs use the one-step-off-policy one.
+    trainer_script: str = "${cg.pick:${.colocate},train.py,train_async.py}"
+
+
+@dataclass
+class RolloutConfig:
+    """Per-iteration rollout data and decoding, and the OpenClaw training workers."""
+
+    # Slime's rollout hook (ClawGym-RL drives OpenClaw gateways from it).
+    function_path: str = "clawgym_rl_rollout.generate_rollout_clawgym_rl"
+    # Custom per-sample generate hook (the ClawGymRL API server).
+    generate_function_path: str = "clawgym_rl_api_server.generate"
+    # Custom reward hook.
+    reward_function_path: str = "clawgym_rl_api_server.reward_func"
+    # ClawGym-RL manages its own task data; slime's global dataset stays off.
+    global_dataset: bool = False
+    # Total rollout iterations (huge = run until stopped).
+    num_rollout: int = 100000000
+    # Distinct tasks per rollout.
+    batch_size: int = 8
+    # Samples per task; GRPO compares samples of the same task.
+    n_samples_per_prompt: int = 8
+    # Max tokens of one model generation (also OPENCLAW_MAX_TOKENS).
+    max_response_len: int = 8192
+    # Max context of a conversation (also OPENCLAW_CONTEXT_WINDOW).
+    max_context_len: int = 65536
+    temperature: float = 0.7
+    # Key of the reward dict used as the scalar score.
+    reward_key: str = "score"
+    # Gradient updates per rollout (1 = standard online GRPO).
+    num_steps_per_rollout: int = 1
+    # Concurrent OpenClaw containers during training rollouts.
+    train_num_workers: int = 64
+    # User messages sent to the gateway per training task.
+    train_max_turns: int = 1
+
+
+@dataclass
+class GrpoConfig:
+    """Advantage estimation and policy loss."""
+
+    advantage_estimator: str = "grpo"
+    # Split samples of one trajectory share one baseline (ClawGym fork flag).
+    dynamic_history: bool = True
+    use_kl_loss: bool = True
+    kl_loss_coef: float = 0.0
+    kl_loss_type: str = "low_var_kl"
+    entropy_coef: float = 0.0
+    # PPO clip range, lower and upper.
+    eps_clip: float = 0.2
+    eps_clip_high: float = 0.28
+    # Tolerate missing samples by resizing the global batch (ClawGym fork flag).
+    use_dynamic_global_batch_size: bool = True
+    # DAPO-style token-level loss normalisation.
+    calculate_per_token_loss: bool = True
+
+
+@dataclass
+class PerfConfig:
+    """Megatron parallelism, recompute, batching and numerics."""
+
+    # Tensor parallel size; the seed ties it to the actor GPUs.
+    tensor_parallel: int = "${gpu_layout.actor_gpus}"  # type: ignore[assignment]
+    sequence_parallel: bool = True
+    pipeline_parallel: int = 1
+    context_parallel: int = 1
+    expert_parallel: int = 1
+    expert_tensor_parallel: int = 1
+    # "full" or "selective"; None leaves recompute off.
+    recompute_granularity: Optional[str] = "full"
+    recompute_method: Optional[str] = "uniform"
+    recompute_num_layers: Optional[int] = 1
+    # Batch by token count rather than sample count.
+    use_dynamic_batch_size: bool = True
+    max_tokens_per_gpu: Optional[int] = 65536
+    # Chunk size of log-prob computation (guards against OOM).
+    log_probs_chunk_size: int = 1024
+    accumulate_allreduce_grads_in_fp32: bool = True
+    attention_softmax_in_fp32: bool = True
+    attention_backend: str = "flash"
+
+
+@dataclass
+class OptimizerConfig:
+    """Optimizer and learning-rate schedule."""
+
+    name: str = "adam"
+    lr: float = 1e-6
+    lr_decay_style: str = "constant"
+    weight_decay: float = 0.1
+    adam_beta1: float = 0.9
+    adam_beta2: float = 0.98
+    # Optimizer state in host memory; needs the precision-aware optimizer.
+    cpu_offload: bool = True
+    overlap_cpu_optimizer_d2h_h2d: bool = True
+    use_precision_aware_optimizer: bool = True
+
+
+@dataclass
+class EvalConfig:
+    """Periodic evaluation on the eval task set."""
+
+    # Evaluate every N rollouts; None turns periodic eval off.
+    interval: Optional[int] = 5
+    # Eval reuses the rollout hook unless set otherwise.
+    function_path: str = "${rollout.function_path}"
+    # Skip the evaluation that the synchronous driver runs before the first step.
+    skip_before_train: bool = False
+    # Concurrent OpenClaw containers during evaluation.
+    num_workers: int = 32
+    # User messages per eval task.
+    max_turns: int = 1
+    # Samples per eval task.
+    n_samples: int = 1
+
+
+@dataclass
+class SglangConfig:
+    """SGLang engines and the ClawGymRL API server in front of them."""
+
+    # GPUs per SGLang engine (tensor parallel); slime's --rollout-num-gpus-per-engine.
+    tp: int = 1
+    tool_call_parser: str = "qwen25"
+    # Chain-of-thought parser; None leaves it off.
+    reasoning_parser: Optional[str] = None
+    mem_fraction_static: float = 0.8
+    # Must hold the longest rollout context, or long conversations are rejected with 400.
+    context_length: int = "${rollout.max_context_len}"  # type: ignore[assignment]
+    # Model name the API server reports to the OpenClaw gateways.
+    served_model_name: str = "qwen3-4b-instruct"
+    # API server bind address; loopback unless the gateways run elsewhere.
+    api_host: str = "127.0.0.1"
+    # API server port the OpenClaw gateways talk to.
+    api_port: int = 30001
+    # Record per-turn JSONL logs of every conversation.
+    record: bool = False
+
+
+@dataclass
+class SandboxConfig:
+    """Where each OpenClaw agent runs during rollouts."""
+
+    # "docker": one container per task from ``image``; "chroot": a chroot into ``rootfs``.
+    backend: str = "docker"
+    # Gateway image (docker backend; still passed to the job as OPENCLAW_GATEWAY_IMAGE).
+    image: str = "clawgym-rl:v0.1"
+    # OpenClaw rootfs for the chroot backend.
+    rootfs: Optional[str] = None
+    # Name prefix of the per-task containers the rollout code creates.
+    container_prefix: str = "clawgym-rl-"
+    # Remove leftover containers (prefix and image both match) before a launch.
+    cleanup_leftovers: bool = True
+
+
+@dataclass
+class PathsConfig:
+    """Filesystem layout; everything derives from the ClawGym-RL checkout by default."""
+
+    # The ClawGym-RL checkout (the seed's SCRIPT_DIR, ClawGym-Agents/RL).
+    root: str = "${oc.env:CLAWGYM_RL_ROOT,${cg.cwd:}}"
+    slime: str = "${.root}/slime"
+    megatron: str = "${.root}/Megatron-LM"
+    # HF-format initial weights.
+    hf_checkpoint: str = "${.root}/local/models/${model.checkpoint_dirname}"
+    # Reference model for KL (usually the initial weights).
+    ref_load: str = "${.hf_checkpoint}"
+    # Training output; checkpoints, logs and config snapshots go here.
+    save: Optional[str] = "${.root}/exp/${run_name}"
+    train_tasks: str = "${.root}/data/clawgym_train"
+    eval_tasks: str = "${.root}/data/clawgym_eval"
+    record_file: str = "${.root}/results/${model.name}_record.jsonl"
+
+
+@dataclass
+class CheckpointConfig:
+    """Checkpoint format and schedule."""
+
+    # Megatron <-> HF weight conversion mode (ClawGym fork flag).
+    megatron_to_hf_mode: str = "bridge"
+    # Save every N rollouts; None saves never.
+    save_interval: Optional[int] = 5
+    # Megatron checkpoint to resume from (set by ``clawgym resume``); None starts fresh.
+    load: Optional[str] = None
+
+
+@dataclass
+class RayConfig:
+    """The Ray cluster the job runs on."""
+
+    # Address of an existing cluster's dashboard (e.g. http://head:8265); None starts a local head.
+    address: Optional[str] = None
+    # Node IP of a local head (the seed's MASTER_ADDR).
+    node_ip: str = "127.0.0.1"
+    # GPUs the local head declares; None lets Ray detect the node's GPUs.
+    num_gpus: Optional[int] = "${gpu_layout.num_gpus}"  # type: ignore[assignment]
+    # GCS port of a local head.
+    port: int = 6379
+    dashboard_host: str = "127.0.0.1"
+    dashboard_port: int = 8265
+    # Keep a head that clawgym started running after the run or sweep ends.
+    keep_head: bool = False
+    # Submit and return at once instead of following the job.
+    detach: bool = False
+    # Existing cluster only: pass secrets in the runtime env (Ray keeps them in job metadata).
+    pass_secrets_in_runtime_env: bool = False
+    # Seed health-check tuning, so slow nodes are not declared dead at scale.
+    health_check_failure_threshold: int = 20
+    health_check_period_ms: int = 5000
+    health_check_timeout_ms: int = 30000
+    num_heartbeats_timeout: int = 60
+
+
+@dataclass
+class WandbConfig:
+    """Weights & Biases logging."""
+
+    # None: on when a key is in the environment at launch (as the seed); true/false force it.
+    enabled: Optional[bool] = None
+    project: str = "clawgym_rl"
+    # W&B group (slime appends its own random suffix); the experiment name by default.
+    group: str = "${exp_name}"
+    # Environment variables the key is read from, first found wins (the seed's order).
+    key_env: List[str] = field(default_factory=lambda: ["WANDB_KEY", "WANDB_API_KEY"])
+
+
+@dataclass
+class ClawGymConfig:
+    """Root of the composed config."""
+
+    model: ModelConfig = field(default_factory=ModelConfig)
+    gpu_layout: GpuLayoutConfig = field(default_factory=GpuLayoutConfig)
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    grpo: GrpoConfig = field(default_factory=GrpoConfig)
+    perf: PerfConfig = field(default_factory=PerfConfig)
+    optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    sglang: SglangConfig = field(default_factory=SglangConfig)
+    sandbox: SandboxConfig = field(default_factory=SandboxConfig)
+    paths: PathsConfig = field(default_factory=PathsConfig)
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    ray: RayConfig = field(default_factory=RayConfig)
+    wandb: WandbConfig = field(default_factory=WandbConfig)
+    # Experiment name (the seed's EXP_NAME): W&B group and, by default, the run name.
+    exp_name: str = "clawgym-rl-4b-instruct-2507"
+    # Name of this run: save dir and W&B run. Sweep jobs get the swept overrides appended.
+    run_name: str = "${exp_name}"
+    # Print and write the launch plan, start nothing.
+    dry_run: bool = False
+    # Run the preflight checks and stop.
+    preflight_only: bool = False
+    # Preflight checks to skip, by name.
+    skip_checks: List[str] = field(default_factory=list)
+    # Trainer flags we do not model, appended verbatim; must not repeat a generated flag.
+    extra_args: List[str] = field(default_factory=list)
+    # Extra environment variables for the job (never secrets: they are stored).
+    extra_env: Dict[str, str] = field(default_factory=dict)
+
+
+#: Config groups with their schema class, in the order the defaults list composes them.
+GROUPS: Dict[str, Any] = {
+    "model": ModelConfig,
+    "gpu_layout": GpuLayoutConfig,
+    "rollout": RolloutConfig,
+    "grpo": GrpoConfig,
+    "perf": PerfConfig,
+    "optimizer": OptimizerConfig,
+    "eval": EvalConfig,
+    "sglang": SglangConfig,
+    "sandbox": SandboxConfig,
+    "paths": PathsConfig,
+    "checkpoint": CheckpointConfig,
+    "ray": RayConfig,
+    "wandb": WandbConfig,
+}

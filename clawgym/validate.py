@@ -1,0 +1,412 @@
+"""Two-stage validation of a composed config, all violations at once.
+
+Stage one checks each group on its own; stage two checks how groups fit together.
+Every rule is a small function that appends :class:`Violation` s; nothing stops at
+the first problem, so a user fixes everything in one round. All of it runs before any
+process is started or file written.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, List, Mapping, Sequence
+
+from omegaconf import DictConfig
+from omegaconf.errors import OmegaConfBaseException
+
+from clawgym.config import to_plain
+
+
+@dataclass
+class Violation:
+    """One broken rule: where, what it was, what the rule says, how to fix it."""
+
+    # Dotted key paths involved.
+    keys: List[str]
+    # Their values, by key path.
+    values: Dict[str, Any]
+    # The rule, in words.
+    rule: str
+    # How to fix it.
+    fix: str
+    # Stable rule identifier (tests and skip lists refer to it).
+    code: str = ""
+
+    def format(self) -> str:
+        vals = ", ".join(f"{k}={self.values.get(k)!r}" for k in self.keys)
+        return f"[{self.code}] {vals}\n      rule: {self.rule}\n      fix:  {self.fix}"
+
+
+class ConfigError(Exception):
+    """Raised with every violation of a config; ``str()`` is the user-facing report."""
+
+    def __init__(self, violations: Sequence[Violation], *, context: str = ""):
+        self.violations = list(violations)
+        self.context = context
+        super().__init__(self.report())
+
+    def report(self) -> str:
+        n = len(self.violations)
+        head = f"clawgym: invalid configuration{' (' + self.context + ')' if self.context else ''}: " \
+               f"{n} problem{'s' if n != 1 else ''}"
+        body = [f"  {i}. {v.format()}" for i, v in enumerate(self.violations, 1)]
+        return "\n".join([head, *body])
+
+
+def _get(c: Mapping[str, Any], path: str) -> Any:
+    node: Any = c
+    for part in path.split("."):
+        node = node[part]
+    return node
+
+
+class _Collector:
+    def __init__(self, c: Mapping[str, Any]):
+        self.c = c
+        self.out: List[Violation] = []
+
+    def add(self, code: str, keys: Sequence[str], rule: str, fix: str) -> None:
+        self.out.append(Violation(list(keys), {k: _get(self.c, k) for k in keys}, rule, fix, code))
+
+    def positive(self, code: str, keys: Sequence[str], what: str) -> None:
+        for k in keys:
+            v = _get(self.c, k)
+            if v is not None and v <= 0:
+                self.add(code, [k], f"{what} must be positive", f"set {k} to a value > 0")
+
+
+Rule = Callable[[_Collector], None]
+
+
+# ---------------------------------------------------------------- stage one: per group
+
+def rule_gpu_counts_positive(v: _Collector) -> None:
+    v.positive("gpu-counts-positive",
+               ["gpu_layout.num_gpus", "gpu_layout.actor_num_nodes", "gpu_layout.actor_gpus",
+                "gpu_layout.rollout_gpus"], "GPU and node counts")
+
+
+def rule_trainer_matches_colocation(v: _Collector) -> None:
+    g = v.c["gpu_layout"]
+    want = "train.py" if g["colocate"] else "train_async.py"
+    if g["trainer_script"] != want:
+        mode = "colocated layouts run the synchronous trainer (train.py)" if g["colocate"] else \
+            "split layouts run the asynchronous trainer (train_async.py), which asserts it is not colocated"
+        v.add("trainer-matches-colocation", ["gpu_layout.colocate", "gpu_layout.trainer_script"], mode,
+              f"set gpu_layout.trainer_script={want} or leave it unset (it follows gpu_layout.colocate)")
+
+
+def rule_model_sizes_positive(v: _Collector) -> None:
+    v.positive("model-sizes-positive",
+               [f"model.{k}" for k in ("num_layers", "hidden_size", "ffn_hidden_size", "num_attention_heads",
+                                      "num_query_groups", "kv_channels", "vocab_size", "rotary_base")],
+               "model sizes")
+
+
+def rule_query_groups_divide_heads(v: _Collector) -> None:
+    m = v.c["model"]
+    if m["num_query_groups"] > 0 and m["num_attention_heads"] % m["num_query_groups"]:
+        v.add("query-groups-divide-heads", ["model.num_attention_heads", "model.num_query_groups"],
+              "attention heads must be a multiple of the query groups",
+              "use the checkpoint's num_key_value_heads for model.num_query_groups")
+
+
+def rule_moe_complete(v: _Collector) -> None:
+    m = v.c["model"]
+    if m["num_experts"] is None:
+        return
+    for k in ("moe_ffn_hidden_size", "moe_router_topk"):
+        if m[k] is None:
+            v.add("moe-complete", ["model.num_experts", f"model.{k}"],
+                  "a MoE model (num_experts set) needs its expert FFN size and router top-k",
+                  f"set model.{k} from the checkpoint's config.json")
+    if m["moe_router_topk"] is not None and m["moe_router_topk"] > m["num_experts"]:
+        v.add("moe-topk-within-experts", ["model.moe_router_topk", "model.num_experts"],
+              "the router cannot pick more experts than exist", "lower model.moe_router_topk")
+
+
+def rule_rollout_sizes_positive(v: _Collector) -> None:
+    v.positive("rollout-sizes-positive",
+               [f"rollout.{k}" for k in ("num_rollout", "batch_size", "n_samples_per_prompt", "max_response_len",
+                                        "max_context_len", "num_steps_per_rollout", "train_num_workers",
+                                        "train_max_turns")], "rollout sizes")
+
+
+def rule_temperature_positive(v: _Collector) -> None:
+    if v.c["rollout"]["temperature"] <= 0:
+        v.add("temperature-positive", ["rollout.temperature"],
+              "sampling temperature must be > 0 (slime rejects <= 0; GRPO needs diverse samples)",
+              "set rollout.temperature to e.g. 0.7")
+
+
+def rule_context_exceeds_response(v: _Collector) -> None:
+    r = v.c["rollout"]
+    if r["max_context_len"] <= r["max_response_len"]:
+        v.add("context-exceeds-response", ["rollout.max_context_len", "rollout.max_response_len"],
+              "the context window must be larger than one response (it also holds the prompt and history)",
+              "raise rollout.max_context_len or lower rollout.max_response_len")
+
+
+def rule_eps_clip_order(v: _Collector) -> None:
+    g = v.c["grpo"]
+    if g["eps_clip"] <= 0:
+        v.add("eps-clip-positive", ["grpo.eps_clip"], "the PPO clip range must be > 0", "set grpo.eps_clip, e.g. 0.2")
+    if g["eps_clip_high"] < g["eps_clip"]:
+        v.add("eps-clip-high-at-least-low", ["grpo.eps_clip_high", "grpo.eps_clip"],
+              "the upper clip bound must be >= the lower one",
+              "raise grpo.eps_clip_high (e.g. 0.28) or lower grpo.eps_clip")
+
+
+def rule_kl_choices(v: _Collector) -> None:
+    if v.c["grpo"]["kl_loss_type"] not in ("k1", "k2", "k3", "low_var_kl"):
+        v.add("kl-loss-type-known", ["grpo.kl_loss_type"], "slime knows k1, k2, k3 and low_var_kl",
+              "set grpo.kl_loss_type to one of k1, k2, k3, low_var_kl")
+
+
+def rule_perf_sizes_positive(v: _Collector) -> None:
+    v.positive("parallel-sizes-positive",
+               [f"perf.{k}" for k in ("tensor_parallel", "pipeline_parallel", "context_parallel", "expert_parallel",
+                                     "expert_tensor_parallel", "max_tokens_per_gpu", "log_probs_chunk_size")],
+               "parallel sizes and batch limits")
+
+
+def rule_dynamic_batch_needs_max_tokens(v: _Collector) -> None:
+    p = v.c["perf"]
+    if p["use_dynamic_batch_size"] and not p["max_tokens_per_gpu"]:
+        v.add("dynamic-batch-needs-max-tokens", ["perf.use_dynamic_batch_size", "perf.max_tokens_per_gpu"],
+              "dynamic batch size packs micro-batches by tokens and needs a per-GPU token budget",
+              "set perf.max_tokens_per_gpu (e.g. 65536) or perf.use_dynamic_batch_size=false")
+
+
+def rule_recompute_consistent(v: _Collector) -> None:
+    p = v.c["perf"]
+    if p["recompute_granularity"] not in (None, "full", "selective"):
+        v.add("recompute-granularity-known", ["perf.recompute_granularity"],
+              "Megatron knows full and selective recompute", "set perf.recompute_granularity to full, selective or null")
+    if p["recompute_granularity"] == "selective" and p["recompute_method"] is not None:
+        v.add("selective-recompute-no-method", ["perf.recompute_granularity", "perf.recompute_method"],
+              "selective recompute takes no recompute method", "set perf.recompute_method=null")
+
+
+def rule_optimizer(v: _Collector) -> None:
+    o = v.c["optimizer"]
+    if o["lr"] <= 0:
+        v.add("lr-positive", ["optimizer.lr"], "the learning rate must be > 0", "set optimizer.lr, e.g. 1e-6")
+    if o["cpu_offload"] and not o["use_precision_aware_optimizer"]:
+        v.add("cpu-offload-needs-precision-aware", ["optimizer.cpu_offload", "optimizer.use_precision_aware_optimizer"],
+              "Megatron's CPU optimizer offload requires the precision-aware optimizer",
+              "set optimizer.use_precision_aware_optimizer=true or optimizer.cpu_offload=false")
+
+
+def rule_eval(v: _Collector) -> None:
+    v.positive("eval-sizes-positive", ["eval.interval", "eval.num_workers", "eval.max_turns", "eval.n_samples"],
+               "eval interval and sizes")
+
+
+def rule_sglang(v: _Collector) -> None:
+    s = v.c["sglang"]
+    v.positive("sglang-sizes-positive", ["sglang.tp", "sglang.context_length"], "SGLang engine sizes")
+    if not 0 < s["mem_fraction_static"] <= 1:
+        v.add("mem-fraction-in-range", ["sglang.mem_fraction_static"],
+              "the static memory fraction is a share of GPU memory, in (0, 1]", "set sglang.mem_fraction_static, e.g. 0.8")
+    if not 0 < s["api_port"] < 65536:
+        v.add("api-port-in-range", ["sglang.api_port"], "ports are 1..65535", "set sglang.api_port, e.g. 30001")
+
+
+def rule_sandbox(v: _Collector) -> None:
+    s = v.c["sandbox"]
+    if s["backend"] not in ("docker", "chroot"):
+        v.add("sandbox-backend-known", ["sandbox.backend"], "the sandbox is docker or chroot",
+              "choose sandbox=docker or sandbox=chroot")
+    if s["backend"] == "chroot" and not s["rootfs"]:
+        v.add("chroot-needs-rootfs", ["sandbox.backend", "sandbox.rootfs"],
+              "the chroot sandbox needs the path of an OpenClaw rootfs",
+              "set sandbox.rootfs=/path/to/openclaw/rootfs (the seed's OPENCLAW_ROOTFS)")
+    if s["backend"] == "docker" and not s["image"]:
+        v.add("docker-needs-image", ["sandbox.backend", "sandbox.image"], "the docker sandbox needs a gateway image",
+              "set sandbox.image, e.g. clawgym-rl:v0.1")
+    if not s["container_prefix"]:
+        v.add("container-prefix-nonempty", ["sandbox.container_prefix"],
+              "leftover cleanup matches containers by name prefix; an empty prefix matches everything",
+              "set sandbox.container_prefix, e.g. clawgym-rl-")
+
+
+def rule_names(v: _Collector) -> None:
+    for k in ("exp_name", "run_name"):
+        name = v.c[k]
+        if not name or "/" in name or name.strip() != name:
+            v.add("names-are-folder-names", [k], "names become folder names: non-empty, no '/', no surrounding spaces",
+                  f"set {k} to a plain name")
+
+
+def rule_ray(v: _Collector) -> None:
+    r = v.c["ray"]
+    for k in ("port", "dashboard_port"):
+        if not 0 < r[k] < 65536:
+            v.add("ray-port-in-range", [f"ray.{k}"], "ports are 1..65535", f"set ray.{k} to a free port")
+    if r["num_gpus"] is not None and r["num_gpus"] < 0:
+        v.add("ray-gpus-nonnegative", ["ray.num_gpus"], "a head cannot declare negative GPUs",
+              "set ray.num_gpus to the node's GPU count, or null to detect it")
+
+
+LOCAL_RULES: List[Rule] = [
+    rule_gpu_counts_positive, rule_trainer_matches_colocation, rule_model_sizes_positive,
+    rule_query_groups_divide_heads, rule_moe_complete, rule_rollout_sizes_positive, rule_temperature_positive,
+    rule_context_exceeds_response, rule_eps_clip_order, rule_kl_choices, rule_perf_sizes_positive,
+    rule_dynamic_batch_needs_max_tokens, rule_recompute_consistent, rule_optimizer, rule_eval, rule_sglang,
+    rule_sandbox, rule_names, rule_ray,
+]
+
+
+# ---------------------------------------------------------------- stage two: across groups
+
+def rule_gpus_fit_node(v: _Collector) -> None:
+    g = v.c["gpu_layout"]
+    if min(g["num_gpus"], g["actor_gpus"], g["rollout_gpus"]) <= 0:
+        return
+    if g["colocate"]:
+        for k in ("actor_gpus", "rollout_gpus"):
+            if g[k] > g["num_gpus"] * (g["actor_num_nodes"] if k == "rollout_gpus" else 1):
+                v.add("colocated-gpus-fit", [f"gpu_layout.{k}", "gpu_layout.num_gpus"],
+                      "colocated training and inference share the node's GPUs",
+                      f"lower gpu_layout.{k} to at most gpu_layout.num_gpus")
+    elif g["actor_num_nodes"] == 1 and g["actor_gpus"] + g["rollout_gpus"] > g["num_gpus"]:
+        v.add("split-gpus-fit", ["gpu_layout.actor_gpus", "gpu_layout.rollout_gpus", "gpu_layout.num_gpus"],
+              f"in a split layout actor + rollout GPUs ({g['actor_gpus']} + {g['rollout_gpus']}) must fit "
+              f"the node's {g['num_gpus']}",
+              "lower gpu_layout.actor_gpus or gpu_layout.rollout_gpus, raise gpu_layout.num_gpus, "
+              "or choose gpu_layout=colocate_8")
+    elif g["actor_gpus"] > g["num_gpus"]:
+        v.add("split-gpus-fit", ["gpu_layout.actor_gpus", "gpu_layout.num_gpus"],
+              "actor GPUs per node cannot exceed the node's GPUs", "lower gpu_layout.actor_gpus")
+
+
+def rule_tp_divides_actor_gpus(v: _Collector) -> None:
+    g, p = v.c["gpu_layout"], v.c["perf"]
+    world = g["actor_gpus"] * g["actor_num_nodes"]
+    mp = p["tensor_parallel"] * p["pipeline_parallel"] * p["context_parallel"]
+    if world > 0 and mp > 0 and world % mp:
+        v.add("model-parallel-divides-actor-gpus",
+              ["perf.tensor_parallel", "perf.pipeline_parallel", "perf.context_parallel", "gpu_layout.actor_gpus"],
+              f"TP x PP x CP ({mp}) must divide the actor's GPUs ({world}); the rest is data parallel",
+              "choose perf.tensor_parallel (and PP, CP) whose product divides gpu_layout.actor_gpus")
+
+
+def rule_tp_fits_heads(v: _Collector) -> None:
+    m, tp = v.c["model"], v.c["perf"]["tensor_parallel"]
+    heads, groups = m["num_attention_heads"], m["num_query_groups"]
+    if tp <= 0 or heads <= 0 or groups <= 0:
+        return
+    if heads % tp:
+        v.add("tp-divides-heads", ["perf.tensor_parallel", "model.num_attention_heads"],
+              f"each tensor-parallel rank holds whole attention heads: {heads} heads % TP {tp} != 0",
+              "set perf.tensor_parallel to a divisor of model.num_attention_heads (and of the actor GPUs)")
+    if groups % tp and tp % groups:
+        v.add("tp-compatible-with-query-groups", ["perf.tensor_parallel", "model.num_query_groups"],
+              f"query groups ({groups}) and TP ({tp}) must divide one another",
+              "set perf.tensor_parallel to a divisor or multiple of model.num_query_groups")
+
+
+def rule_sglang_tp_fits(v: _Collector) -> None:
+    s, g, m = v.c["sglang"], v.c["gpu_layout"], v.c["model"]
+    tp = s["tp"]
+    if tp <= 0:
+        return
+    if g["rollout_gpus"] > 0 and g["rollout_gpus"] % tp:
+        v.add("sglang-tp-divides-rollout-gpus", ["sglang.tp", "gpu_layout.rollout_gpus"],
+              f"SGLang engines of {tp} GPUs must tile the {g['rollout_gpus']} rollout GPUs (slime leaves the rest idle)",
+              "set sglang.tp to a divisor of gpu_layout.rollout_gpus")
+    if m["num_attention_heads"] > 0 and m["num_attention_heads"] % tp:
+        v.add("sglang-tp-divides-heads", ["sglang.tp", "model.num_attention_heads"],
+              "SGLang shards attention heads across its tensor-parallel ranks",
+              "set sglang.tp to a divisor of model.num_attention_heads")
+
+
+def rule_context_lengths(v: _Collector) -> None:
+    s, r = v.c["sglang"], v.c["rollout"]
+    if s["context_length"] < r["max_context_len"]:
+        v.add("sglang-context-holds-rollout-context", ["sglang.context_length", "rollout.max_context_len"],
+              "SGLang must accept the longest rollout context, or long conversations are rejected with 400",
+              "raise sglang.context_length to at least rollout.max_context_len (or leave it unset to follow it)")
+
+
+def rule_grpo_needs_group(v: _Collector) -> None:
+    if v.c["grpo"]["advantage_estimator"] in ("grpo", "gspo") and v.c["rollout"]["n_samples_per_prompt"] <= 1:
+        v.add("grpo-needs-several-samples", ["grpo.advantage_estimator", "rollout.n_samples_per_prompt"],
+              "GRPO's baseline is the mean of several samples of the same prompt",
+              "set rollout.n_samples_per_prompt to 2 or more (the seed uses 8)")
+
+
+def rule_save_interval_needs_save(v: _Collector) -> None:
+    if v.c["checkpoint"]["save_interval"] is not None and not v.c["paths"]["save"]:
+        v.add("save-interval-needs-save-dir", ["checkpoint.save_interval", "paths.save"],
+              "a save interval needs a directory to save to",
+              "set paths.save, or checkpoint.save_interval=null to save nothing")
+    if v.c["checkpoint"]["save_interval"] is not None and v.c["checkpoint"]["save_interval"] <= 0:
+        v.add("save-interval-positive", ["checkpoint.save_interval"], "a save interval counts rollouts and must be > 0",
+              "set checkpoint.save_interval, e.g. 5, or null")
+    if v.c["paths"]["save"] and v.c["checkpoint"]["save_interval"] is None:
+        v.add("save-dir-needs-interval", ["paths.save", "checkpoint.save_interval"],
+              "Megatron requires a save interval whenever a save dir is given",
+              "set checkpoint.save_interval, or paths.save=null to save nothing")
+
+
+def rule_experts_divide(v: _Collector) -> None:
+    m, p = v.c["model"], v.c["perf"]
+    if m["num_experts"] is not None and p["expert_parallel"] > 0 and m["num_experts"] % p["expert_parallel"]:
+        v.add("expert-parallel-divides-experts", ["perf.expert_parallel", "model.num_experts"],
+              "expert parallel ranks hold equal shares of the experts",
+              "set perf.expert_parallel to a divisor of model.num_experts")
+
+
+def rule_extra_args_not_generated(v: _Collector) -> None:
+    from clawgym.plan import trainer_argv
+
+    extra = [a.split("=", 1)[0] for a in v.c["extra_args"] if str(a).startswith("--")]
+    if not extra:
+        return
+    generated = set(a for a in trainer_argv({**v.c, "extra_args": []}, use_wandb=True) if a.startswith("--"))
+    for flag in extra:
+        if flag in generated:
+            v.add("extra-args-not-generated", ["extra_args"],
+                  f"{flag} is generated from the config; passing it again would be silently overridden",
+                  f"remove {flag} from extra_args and set the config key that produces it")
+    if any(a in ("--wandb-key", "--sglang-api-key") for a in extra):
+        v.add("no-secrets-in-argv", ["extra_args"], "secrets never travel in argv (slime copies argv into W&B)",
+              "export WANDB_API_KEY / SGLANG_API_KEY in the launcher's environment instead")
+
+
+CROSS_RULES: List[Rule] = [
+    rule_gpus_fit_node, rule_tp_divides_actor_gpus, rule_tp_fits_heads, rule_sglang_tp_fits, rule_context_lengths,
+    rule_grpo_needs_group, rule_save_interval_needs_save, rule_experts_divide, rule_extra_args_not_generated,
+]
+
+
+def violations(cfg: DictConfig | Mapping[str, Any]) -> List[Violation]:
+    """Every violation of a composed config: local rules first, then cross-group rules."""
+    if isinstance(cfg, DictConfig):
+        try:
+            c = to_plain(cfg, resolve=True)
+        except OmegaConfBaseException as exc:
+            key = getattr(exc, "full_key", "") or "?"
+            return [Violation([key], {key: None}, f"the config does not resolve: {exc.msg if hasattr(exc, 'msg') else exc}",
+                              "fix the interpolation or give the key a value", "resolves")]
+    else:
+        c = cfg
+    col = _Collector(c)
+    for rule in LOCAL_RULES:
+        rule(col)
+    # A cross rule that cannot evaluate a broken group (already reported above) is skipped.
+    for rule in CROSS_RULES:
+        try:
+            rule(col)
+        except (TypeError, ZeroDivisionError, KeyError):
+            pass
+    return col.out
+
+
+def validate(cfg: DictConfig | Mapping[str, Any], *, context: str = "") -> None:
+    """Raise :class:`ConfigError` carrying every violation, if any."""
+    found = violations(cfg)
+    if found:
+        raise ConfigError(found, context=context)

@@ -1,0 +1,20 @@
+"""ClawGym-RL training entry point: compose, validate, plan, launch.
+
+    python train.py model=qwen3_4b gpu_layout=split_4_4
+    python train.py -m gpu_layout=split_4_4,colocate_8 rollout.train_num_workers=32,64
+"""
+
+import hydra
+from omegaconf import DictConfig
+
+import clawgym.config  # noqa: F401  (registers the schemas and resolvers)
+from clawgym.app import run
+
+
+@hydra.main(version_base="1.3", config_path="conf", config_name="config")
+def main(cfg: DictConfig) -> object:
+    return run(cfg)
+
+
+if __name__ == "__main__":
+    main()
