@@ -57,6 +57,10 @@ def run(cfg: DictConfig) -> Any:
         if out is not None:
             print(f"\nplan written to {write_plan(plan, out)}")
         return plan.to_dict()
+    if cfg.preflight_only:
+        from clawgym.preflight import preflight_only
+
+        return preflight_only(cfg, plan)
     from clawgym.launch import launch_single  # heavy imports (ray) only for real launches
 
     return launch_single(cfg, plan)

@@ -19,6 +19,7 @@ from typing import Any, Dict, List, Mapping, Optional
 from omegaconf import DictConfig
 
 from clawgym.config import to_plain
+from clawgym.wandb_env import wandb_job_env
 
 #: Interpreter that runs the trainer script inside the job.
 INTERPRETER = "python3"
@@ -277,8 +278,6 @@ def job_env(c: Mapping[str, Any]) -> Dict[str, str]:
         "TOOL_CALL_PARSER": s["tool_call_parser"],
         "REASONING_PARSER": s["reasoning_parser"] or "",
     }
-    for key, value in c["extra_env"].items():
-        env[str(key)] = str(value)
     return env
 
 
@@ -345,7 +344,8 @@ def build_plan_from_dict(c: Mapping[str, Any], *, environ: Mapping[str, str], ti
     return LaunchPlan(
         entrypoint=[INTERPRETER, c["gpu_layout"]["trainer_script"], *trainer_argv(c, use_wandb=use_wandb)],
         working_dir=c["paths"]["slime"],
-        runtime_env={"env_vars": job_env(c)},
+        runtime_env={"env_vars": {**job_env(c), **wandb_job_env(c, use_wandb=use_wandb),
+                                  **{str(k): str(v) for k, v in c["extra_env"].items()}}},
         ray_start=ray_start_argv(c),
         ray_start_env=head_env(c),
         submission_id=submission_id(c["run_name"], timestamp),
