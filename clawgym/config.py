@@ -46,14 +46,11 @@ register_configs()
 
 
 def config_dir() -> Path:
-    """Directory of the Hydra config tree: ``conf/`` of a checkout, or the installed copy."""
-    checkout = Path(__file__).resolve().parent.parent / "conf"
-    if (checkout / f"{CONFIG_NAME}.yaml").is_file():
-        return checkout
-    installed = Path(__file__).resolve().parent / "conf"
-    if (installed / f"{CONFIG_NAME}.yaml").is_file():
-        return installed
-    raise FileNotFoundError(f"clawgym config tree not found (looked in {checkout} and {installed})")
+    """Directory of the Hydra config tree (``conf/``, shipped as ``clawgym/conf``)."""
+    path = Path(__file__).resolve().parent / "conf"
+    if not (path / f"{CONFIG_NAME}.yaml").is_file():
+        raise FileNotFoundError(f"clawgym config tree not found at {path}")
+    return path
 
 
 def group_options(group: str) -> List[str]:
