@@ -41,8 +41,30 @@ def register_configs() -> None:
         cs.store(group=group, name=f"base_{group}", node=schema, provider="clawgym")
 
 
+def ensure_launcher_plugin() -> None:
+    """Make the launcher plugin importable from a source checkout that is not pip-installed.
+
+    conf/config.yaml selects ``hydra/launcher: clawgym``; Hydra finds it by scanning the
+    ``hydra_plugins`` namespace package, which an install provides and a bare checkout
+    only has under ``launchers/``.
+    """
+    import importlib.util
+    import sys
+
+    launchers = Path(__file__).resolve().parent.parent / "launchers"
+    if not (launchers / "hydra_plugins" / "clawgym_launcher").is_dir() or str(launchers) in sys.path:
+        return
+    try:
+        if importlib.util.find_spec("hydra_plugins.clawgym_launcher") is not None:
+            return
+    except ImportError:
+        pass
+    sys.path.append(str(launchers))
+
+
 register_resolvers()
 register_configs()
+ensure_launcher_plugin()
 
 
 def config_dir() -> Path:

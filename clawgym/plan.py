@@ -224,7 +224,8 @@ def trainer_argv(c: Mapping[str, Any], *, use_wandb: bool) -> List[str]:
     a.opt("--sglang-tool-call-parser", s["tool_call_parser"])
     a.opt("--sglang-mem-fraction-static", s["mem_fraction_static"])
     a.opt("--sglang-context-length", s["context_length"])
-    a.opt("--sglang-reasoning-parser", s["reasoning_parser"])
+    # An empty parser means none, as the seed's ${REASONING_PARSER:+...}.
+    a.opt("--sglang-reasoning-parser", s["reasoning_parser"] or None)
     # Numerics.
     a.opt("--attention-dropout", m["attention_dropout"])
     a.opt("--hidden-dropout", m["hidden_dropout"])

@@ -310,6 +310,9 @@ class WandbConfig:
     group: str = "${exp_name}"
     # Environment variables the key is read from, first found wins (the seed's order).
     key_env: List[str] = field(default_factory=lambda: ["WANDB_KEY", "WANDB_API_KEY"])
+    # Give the run clawgym's nested config through a file under the save dir (wandb.init fails if
+    # the job cannot read it). None: only with a local head; true: the cluster shares the save dir.
+    config_file: Optional[bool] = None
 
 
 @dataclass

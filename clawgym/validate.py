@@ -8,6 +8,7 @@ process is started or file written.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Mapping, Sequence
 
@@ -382,15 +383,51 @@ CROSS_RULES: List[Rule] = [
 ]
 
 
+def _unresolved(cfg: DictConfig) -> List[Violation]:
+    """Keys left at ``???`` or whose interpolation fails, each with its unresolved value."""
+    from omegaconf import OmegaConf
+
+    from clawgym.config import iter_leaves
+
+    raw = OmegaConf.to_container(cfg, resolve=False)
+    assert isinstance(raw, dict)
+    raw.pop("hydra", None)
+    out: List[Violation] = []
+    missing: List[str] = []
+    failing: Dict[str, List[tuple]] = {}
+    for key, value in iter_leaves(raw):
+        if value == "???":
+            missing.append(key)
+            out.append(Violation([key], {key: value}, "a required value is not set",
+                                 f"set {key}, or choose an option of its group that sets it", "value-required"))
+            continue
+        try:
+            OmegaConf.select(cfg, key, throw_on_missing=False)
+        except OmegaConfBaseException as exc:
+            failing.setdefault(str(exc).splitlines()[0], []).append((key, value))
+    for cause, keys in failing.items():
+        # Keys derived from a missing key fail because of it: already reported.
+        if any(m in cause for m in missing):
+            continue
+        # Keys derived from a broken key fail for the same cause: report the one that
+        # does not interpolate another failing key (the source), once.
+        names = {k.rsplit(".", 1)[-1] for k, _ in keys}
+        sources = [(k, v) for k, v in keys
+                   if not any(re.search(r"\$\{[^}]*\b" + re.escape(n) + r"\b", str(v)) for n in names - {k.rsplit(".", 1)[-1]})]
+        key, value = (sources or keys)[0]
+        out.append(Violation([key], {key: value}, f"the config does not resolve: {cause}",
+                             f"fix the interpolation of {key} or give it a plain value", "resolves"))
+    return out
+
+
 def violations(cfg: DictConfig | Mapping[str, Any]) -> List[Violation]:
     """Every violation of a composed config: local rules first, then cross-group rules."""
     if isinstance(cfg, DictConfig):
         try:
             c = to_plain(cfg, resolve=True)
-        except OmegaConfBaseException as exc:
-            key = getattr(exc, "full_key", "") or "?"
-            return [Violation([key], {key: None}, f"the config does not resolve: {exc.msg if hasattr(exc, 'msg') else exc}",
-                              "fix the interpolation or give the key a value", "resolves")]
+        except OmegaConfBaseException:
+            # The rules need resolved values: report what does not resolve, and only that.
+            return _unresolved(cfg)
     else:
         c = cfg
     col = _Collector(c)

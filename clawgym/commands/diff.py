@@ -1,0 +1,188 @@
+"""``clawgym diff A B``: changed config keys and the trainer flags they change.
+
+A and B are each a save dir (its latest snapshot), a snapshot dir, a checkpoint dir
+(the snapshot it carries), or an override set composed like ``train.py`` would
+(``"rollout.temperature=0.8 gpu_layout=colocate_8"``; ``""`` is the defaults).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+
+#: Shown for a key or flag one side does not have.
+ABSENT = "(absent)"
+#: Shown for a store_true flag that is present.
+SET = "(set)"
+#: Longest value shown in a table cell.
+MAX_CELL = 72
+
+
+@dataclass
+class Side:
+    """One side of a comparison."""
+
+    # What the user passed, as shown in the header.
+    label: str
+    # Where it came from (snapshot path, or "composed from overrides").
+    source: str
+    # Resolved plain config.
+    config: Dict[str, Any]
+    # Interpreter, script, trainer flags.
+    entrypoint: List[str]
+
+
+# ---------------------------------------------------------------- comparisons (pure)
+
+def flatten(data: Any, prefix: str = "") -> Dict[str, Any]:
+    """Dotted key -> leaf value; lists and empty dicts are leaves."""
+    if isinstance(data, Mapping) and data:
+        out: Dict[str, Any] = {}
+        for k, v in data.items():
+            out.update(flatten(v, f"{prefix}.{k}" if prefix else str(k)))
+        return out
+    return {prefix: data}
+
+
+def config_changes(a: Mapping[str, Any], b: Mapping[str, Any]) -> List[Tuple[str, Any, Any]]:
+    """(key, value in a, value in b) for every leaf that differs; ABSENT where missing."""
+    fa, fb = flatten(a), flatten(b)
+    keys = list(fa) + [k for k in fb if k not in fa]
+    return [(k, fa.get(k, ABSENT), fb.get(k, ABSENT)) for k in keys if fa.get(k, ABSENT) != fb.get(k, ABSENT)]
+
+
+def parse_flags(args: Sequence[str]) -> Dict[str, Any]:
+    """Flags as argparse sees them: the last occurrence wins, a bare flag is SET."""
+    flags: Dict[str, Any] = {}
+    i = 0
+    while i < len(args):
+        arg = str(args[i])
+        if arg.startswith("--") and "=" in arg:
+            key, value = arg.split("=", 1)
+            flags[key] = value
+            i += 1
+            continue
+        if arg.startswith("--"):
+            values = []
+            j = i + 1
+            while j < len(args) and not str(args[j]).startswith("--"):
+                values.append(str(args[j]))
+                j += 1
+            flags[arg] = " ".join(values) if values else SET
+            i = j
+            continue
+        flags.setdefault("(positional)", [])
+        flags["(positional)"].append(arg)
+        i += 1
+    return flags
+
+
+def flag_changes(a: Sequence[str], b: Sequence[str]) -> List[Tuple[str, Any, Any]]:
+    """Changed trainer flags between two entrypoints (interpreter, script, flags...)."""
+    out: List[Tuple[str, Any, Any]] = []
+    for label, idx in (("(interpreter)", 0), ("(trainer script)", 1)):
+        va = a[idx] if len(a) > idx else ABSENT
+        vb = b[idx] if len(b) > idx else ABSENT
+        if va != vb:
+            out.append((label, va, vb))
+    fa, fb = parse_flags(a[2:]), parse_flags(b[2:])
+    keys = list(fa) + [k for k in fb if k not in fa]
+    out += [(k, fa.get(k, ABSENT), fb.get(k, ABSENT)) for k in keys if fa.get(k, ABSENT) != fb.get(k, ABSENT)]
+    return out
+
+
+def _cell(value: Any) -> str:
+    if value is None or isinstance(value, bool):
+        text = "null" if value is None else str(value).lower()
+    else:
+        text = value if isinstance(value, str) else repr(value) if isinstance(value, (list, dict)) else str(value)
+    return text if len(text) <= MAX_CELL else text[:MAX_CELL - 1] + "…"
+
+
+def render_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    """A plain-text table with aligned columns."""
+    cells = [[str(h) for h in headers]] + [[_cell(v) for v in row] for row in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+    line = lambda r: "  " + " │ ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip()  # noqa: E731
+    sep = "  " + "─┼─".join("─" * w for w in widths)
+    return "\n".join([line(cells[0]), sep] + [line(r) for r in cells[1:]])
+
+
+def format_diff(a: Side, b: Side, *, names: Tuple[str, str] = ("A", "B")) -> str:
+    """The readable report of two sides: headers, config table, flag table."""
+    na, nb = names
+    keys = config_changes(a.config, b.config)
+    flags = flag_changes(a.entrypoint, b.entrypoint)
+    out = [f"{na}: {a.label}  ({a.source})", f"{nb}: {b.label}  ({b.source})", ""]
+    if keys:
+        out += [f"config keys that differ ({len(keys)}):", render_table(("key", na, nb), keys), ""]
+    else:
+        out += ["config: identical", ""]
+    if flags:
+        out += [f"trainer flags that differ ({len(flags)}):", render_table(("flag", na, nb), flags)]
+    else:
+        out += ["trainer flags: identical"]
+    return "\n".join(out)
+
+
+# ---------------------------------------------------------------- sides
+
+def side_from_overrides(text: str, *, environ: Mapping[str, str] = os.environ) -> Side:
+    """Compose an override set as train.py would and plan it."""
+    from clawgym.config import compose, to_plain
+    from clawgym.plan import build_plan_from_dict
+
+    overrides = shlex.split(text)
+    c = to_plain(compose(overrides), resolve=True)
+    plan = build_plan_from_dict(c, environ=environ, timestamp="diff")
+    return Side(label=text or "(defaults)", source="composed from overrides", config=c, entrypoint=plan.entrypoint)
+
+
+def side_from_path(path: str) -> Side:
+    from clawgym.snapshot import find_snapshot
+
+    snap, _ = find_snapshot(path)
+    return Side(label=path, source=f"snapshot {snap.path}", config=snap.config,
+                entrypoint=list(snap.plan.get("entrypoint") or []))
+
+
+def resolve_side(arg: str) -> Side:
+    """A path that exists is a run; anything else is an override set."""
+    if arg and Path(arg).expanduser().exists():
+        return side_from_path(arg)
+    if arg and "=" not in arg and ("/" in arg or arg.startswith(".")):
+        from clawgym.snapshot import SnapshotError
+
+        raise SnapshotError(f"clawgym: {arg} does not exist (and is not an override set such as 'key=value')")
+    return side_from_overrides(arg)
+
+
+def run(args: argparse.Namespace) -> int:
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    from clawgym.snapshot import SnapshotError
+
+    try:
+        a, b = resolve_side(args.a), resolve_side(args.b)
+    except SnapshotError as exc:
+        print(str(exc), file=sys.stderr)
+        return 2
+    except (HydraException, OmegaConfBaseException) as exc:
+        print(f"clawgym diff: cannot compose the override set: {exc}", file=sys.stderr)
+        return 2
+    print(format_diff(a, b))
+    return 0
+
+
+def add_parser(subparsers: Any) -> None:
+    p = subparsers.add_parser("diff", help="compare two runs, snapshots or override sets",
+                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("a", help="save dir, snapshot dir, checkpoint dir, or quoted override set")
+    p.add_argument("b", help="the same, compared against A")
+    p.set_defaults(func=run)

@@ -1,0 +1,165 @@
+"""``clawgym jobs``: follow, inspect and stop Ray jobs, and the local heads clawgym started.
+
+    clawgym jobs list [--address A]
+    clawgym jobs status ID [--address A]
+    clawgym jobs logs ID [--follow] [--address A]
+    clawgym jobs stop ID [--address A]
+    clawgym jobs heads
+    clawgym jobs stop-head [--address A] [--force]
+
+Without ``--address``: ``$RAY_ADDRESS`` when it is an http address, else the only live
+head that clawgym started and recorded.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from typing import List, Optional
+
+
+class _UserError(Exception):
+    pass
+
+
+def add_parser(subparsers) -> None:
+    p = subparsers.add_parser("jobs", help="follow, inspect and stop Ray jobs; list and stop clawgym's local heads",
+                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="jobs_command", metavar="ACTION")
+    sub.required = True
+
+    def with_address(sp):
+        sp.add_argument("--address", help="dashboard http address of the cluster (default: see above)")
+        return sp
+
+    with_address(sub.add_parser("list", help="jobs on the cluster"))
+    sp = with_address(sub.add_parser("status", help="status of a job"))
+    sp.add_argument("submission_id")
+    sp = with_address(sub.add_parser("logs", help="print a job's output"))
+    sp.add_argument("submission_id")
+    sp.add_argument("--follow", "-f", action="store_true",
+                    help="stream until the job ends (tees to its log file; exit status is the job's)")
+    sp = with_address(sub.add_parser("stop", help="stop a job and wait until it has stopped"))
+    sp.add_argument("submission_id")
+    sp.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for the job to stop")
+    sub.add_parser("heads", help="local Ray heads clawgym started and recorded")
+    sp = with_address(sub.add_parser("stop-head", help="stop a local Ray head that clawgym started"))
+    sp.add_argument("--force", action="store_true", help="stop it even while jobs run on it")
+    p.set_defaults(func=run)
+
+
+def resolve_address(given: Optional[str]) -> str:
+    from clawgym import ray_head
+
+    if given:
+        return given if "://" in given else f"http://{given}"
+    env = os.environ.get("RAY_ADDRESS", "")
+    if env.startswith(("http://", "https://")):
+        return env
+    live = [r for r in ray_head.list_records() if ray_head.is_alive(r)]
+    if len(live) == 1:
+        return live[0].dashboard_address
+    if not live:
+        raise _UserError("no --address given and no live Ray head started by clawgym is recorded\n"
+                         "  fix: pass --address http://<head>:<dashboard port> (or set RAY_ADDRESS)")
+    raise _UserError("no --address given and several Ray heads started by clawgym run: "
+                     + ", ".join(r.dashboard_address for r in live) + "\n  fix: pick one with --address")
+
+
+def _cmd_list(args) -> int:
+    from clawgym.launch import _client
+
+    client = _client(resolve_address(args.address))
+    jobs = sorted(client.list_jobs(), key=lambda j: j.start_time or 0)
+    print(f"{'submission id':<48} {'status':<10} {'started':<19} entrypoint")
+    for j in jobs:
+        started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(j.start_time / 1000)) if j.start_time else "-"
+        print(f"{(j.submission_id or j.job_id or '-'):<48} {j.status.value:<10} {started:<19} {j.entrypoint[:60]}")
+    return 0
+
+
+def _handle(args, *, log_file: Optional[str] = None):
+    from clawgym.launch import JobHandle
+
+    address = resolve_address(args.address)
+    handle = JobHandle.attach(address, args.submission_id, log_file=log_file)
+    try:
+        info = handle._client.get_job_info(args.submission_id)
+    except Exception as exc:
+        raise _UserError(f"no job {args.submission_id} at {address} ({str(exc).splitlines()[0] if str(exc) else exc})\n"
+                         f"  fix: check the id with: clawgym jobs list --address {address}")
+    return handle, info
+
+
+def _cmd_status(args) -> int:
+    handle, info = _handle(args)
+    msg = f" ({info.message})" if info.message else ""
+    print(f"{args.submission_id}: {info.status.value}{msg}")
+    return 0
+
+
+def _cmd_logs(args) -> int:
+    handle, info = _handle(args)
+    if not args.follow:
+        sys.stdout.write(handle._client.get_job_logs(args.submission_id))
+        return 0
+    handle.log_file = (info.metadata or {}).get("clawgym_log_file") or None
+    return handle.follow()
+
+
+def _cmd_stop(args) -> int:
+    handle, info = _handle(args)
+    if info.status.is_terminal():
+        print(f"{args.submission_id}: already {info.status.value}")
+        return 0
+    status = handle.stop(timeout=args.timeout)
+    print(f"{args.submission_id}: {status}")
+    return 0 if status in ("STOPPED", "SUCCEEDED", "FAILED") else 1
+
+
+def _cmd_heads(args) -> int:
+    from clawgym import ray_head
+
+    records = ray_head.list_records()
+    if not records:
+        print("no Ray heads started by clawgym are recorded")
+        return 0
+    for r in records:
+        state = "alive" if ray_head.is_alive(r) else "dead (cleaned up at the next launch on its port)"
+        started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r.start_time))
+        print(f"{r.dashboard_address}  GCS {r.gcs_address}  started {started}  {state}")
+    return 0
+
+
+def _cmd_stop_head(args) -> int:
+    from clawgym import ray_head
+
+    address = resolve_address(args.address)
+    rec = next((r for r in ray_head.list_records() if r.dashboard_address == address), None)
+    if rec is None:
+        raise _UserError(f"no Ray head started by clawgym is recorded at {address}; clawgym stops only heads it "
+                         f"started\n  fix: see clawgym jobs heads")
+    if ray_head.is_alive(rec) and not args.force:
+        busy = ray_head.running_jobs(address)
+        if busy:
+            raise _UserError(f"jobs still run on {address}: {', '.join(busy)}\n"
+                             f"  fix: stop them first (clawgym jobs stop <id> --address {address}) or pass --force")
+    ray_head.stop_head(rec)
+    return 0
+
+
+_COMMANDS = {"list": _cmd_list, "status": _cmd_status, "logs": _cmd_logs, "stop": _cmd_stop,
+             "heads": _cmd_heads, "stop-head": _cmd_stop_head}
+
+
+def run(args) -> int:
+    from clawgym.launch import LaunchError
+    from clawgym.ray_head import HeadError
+
+    try:
+        return _COMMANDS[args.jobs_command](args)
+    except (_UserError, LaunchError, HeadError) as err:
+        print(f"clawgym jobs {args.jobs_command}: {err}", file=sys.stderr)
+        return 2

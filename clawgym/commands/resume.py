@@ -1,0 +1,190 @@
+"""``clawgym resume <save dir> [key=value ...]``: relaunch a run from its latest checkpoint.
+
+The config is exactly the one in the save dir's latest snapshot (``checkpoint.load``
+set to the save dir, the trainer's ``--load``); overrides go on top and are shown as a
+diff of config keys and trainer flags before anything starts.
+
+How the config is rebuilt: the snapshot's composed config (with its interpolations)
+is merged onto the schema, and every value that would now resolve differently than it
+did at launch (a path from the current directory or environment, say) is pinned to
+the recorded value. Without overrides this gives the recorded resolved config; with
+them, derived values follow the overrides as they did at launch (e.g.
+``gpu_layout.actor_gpus=2`` moves ``perf.tensor_parallel``). A group override
+(``gpu_layout=colocate_8``) swaps in that option as composition would.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+#: Passes of pinning drifted values before giving up on the unresolved form.
+MAX_PIN_PASSES = 5
+
+
+class ResumeError(Exception):
+    """A user-facing resume problem; ``str()`` is the message."""
+
+
+def _set(cfg: Any, key: str, value: Any, *, force_add: bool = False) -> None:
+    from omegaconf import OmegaConf, open_dict
+
+    if force_add:
+        with open_dict(cfg):
+            OmegaConf.update(cfg, key, value, merge=False, force_add=True)
+    else:
+        OmegaConf.update(cfg, key, value, merge=False)
+
+
+def _pinned_base(unresolved: Dict[str, Any], resolved: Dict[str, Any]) -> Any:
+    """Schema + unresolved snapshot config, with drifted values pinned to the recorded ones."""
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    import clawgym.config  # noqa: F401  (resolvers)
+    from clawgym.commands.diff import flatten
+    from clawgym.schema import ClawGymConfig
+
+    base = OmegaConf.merge(OmegaConf.structured(ClawGymConfig), unresolved)
+    want = flatten(resolved)
+    for _ in range(MAX_PIN_PASSES):
+        try:
+            now = flatten(OmegaConf.to_container(base, resolve=True))
+        except OmegaConfBaseException:
+            break
+        drift = [k for k, v in want.items() if now.get(k, object()) != v]
+        if not drift:
+            return base
+        for k in drift:
+            _set(base, k, want[k], force_add=True)
+    # Interpolations that cannot be re-resolved: take the recorded values as they are.
+    return OmegaConf.merge(OmegaConf.structured(ClawGymConfig), resolved)
+
+
+def _group_node(group: str, option: str) -> Any:
+    """The unresolved node of one group option, as composition would produce it."""
+    from omegaconf import OmegaConf
+
+    from clawgym.config import compose
+
+    composed = compose([f"{group}={option}"])
+    return OmegaConf.to_container(composed[group], resolve=False)
+
+
+def apply_overrides(cfg: Any, overrides: Sequence[str]) -> List[str]:
+    """Apply Hydra-syntax overrides to a config; returns the group options switched."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from omegaconf import OmegaConf, open_dict
+
+    from clawgym.config import group_options
+    from clawgym.schema import GROUPS
+
+    switched = []
+    for o in OverridesParser.create().parse_overrides(list(overrides)):
+        key = o.key_or_group
+        if o.is_sweep_override():
+            raise ResumeError(f"clawgym resume: {o.input_line!r} is a sweep; resume one run at a time")
+        if o.is_delete():
+            raise ResumeError(f"clawgym resume: {o.input_line!r} deletes a key; set it to a value (or null) instead")
+        value = o.value()
+        if key in GROUPS and isinstance(value, str) and value in group_options(key):
+            with open_dict(cfg):
+                cfg[key] = OmegaConf.merge(OmegaConf.structured(GROUPS[key]), _group_node(key, value))
+            switched.append(f"{key}={value}")
+            continue
+        try:
+            _set(cfg, key, value, force_add=o.is_add() or o.is_force_add())
+        except Exception as exc:  # OmegaConf's key/type errors
+            raise ResumeError(f"clawgym resume: cannot apply {o.input_line!r}: {exc}".rstrip()) from None
+    return switched
+
+
+def build_resume(save_dir: str | os.PathLike, overrides: Sequence[str] = (), *,
+                 environ: Optional[Dict[str, str]] = None, timestamp: Optional[str] = None) -> Tuple[Any, Any, Any, Any]:
+    """(snapshot, config, plan, launch record) of a resume; raises ResumeError or ConfigError."""
+    from clawgym.app import timestamp as now_stamp
+    from clawgym.plan import build_plan
+    from clawgym.snapshot import LaunchRecord, SnapshotError, find_snapshot, has_checkpoint
+    from clawgym.validate import validate
+
+    save = Path(save_dir).expanduser().resolve()
+    try:
+        snap, _ = find_snapshot(save)
+    except SnapshotError as exc:
+        raise ResumeError(str(exc)) from None
+    recorded_save = snap.config["paths"]["save"]
+    if recorded_save and Path(recorded_save).resolve() != save and not any(
+            o.lstrip("+").startswith("paths.save=") for o in overrides):
+        raise ResumeError(
+            f"clawgym resume: {save} was launched with paths.save={recorded_save}; the trainer would save there.\n"
+            f"  fix: resume that dir, or pass paths.save={save} to continue in this one")
+    if not has_checkpoint(save):
+        raise ResumeError(
+            f"clawgym resume: no checkpoint to resume from in {save} (no {save}/iter_*/ named by "
+            "latest_checkpointed_iteration.txt).\n"
+            "  fix: wait for the run's first save (checkpoint.save_interval), or launch it afresh with train.py")
+    cfg = _pinned_base(snap.config_unresolved, snap.config)
+    switched = apply_overrides(cfg, overrides)
+    if not any(o.lstrip("+").startswith("checkpoint.load=") for o in overrides):
+        _set(cfg, "checkpoint.load", str(save))
+    validate(cfg)
+    plan = build_plan(cfg, environ=os.environ if environ is None else environ, timestamp=timestamp or now_stamp())
+    choices = dict(snap.choices or {})
+    choices.update(dict(s.split("=", 1) for s in switched))
+    record = LaunchRecord(
+        overrides=list(snap.overrides or []) + list(overrides), choices=choices or None,
+        origin={"command": "resume", "from_snapshot": str(snap.path), "resume_overrides": list(overrides),
+                "load": cfg.checkpoint.load})
+    return snap, cfg, plan, record
+
+
+def _exit_code(result: Any) -> int:
+    if isinstance(result, bool) or result is None:
+        return 0
+    if isinstance(result, int):
+        return result
+    code = result.get("exit_code") if isinstance(result, dict) else getattr(result, "exit_code", None)
+    return int(code) if isinstance(code, int) else 0
+
+
+def run(args: argparse.Namespace) -> int:
+    from clawgym.commands.diff import Side, format_diff
+    from clawgym.config import to_plain
+    from clawgym.plan import format_plan
+    from clawgym.snapshot import recorded_launch
+    from clawgym.validate import ConfigError
+
+    try:
+        snap, cfg, plan, record = build_resume(args.save_dir, args.overrides)
+    except ResumeError as exc:
+        print(str(exc), file=sys.stderr)
+        return 2
+    except ConfigError as err:
+        print(err.report(), file=sys.stderr)
+        return 2
+    before = Side(label=f"snapshot {snap.id}", source=str(snap.path), config=snap.config,
+                  entrypoint=list(snap.plan.get("entrypoint") or []))
+    after = Side(label="resume", source=f"continuing from {cfg.checkpoint.load}", config=to_plain(cfg),
+                 entrypoint=plan.entrypoint)
+    print(f"resuming {plan.run_name} from {args.save_dir} (latest snapshot {snap.id})")
+    print(format_diff(before, after, names=("was", "now")))
+    print()
+    if args.dry_run:
+        print(format_plan(plan))
+        return 0
+    from clawgym.launch import launch_single  # heavy imports (ray) only for real launches
+
+    with recorded_launch(record):
+        return _exit_code(launch_single(cfg, plan))
+
+
+def add_parser(subparsers: Any) -> None:
+    p = subparsers.add_parser("resume", help="relaunch a run from its latest checkpoint",
+                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("save_dir", help="the run's save dir (paths.save)")
+    p.add_argument("overrides", nargs="*", help="key=value overrides on top of the snapshot config")
+    p.add_argument("--dry-run", action="store_true", help="print the diff and the plan, launch nothing")
+    p.set_defaults(func=run)

@@ -1,0 +1,116 @@
+"""``clawgym show <save dir>``: what a save dir ran, and which snapshot each checkpoint carries.
+
+Also takes a snapshot dir or a checkpoint dir. Prints the launches (snapshots), the
+overrides and group choices, versions and git commits, the trainer argv, the
+checkpoints present, and the resolved config (``--unresolved`` for the composed one
+with its interpolations, ``--no-config`` to leave it out).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any, List
+
+from clawgym.commands.diff import render_table
+
+
+def _git_line(name: str, info: dict) -> str:
+    if info.get("commit"):
+        return f"  {name:<9} {info['commit'][:12]}{' (dirty)' if info.get('dirty') else ''}  {info.get('path')}"
+    return f"  {name:<9} -  {info.get('path')} ({info.get('error', 'unknown')})"
+
+
+def _argv_lines(entrypoint: List[str]) -> List[str]:
+    if len(entrypoint) < 2:
+        return ["  (none recorded)"]
+    out = [f"  {entrypoint[0]} {entrypoint[1]}"]
+    args, i = entrypoint[2:], 0
+    while i < len(args):
+        if i + 1 < len(args) and not str(args[i + 1]).startswith("--"):
+            out.append(f"    {args[i]} {args[i + 1]}")
+            i += 2
+        else:
+            out.append(f"    {args[i]}")
+            i += 1
+    return out
+
+
+def format_show(target: str, *, config: str = "resolved") -> str:
+    """The whole report for a save dir, snapshot dir or checkpoint dir."""
+    import yaml
+
+    from clawgym.snapshot import STAMP_DIRNAME, find_snapshot, list_checkpoints, list_snapshots, read_tracker
+
+    snap, save = find_snapshot(target)
+    out: List[str] = []
+    snaps = list_snapshots(save) if save is not None else [snap]
+    out.append(f"save dir:   {save if save is not None else snap.meta.get('save_dir')}")
+    out.append(f"run:        {snap.meta.get('run_name')}  (experiment {snap.meta.get('exp_name')})")
+    out += ["", f"launches ({len(snaps)} snapshot{'s' if len(snaps) != 1 else ''}, oldest first):"]
+    out.append(render_table(("snapshot", "created (UTC)", "host", "how", "overrides"), [
+        (s.id + (" *" if s.id == snap.id else ""), s.meta.get("created"), s.meta.get("host"),
+         (s.meta.get("origin") or {}).get("command", "-"),
+         " ".join(s.overrides) if s.overrides else ("(none)" if s.overrides is not None else "(unknown)"))
+        for s in snaps]))
+    out += ["", f"shown below: snapshot {snap.id} (*)  {snap.path}",
+            f"  submission id: {snap.meta.get('submission_id')}",
+            f"  command:       {' '.join(snap.meta.get('command') or [])}",
+            f"  cwd:           {snap.meta.get('cwd')}   user: {snap.meta.get('user')}"]
+    origin = snap.meta.get("origin") or {}
+    if origin.get("command") == "resume":
+        out.append(f"  resumed from:  {origin.get('from_snapshot')} (load {origin.get('load')}), "
+                   f"overrides {origin.get('resume_overrides') or '(none)'}")
+    out += ["", "overrides:"]
+    out += [f"  {o}" for o in snap.overrides] if snap.overrides else \
+        ["  (none)" if snap.overrides is not None else "  (unknown: launched outside Hydra)"]
+    out += ["", "group choices:"]
+    out += [f"  {k}={v}" for k, v in (snap.choices or {}).items()] or ["  (unknown)"]
+    versions = snap.meta.get("versions") or {}
+    out += ["", "versions:", "  " + "  ".join(f"{k} {v or '-'}" for k, v in versions.items())]
+    out += ["", "git:"] + [_git_line(k, v) for k, v in (snap.meta.get("git") or {}).items()]
+    secrets = snap.meta.get("secret_env") or {}
+    if secrets:
+        out += ["", "secrets (names only; read from the environment at launch):"]
+        out += [f"  {k} <- {' or '.join('$' + n for n in v)}" for k, v in secrets.items()]
+    out += ["", "trainer:"] + _argv_lines(list(snap.plan.get("entrypoint") or []))
+    if save is not None:
+        ckpts = list_checkpoints(save)
+        tracker = read_tracker(save)
+        out += ["", f"checkpoints ({len(ckpts)}; latest_checkpointed_iteration.txt: "
+                    f"{tracker if tracker is not None else 'absent'}):"]
+        if ckpts:
+            out.append(render_table(("checkpoint", "state", f"snapshot ({STAMP_DIRNAME}/)"), [
+                (c.path.name, "complete" if c.complete else "incomplete",
+                 c.stamp_id or "none") for c in ckpts]))
+            if any(c.complete and not c.stamp_id for c in ckpts):
+                out.append(f"  complete checkpoints without a snapshot: `clawgym stamp {save}` places them")
+        else:
+            out.append("  (none)")
+    if config != "none":
+        data = snap.config if config == "resolved" else snap.config_unresolved
+        out += ["", f"config ({config}):", yaml.safe_dump(data, sort_keys=False).rstrip()]
+    return "\n".join(out)
+
+
+def run(args: argparse.Namespace) -> int:
+    from clawgym.snapshot import SnapshotError
+
+    config = "none" if args.no_config else "unresolved" if args.unresolved else "resolved"
+    try:
+        print(format_show(args.target, config=config))
+    except SnapshotError as exc:
+        print(str(exc), file=sys.stderr)
+        return 2
+    return 0
+
+
+def add_parser(subparsers: Any) -> None:
+    p = subparsers.add_parser("show", help="print what a save dir ran", description=__doc__,
+                              formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("target", help="save dir, snapshot dir or checkpoint dir")
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--unresolved", action="store_true", help="show the composed config with its interpolations")
+    g.add_argument("--no-config", action="store_true", help="leave the config out")
+    p.set_defaults(func=run)
+

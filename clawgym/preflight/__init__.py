@@ -1,0 +1,145 @@
+"""Preflight: the sandbox, checkpoint, machine and checkout checked for real before launch.
+
+``run_preflight`` runs the checks in order and stops at the first failing one
+(:class:`PreflightError`); a launch calls it, then :func:`cleanup_leftovers`, before it
+starts anything. ``python train.py preflight_only=true`` and ``clawgym preflight`` print
+the checklist and stop.
+
+Checks, by the name ``skip_checks`` takes:
+
+=========== ======================================================================
+docker      sandbox=docker: the Docker engine answers (docker SDK, DOCKER_HOST honoured)
+image       sandbox=docker: ``sandbox.image`` exists on the engine (counts leftovers)
+rootfs      sandbox=chroot: ``sandbox.rootfs`` is an OpenClaw rootfs (gateway, node, dev nodes)
+root        sandbox=chroot: ``unshare --user --map-root-user -- chroot`` into it works
+checkpoint  the HF checkpoint's config.json agrees with the model group
+gpus        local head: this node shows the GPUs the run holds
+ports       local head: API server, Ray GCS and dashboard ports are free
+checkout    the trainer script and Megatron-LM are where the plan points
+tasks       the train/eval task folders hold tasks (counts reported)
+functions   the custom rollout/eval/generate/reward hooks exist on the job's PYTHONPATH
+=========== ======================================================================
+
+Importing this package imports no docker SDK; the chroot backend never does.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any, Callable, List, Mapping, Optional
+
+from clawgym.preflight.checkout import check_checkout, check_functions, check_tasks
+from clawgym.preflight.checkpoint import check_checkpoint
+from clawgym.preflight.core import (FAILED, NOT_APPLICABLE, OK, SKIPPED, Check, CheckFailed, CheckResult, Context,
+                                    NotApplicable, PreflightError, Report, plain_config)
+from clawgym.preflight.machine import check_gpus, check_ports
+from clawgym.preflight.sandbox import check_docker, check_image, check_root, check_rootfs
+from clawgym.preflight.sandbox import cleanup_leftovers as _cleanup_leftovers
+
+__all__ = ["CHECKS", "CheckResult", "PreflightError", "Report", "check_names", "cleanup_leftovers",
+           "preflight_only", "run_preflight"]
+
+
+def _docker(c: Mapping[str, Any]) -> bool:
+    return c["sandbox"]["backend"] == "docker"
+
+
+def _chroot(c: Mapping[str, Any]) -> bool:
+    return c["sandbox"]["backend"] == "chroot"
+
+
+#: Every check, in the order they run.
+CHECKS: List[Check] = [
+    Check("docker", "Docker engine", check_docker, _docker),
+    Check("image", "gateway image", check_image, _docker),
+    Check("rootfs", "OpenClaw rootfs", check_rootfs, _chroot),
+    Check("root", "chroot privileges", check_root, _chroot),
+    Check("checkpoint", "HF checkpoint", check_checkpoint),
+    Check("gpus", "GPUs", check_gpus),
+    Check("ports", "ports", check_ports),
+    Check("checkout", "trainer checkout", check_checkout),
+    Check("tasks", "task folders", check_tasks),
+    Check("functions", "custom hooks", check_functions),
+]
+
+
+def check_names() -> List[str]:
+    return [check.name for check in CHECKS]
+
+
+def run_preflight(cfg: Any, plan: Any, *, local_head: bool,
+                  echo: Optional[Callable[[str], None]] = print) -> Report:
+    """Run every check that applies to ``cfg``, in order; stop at the first failure.
+
+    ``local_head`` is true when clawgym will start the Ray head on this machine (only
+    then are GPUs and ports checked). Checks named in ``cfg.skip_checks`` are skipped.
+    Each checklist line is passed to ``echo`` (default: printed) as it completes, so
+    skips and the failing line with its fix are always shown; ``echo=None`` only
+    collects them. Returns the :class:`Report`; raises :class:`PreflightError` (whose
+    ``report()`` is the checklist up to the failure) on the first failing check.
+    Nothing is started or written here.
+    """
+    c = plain_config(cfg)
+    say = echo or (lambda _line: None)
+    report = Report(heading=f"preflight of {c['run_name']} (sandbox={c['sandbox']['backend']})")
+    say(f"{report.heading}:")
+    skip = [str(s) for s in c.get("skip_checks") or []]
+    unknown = [s for s in skip if s not in check_names()]
+    if unknown:
+        result = CheckResult("skip_checks", "skip list", FAILED,
+                             f"skip_checks names unknown check(s): {', '.join(unknown)}",
+                             f"use names from: {', '.join(check_names())}")
+        report.results.append(result)
+        say(result.format())
+        raise PreflightError(report)
+    ctx = Context(c=c, plan=plan, local_head=local_head)
+    try:
+        for check in CHECKS:
+            if not check.applies(c):
+                continue
+            if check.name in skip:
+                result = CheckResult(check.name, check.title, SKIPPED, "skip_checks")
+            else:
+                try:
+                    result = CheckResult(check.name, check.title, OK, check.fn(ctx))
+                except NotApplicable as exc:
+                    result = CheckResult(check.name, check.title, NOT_APPLICABLE, str(exc))
+                except CheckFailed as exc:
+                    result = CheckResult(check.name, check.title, FAILED, exc.problem, exc.fix)
+                except Exception as exc:  # e.g. an unreadable folder: still a checklist line, not a traceback
+                    result = CheckResult(check.name, check.title, FAILED,
+                                         f"the check could not complete: {type(exc).__name__}: {exc}",
+                                         f"fix the cause, or skip the check with skip_checks=[{check.name}]")
+            report.results.append(result)
+            say(result.format())
+            if result.status == FAILED:
+                raise PreflightError(report)
+    finally:
+        ctx.close()
+    return report
+
+
+def cleanup_leftovers(cfg: Any, *, echo: Optional[Callable[[str], None]] = print) -> List[str]:
+    """Remove leftover gateway containers (docker backend); see :func:`clawgym.preflight.sandbox.cleanup_leftovers`."""
+    return _cleanup_leftovers(cfg, echo=echo)
+
+
+def preflight_only(cfg: Any, plan: Any) -> int:
+    """``preflight_only=true``: print the checklist, exit 1 on failure, return 0 otherwise.
+
+    The head counts as local when no ``ray.address`` is configured (what a launch would do).
+    Nothing is removed: leftover containers are only counted.
+    """
+    c = plain_config(cfg)
+    try:
+        report = run_preflight(c, plan, local_head=not c["ray"]["address"])
+    except PreflightError as err:
+        sys.stdout.flush()
+        hint = "" if err.check == "skip_checks" else \
+            f", or skip the check with 'skip_checks=[{err.check}]' if it does not apply"
+        print(f"preflight failed at '{err.check}': nothing was started; fix it{hint}", file=sys.stderr)
+        sys.exit(1)
+    done = [r for r in report.results if r.status == OK]
+    skipped = [r.name for r in report.results if r.status in (SKIPPED, NOT_APPLICABLE)]
+    print(f"preflight passed: {len(done)} checks ok" + (f", not checked: {', '.join(skipped)}" if skipped else ""))
+    return 0

@@ -1,0 +1,152 @@
+"""Checklist machinery: results, the report, the error and the check context.
+
+A check is a function ``check(ctx) -> str``: it returns a one-line detail on success
+(e.g. "2000 tasks"), raises :class:`CheckFailed` with the problem and the fix, or
+raises :class:`NotApplicable` when it has nothing to check for this run (e.g. GPUs on
+an existing cluster).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, List, Mapping, Optional
+
+OK, FAILED, SKIPPED, NOT_APPLICABLE = "ok", "failed", "skipped", "n/a"
+
+#: Checklist marks per status.
+MARKS = {OK: "✓", FAILED: "✗", SKIPPED: "-", NOT_APPLICABLE: "-"}
+
+
+class CheckFailed(Exception):
+    """Raised by a check: what is wrong (naming key and value) and what to do."""
+
+    def __init__(self, problem: str, fix: str):
+        self.problem = problem
+        self.fix = fix
+        super().__init__(f"{problem}; fix: {fix}")
+
+
+class NotApplicable(Exception):
+    """Raised by a check that has nothing to verify for this run; the message says why."""
+
+
+@dataclass
+class CheckResult:
+    """One line of the checklist."""
+
+    # Stable check name (what ``skip_checks`` takes).
+    name: str
+    # Short human title.
+    title: str
+    # One of ok, failed, skipped, n/a.
+    status: str
+    # Detail on success, the problem on failure, the reason for a skip.
+    detail: str = ""
+    # How to fix a failure.
+    fix: str = ""
+
+    def format(self) -> str:
+        line = f"  {MARKS[self.status]} {self.name:<10} {self.title}"
+        if self.status == SKIPPED:
+            line += f": skipped ({self.detail})"
+        elif self.status == NOT_APPLICABLE:
+            line += f": not checked ({self.detail})"
+        elif self.detail:
+            line += f": {self.detail}"
+        if self.status == FAILED and self.fix:
+            line += f"\n               fix: {self.fix}"
+        return line
+
+
+@dataclass
+class Report:
+    """The checklist of one preflight run, in check order."""
+
+    # Results so far.
+    results: List[CheckResult] = field(default_factory=list)
+    # Heading line (run name and backend).
+    heading: str = "preflight"
+
+    @property
+    def ok(self) -> bool:
+        return all(r.status != FAILED for r in self.results)
+
+    @property
+    def failed(self) -> Optional[CheckResult]:
+        return next((r for r in self.results if r.status == FAILED), None)
+
+    def by_name(self) -> Dict[str, CheckResult]:
+        return {r.name: r for r in self.results}
+
+    def format(self) -> str:
+        return "\n".join([f"{self.heading}:", *(r.format() for r in self.results)])
+
+    __str__ = format
+
+
+class PreflightError(Exception):
+    """A failed check (or failed leftover cleanup); nothing has been started.
+
+    ``str()`` is the failing line with its fix; :meth:`report` is the whole checklist
+    up to and including the failure.
+    """
+
+    def __init__(self, report: Report):
+        self.checklist = report
+        failed = report.failed
+        self.check = failed.name if failed else ""
+        summary = (f"preflight check '{failed.name}' failed: {failed.detail}\n  fix: {failed.fix}"
+                   if failed else "preflight failed")
+        super().__init__(summary)
+
+    def report(self) -> str:
+        failed = self.checklist.failed
+        tail = f"\npreflight failed at '{failed.name}': nothing was started." if failed else ""
+        return self.checklist.format() + tail
+
+
+def plain_config(cfg: Any) -> Mapping[str, Any]:
+    """A resolved plain dict of a composed config (a plain mapping passes through)."""
+    from omegaconf import DictConfig
+
+    if isinstance(cfg, DictConfig):
+        from clawgym.config import to_plain
+
+        return to_plain(cfg, resolve=True)
+    return cfg
+
+
+@dataclass
+class Context:
+    """What every check sees."""
+
+    # Resolved plain config.
+    c: Mapping[str, Any]
+    # The launch plan (clawgym.plan.LaunchPlan).
+    plan: Any
+    # True when clawgym starts the Ray head on this machine.
+    local_head: bool
+    # Lazily created Docker client, shared by the docker checks.
+    docker_client: Any = None
+
+    def close(self) -> None:
+        if self.docker_client is not None:
+            try:
+                self.docker_client.close()
+            except Exception:  # closing a broken connection must not mask the result
+                pass
+            self.docker_client = None
+
+
+@dataclass
+class Check:
+    """A registered check."""
+
+    # Stable name (skip_checks).
+    name: str
+    # Short title for the checklist.
+    title: str
+    # The check function.
+    fn: Callable[[Context], str]
+    # Runs only when this returns true for the config (e.g. the sandbox backend).
+    applies: Callable[[Mapping[str, Any]], bool] = lambda c: True

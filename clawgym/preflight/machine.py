@@ -1,0 +1,138 @@
+"""Machine checks for a local head: visible GPUs and free ports.
+
+Both apply only when clawgym starts the Ray head here (``local_head``): on an existing
+cluster the job's GPUs and ports are the cluster's, which this machine cannot see.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import shutil
+import socket
+import subprocess
+from typing import List, Optional, Tuple
+
+from clawgym.preflight.core import CheckFailed, Context, NotApplicable
+
+
+def _visible_limit() -> Optional[int]:
+    """GPUs CUDA_VISIBLE_DEVICES allows (None: no restriction)."""
+    value = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if value is None:
+        return None
+    items = [v for v in value.split(",") if v.strip()]
+    # CUDA stops at the first invalid entry such as -1.
+    count = 0
+    for item in items:
+        if item.strip().startswith("-"):
+            break
+        count += 1
+    return count
+
+
+def count_gpus() -> Tuple[int, str]:
+    """(GPUs visible on this node, how they were counted): NVML when importable, else nvidia-smi -L."""
+    count: Optional[int] = None
+    how = ""
+    try:
+        import pynvml  # type: ignore[import-not-found]
+
+        pynvml.nvmlInit()
+        try:
+            count, how = int(pynvml.nvmlDeviceGetCount()), "NVML"
+        finally:
+            pynvml.nvmlShutdown()
+    except Exception:  # not installed, or no driver: fall back to the CLI
+        count = None
+    if count is None:
+        smi = shutil.which("nvidia-smi")
+        if smi is None:
+            return 0, "no NVIDIA driver: pynvml unusable and nvidia-smi not found"
+        try:
+            out = subprocess.run([smi, "-L"], capture_output=True, text=True, timeout=30)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            return 0, f"nvidia-smi -L failed: {exc}"
+        if out.returncode != 0:
+            return 0, f"nvidia-smi -L failed: {' '.join((out.stderr or out.stdout).split())[:200]}"
+        count, how = sum(1 for line in out.stdout.splitlines() if line.startswith("GPU ")), "nvidia-smi -L"
+    limit = _visible_limit()
+    if limit is not None and limit < count:
+        return limit, f"{how}, limited by CUDA_VISIBLE_DEVICES={os.environ['CUDA_VISIBLE_DEVICES']}"
+    return count, how
+
+
+def check_gpus(ctx: Context) -> str:
+    """This node shows at least the GPUs the run holds and the head declares."""
+    if not ctx.local_head:
+        raise NotApplicable(f"the job runs on the existing cluster at {ctx.plan.address}")
+    c = ctx.c
+    need = ctx.plan.gpus_required
+    declared = c["ray"]["num_gpus"]
+    have, how = count_gpus()
+    g = c["gpu_layout"]
+    if g["colocate"]:
+        layout = f"colocated: actor and rollout share {need}"
+    else:
+        layout = f"{g['actor_gpus'] * g['actor_num_nodes']} actor + {g['rollout_gpus']} rollout"
+    if have < need:
+        raise CheckFailed(
+            f"the run needs {need} GPUs ({layout}) but this node shows {have} ({how})",
+            "choose a layout that fits (e.g. gpu_layout=split_1_1 or gpu_layout.actor_gpus/rollout_gpus), "
+            "run on a GPU node, or use an existing cluster with ray.address=...")
+    if declared is not None and have < declared:
+        raise CheckFailed(
+            f"ray.num_gpus={declared} but this node shows {have} GPUs ({how}); Ray would schedule onto GPUs "
+            "that do not exist",
+            f"set ray.num_gpus={have} (or null to let Ray detect them) and gpu_layout.num_gpus to match")
+    return f"{have} visible ({how}); the run holds {need} ({layout})"
+
+
+def port_free(host: str, port: int) -> Optional[str]:
+    """None when ``host:port`` can be bound (as a server would, SO_REUSEADDR), else the reason."""
+    try:
+        infos = socket.getaddrinfo(host or "0.0.0.0", port, type=socket.SOCK_STREAM)
+    except socket.gaierror as exc:
+        return f"host {host!r} does not resolve ({exc})"
+    family, _, _, _, addr = infos[0]
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(addr)
+        sock.listen(1)
+    except OSError as exc:
+        if exc.errno == errno.EADDRINUSE:
+            return "in use"
+        if exc.errno == errno.EADDRNOTAVAIL:
+            return f"{host} is not an address of this machine"
+        if exc.errno == errno.EACCES:
+            return "permission denied (ports below 1024 need root)"
+        return str(exc)
+    finally:
+        sock.close()
+    return None
+
+
+def check_ports(ctx: Context) -> str:
+    """The ports a local run listens on are free: API server, Ray GCS, Ray dashboard."""
+    if not ctx.local_head:
+        raise NotApplicable(f"the job runs on the existing cluster at {ctx.plan.address}")
+    c = ctx.c
+    wanted: List[Tuple[str, str, int]] = [
+        ("sglang.api_port", c["sglang"]["api_host"], c["sglang"]["api_port"]),
+        ("ray.port", c["ray"]["node_ip"], c["ray"]["port"]),
+        ("ray.dashboard_port", c["ray"]["dashboard_host"], c["ray"]["dashboard_port"]),
+    ]
+    seen = {}
+    for key, _host, port in wanted:
+        if port in seen:
+            raise CheckFailed(f"{key}={port} is also {seen[port]}; both services would need the port",
+                              f"give {key} a port of its own")
+        seen[port] = key
+    for key, host, port in wanted:
+        reason = port_free(host, port)
+        if reason is not None:
+            raise CheckFailed(
+                f"{key}={port} on {host}: {reason}",
+                f"free the port (ss -ltnp 'sport = :{port}' shows who holds it) or set {key} to a free port")
+    return ", ".join(f"{key}={port}" for key, _h, port in wanted) + " free"

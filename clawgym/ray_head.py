@@ -1,0 +1,497 @@
+"""A local Ray head that clawgym starts, records, and stops through that record only.
+
+``ray stop`` and ``pkill`` stop every Ray process on the machine, including other
+people's clusters. Instead, a head started here is made identifiable and written
+down, and stopping it touches nothing else:
+
+- ``ray start`` runs in a new session (``setsid``): the head's daemons share that
+  session id, and a terminal's Ctrl-C does not reach them directly.
+- The head's environment carries a unique marker, ``CLAWGYM_HEAD_ID``; every process
+  of the head inherits it, including job drivers that Ray moves into sessions of
+  their own.
+- It gets a dedicated short ``--temp-dir`` (its sockets, logs and
+  ``ray_current_cluster`` stay out of the shared ``/tmp/ray``) and free ports for the
+  services that otherwise default to fixed ones, so it coexists with other heads.
+- The record, ``<state dir>/heads/<dashboard port>.json``, holds the pids with their
+  create times, the session id, marker, temp dir and addresses.
+
+Stopping verifies each process (pid + create time, or marker + start time) before
+SIGTERM, then SIGKILLs what is left after a grace period, then removes the record.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import os
+import secrets as _secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence
+
+#: Environment variable that marks every process of a head clawgym started.
+MARKER_ENV = "CLAWGYM_HEAD_ID"
+#: Overrides the state dir (default ``~/.cache/clawgym``).
+STATE_DIR_ENV = "CLAWGYM_STATE_DIR"
+#: Unix sockets live under the temp dir; Linux caps their path at 107 bytes, and Ray
+#: appends ``/session_<date>_<time>_<us>_<pid>/sockets/plasma_store`` (~62 bytes).
+MAX_TEMP_DIR_LEN = 44
+
+
+class HeadError(Exception):
+    """A head could not be started, reused or stopped; the message says why and what to do."""
+
+
+def psutil_module():
+    """psutil, from site-packages or the copy Ray ships (``ray/thirdparty_files``)."""
+    try:
+        import psutil  # type: ignore
+    except ImportError:
+        import importlib.util
+
+        spec = importlib.util.find_spec("ray")
+        if spec is None or spec.origin is None:
+            raise
+        sys.path.append(str(Path(spec.origin).parent / "thirdparty_files"))
+        import psutil  # type: ignore
+    return psutil
+
+
+def state_dir() -> Path:
+    return Path(os.environ.get(STATE_DIR_ENV) or Path.home() / ".cache" / "clawgym")
+
+
+def heads_dir() -> Path:
+    return state_dir() / "heads"
+
+
+def record_path(dashboard_port: int) -> Path:
+    return heads_dir() / f"{int(dashboard_port)}.json"
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port the OS considers free right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+def argv_option(argv: Sequence[str], name: str) -> Optional[str]:
+    """Value of ``--name value`` or ``--name=value`` in an argv (last wins)."""
+    value = None
+    for i, arg in enumerate(argv):
+        if arg == name and i + 1 < len(argv):
+            value = argv[i + 1]
+        elif arg.startswith(name + "="):
+            value = arg.split("=", 1)[1]
+    return value
+
+
+def dashboard_address_of(argv: Sequence[str]) -> str:
+    host = argv_option(argv, "--dashboard-host") or "127.0.0.1"
+    host = "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
+    return f"http://{host}:{argv_option(argv, '--dashboard-port') or 8265}"
+
+
+def dashboard_port_of(argv: Sequence[str]) -> int:
+    return int(argv_option(argv, "--dashboard-port") or 8265)
+
+
+def spec_digest(argv: Sequence[str], env: Mapping[str, str], secrets: Mapping[str, str], salt: str) -> str:
+    """Identity of what a head was started with; secrets enter only through a salted HMAC."""
+    secret_mac = hmac.new(salt.encode(), json.dumps(dict(secrets), sort_keys=True).encode(), hashlib.sha256)
+    spec = {"argv": list(argv), "env": dict(env), "secrets": secret_mac.hexdigest()}
+    return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()
+
+
+@dataclass
+class ProcessId:
+    """A process as recorded: a pid alone could be reused by someone else's process."""
+
+    pid: int
+    create_time: float
+    name: str = ""
+
+
+@dataclass
+class HeadRecord:
+    """What clawgym started for one local head; ``<state dir>/heads/<dashboard port>.json``."""
+
+    # Dashboard http address (what jobs are submitted to).
+    dashboard_address: str
+    dashboard_port: int
+    # GCS address (``node_ip:port``).
+    gcs_address: str
+    # Dedicated Ray temp dir of this head, and its session dir inside.
+    temp_dir: str
+    session_dir: Optional[str]
+    # Session id shared by the head's daemons (``ray start`` ran under setsid).
+    sid: int
+    # Value of CLAWGYM_HEAD_ID in every process of the head.
+    marker: str
+    # Wall-clock start; processes created before it are never ours.
+    start_time: float
+    # The ``ray start`` argv as run (plan argv plus the options clawgym appends).
+    argv: List[str]
+    # The plan's ``ray start`` argv (what reuse compares).
+    plan_argv: List[str]
+    # Salt and digest of argv + head env + secrets (see spec_digest).
+    salt: str
+    digest: str
+    # Processes of the head found right after start.
+    processes: List[ProcessId] = field(default_factory=list)
+    # Pid of the clawgym process that started it.
+    owner_pid: int = 0
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=2) + "\n"
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "HeadRecord":
+        data = dict(data)
+        data["processes"] = [ProcessId(**p) for p in data.get("processes", [])]
+        return cls(**data)
+
+    @property
+    def path(self) -> Path:
+        return record_path(self.dashboard_port)
+
+    def matches(self, argv: Sequence[str], env: Mapping[str, str], secrets: Mapping[str, str]) -> bool:
+        return hmac.compare_digest(self.digest, spec_digest(argv, env, secrets, self.salt))
+
+
+def write_record(rec: HeadRecord) -> Path:
+    """Write the record atomically, readable by the owner only."""
+    path = rec.path
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(rec.to_json())
+    os.replace(tmp, path)
+    return path
+
+
+def load_record(dashboard_port: int) -> Optional[HeadRecord]:
+    path = record_path(dashboard_port)
+    try:
+        return HeadRecord.from_dict(json.loads(path.read_text()))
+    except FileNotFoundError:
+        return None
+    except (ValueError, TypeError, KeyError) as exc:
+        raise HeadError(f"unreadable head record {path}: {exc}; remove it if no head of clawgym runs there") from exc
+
+
+def list_records() -> List[HeadRecord]:
+    out = []
+    for path in sorted(heads_dir().glob("*.json")):
+        try:
+            out.append(HeadRecord.from_dict(json.loads(path.read_text())))
+        except (OSError, ValueError, TypeError, KeyError):
+            continue
+    return out
+
+
+def remove_record(rec: HeadRecord) -> None:
+    try:
+        rec.path.unlink()
+    except FileNotFoundError:
+        pass
+
+
+# ---------------------------------------------------------------- processes
+
+def _alive(proc) -> bool:
+    psutil = psutil_module()
+    try:
+        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return False
+
+
+def _verified(pid: int, create_time: float):
+    """The live process with that pid and create time, or None (gone, or pid reused)."""
+    psutil = psutil_module()
+    try:
+        proc = psutil.Process(pid)
+        if abs(proc.create_time() - create_time) > 0.05:
+            return None
+        return proc if _alive(proc) else None
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return None
+
+
+def _protected_pids() -> set:
+    """This process and its ancestors are never stopped, whatever they inherited."""
+    psutil = psutil_module()
+    pids = {os.getpid()}
+    try:
+        pids.update(p.pid for p in psutil.Process().parents())
+    except psutil.Error:
+        pass
+    return pids
+
+
+def find_processes(*, sid: Optional[int], marker: Optional[str], since: float,
+                   known: Iterable[ProcessId] = ()) -> Dict[int, Any]:
+    """Live processes of one head: recorded ones (verified), members of its session and
+    carriers of its marker created after it started, plus all their descendants."""
+    psutil = psutil_module()
+    found: Dict[int, Any] = {}
+    known = list(known)
+    for p in known:
+        proc = _verified(p.pid, p.create_time)
+        if proc is not None:
+            found[proc.pid] = proc
+    if known and sid is not None:
+        # A session id is a pid, and pids get reused: trust it only while a verified
+        # process of ours is still in that session (then nobody else can own it).
+        def in_session(pid: int) -> bool:
+            try:
+                return os.getsid(pid) == sid
+            except OSError:
+                return False
+        if not any(in_session(pid) for pid in found):
+            sid = None
+    want = f"{MARKER_ENV}={marker}"
+    for proc in psutil.process_iter(["pid", "create_time"]):
+        try:
+            if proc.info["create_time"] is None or proc.info["create_time"] < since - 1.0:
+                continue
+            if proc.pid in found:
+                continue
+            if sid is not None and os.getsid(proc.pid) == sid:
+                found[proc.pid] = proc
+                continue
+            if marker:
+                with open(f"/proc/{proc.pid}/environ", "rb") as fh:
+                    if want.encode() in fh.read().split(b"\0"):
+                        found[proc.pid] = proc
+        except (psutil.Error, OSError):
+            continue
+    for proc in list(found.values()):
+        try:
+            for child in proc.children(recursive=True):
+                found.setdefault(child.pid, child)
+        except psutil.Error:
+            continue
+    for pid in _protected_pids():
+        found.pop(pid, None)
+    return {pid: proc for pid, proc in found.items() if _alive(proc)}
+
+
+def terminate(procs: Mapping[int, Any], *, grace: float = 5.0) -> List[int]:
+    """SIGTERM, wait up to ``grace`` seconds, SIGKILL the rest. Returns the pids signalled."""
+    psutil = psutil_module()
+    targets = list(procs.values())
+    for proc in targets:
+        try:
+            proc.send_signal(signal.SIGTERM)
+        except psutil.Error:
+            pass
+    _, alive = psutil.wait_procs(targets, timeout=grace)
+    alive = [p for p in alive if _alive(p)]
+    for proc in alive:
+        try:
+            proc.send_signal(signal.SIGKILL)
+        except psutil.Error:
+            pass
+    if alive:
+        psutil.wait_procs(alive, timeout=5.0)
+    return [p.pid for p in targets]
+
+
+def record_processes(rec: HeadRecord) -> Dict[int, Any]:
+    return find_processes(sid=rec.sid, marker=rec.marker, since=rec.start_time, known=rec.processes)
+
+
+# ---------------------------------------------------------------- liveness
+
+def dashboard_responds(address: str, timeout: float = 2.0) -> bool:
+    try:
+        with urllib.request.urlopen(f"{address.rstrip('/')}/api/version", timeout=timeout) as resp:
+            return resp.status == 200
+    except (urllib.error.URLError, OSError, ValueError):
+        return False
+
+
+def is_alive(rec: HeadRecord) -> bool:
+    """The recorded GCS and raylet still run and the dashboard answers."""
+    core = [p for p in rec.processes if p.name.startswith(("gcs_server", "raylet"))]
+    if not core or any(_verified(p.pid, p.create_time) is None for p in core):
+        return False
+    return dashboard_responds(rec.dashboard_address)
+
+
+# ---------------------------------------------------------------- start / stop
+
+def _temp_root() -> str:
+    base = tempfile.gettempdir()
+    return base if len(base) <= 20 else "/tmp"
+
+
+def _ray_executable() -> List[str]:
+    exe = shutil.which("ray")
+    if exe:
+        return [exe]
+    # The console script may not be on PATH (e.g. a venv used without activation).
+    return [sys.executable, "-c", "import sys; from ray.scripts.scripts import main; sys.exit(main())"]
+
+
+def start_head(argv: Sequence[str], env: Mapping[str, str], *, secrets: Mapping[str, str],
+               timeout: float = 180.0, quiet: bool = False) -> HeadRecord:
+    """Run ``ray start`` (``argv`` from the plan) and record what it started.
+
+    ``env`` is added to this process's environment for the head, then ``secrets``;
+    their values never reach the record (only a salted digest). On any failure,
+    including Ctrl-C, whatever had started is stopped again.
+    """
+    argv = list(argv)
+    if argv[:2] != ["ray", "start"] or "--head" not in argv:
+        raise HeadError(f"not a 'ray start --head' command: {argv}")
+    port = dashboard_port_of(argv)
+    marker = _secrets.token_hex(8)
+    temp_dir = os.path.join(_temp_root(), "clawgym", f"h{port}-{marker[:6]}")
+    if len(temp_dir) > MAX_TEMP_DIR_LEN:
+        raise HeadError(f"Ray temp dir {temp_dir} is too long for Ray's unix sockets (max {MAX_TEMP_DIR_LEN})")
+    os.makedirs(temp_dir, mode=0o700, exist_ok=True)
+    exe = _ray_executable()
+    full = exe + argv[1:] + ["--temp-dir", temp_dir]
+    node_ip = argv_option(argv, "--node-ip-address") or "127.0.0.1"
+    # Services that otherwise bind fixed default ports, which a second head on the machine would collide with.
+    if argv_option(argv, "--ray-client-server-port") is None:
+        full += ["--ray-client-server-port", str(free_port())]
+    if argv_option(argv, "--dashboard-agent-listen-port") is None:
+        full += ["--dashboard-agent-listen-port", str(free_port())]
+    if argv_option(argv, "--min-worker-port") is None and argv_option(argv, "--worker-port-list") is None:
+        full += ["--min-worker-port", "0", "--max-worker-port", "0"]
+    head_env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS",)}
+    head_env.update(env)
+    head_env.update(secrets)
+    head_env[MARKER_ENV] = marker
+    salt = _secrets.token_hex(16)
+    start = time.time()
+    log_path = os.path.join(temp_dir, "ray_start.log")
+    sid: Optional[int] = None
+    try:
+        with open(log_path, "wb") as log:
+            proc = subprocess.Popen(full, env=head_env, stdin=subprocess.DEVNULL, stdout=log,
+                                    stderr=subprocess.STDOUT, start_new_session=True)
+            sid = proc.pid
+            try:
+                rc = proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                raise HeadError(f"'ray start' did not finish within {timeout:.0f}s; see {log_path}")
+        if rc != 0:
+            tail = Path(log_path).read_text(errors="replace").strip().splitlines()[-15:]
+            raise HeadError(f"'ray start' failed (exit {rc}):\n  " + "\n  ".join(tail) +
+                            f"\n  fix: free the ports (ray.port, ray.dashboard_port) or choose others")
+        address = dashboard_address_of(argv)
+        deadline = time.time() + 60
+        while not dashboard_responds(address):
+            if time.time() > deadline:
+                raise HeadError(f"the Ray dashboard at {address} did not come up; see {temp_dir}/session_latest/logs")
+            time.sleep(0.2)
+        procs = find_processes(sid=sid, marker=marker, since=start)
+        session = os.path.join(temp_dir, "session_latest")
+        rec = HeadRecord(
+            dashboard_address=address,
+            dashboard_port=port,
+            gcs_address=f"{node_ip}:{argv_option(argv, '--port') or 6379}",
+            temp_dir=temp_dir,
+            session_dir=os.path.realpath(session) if os.path.exists(session) else None,
+            sid=sid,
+            marker=marker,
+            start_time=start,
+            argv=["ray", *full[len(exe):]],
+            plan_argv=argv,
+            salt=salt,
+            digest=spec_digest(argv, env, secrets, salt),
+            processes=[ProcessId(p.pid, p.create_time(), _proc_name(p)) for p in procs.values()],
+            owner_pid=os.getpid(),
+        )
+        write_record(rec)
+        if not quiet:
+            print(f"[clawgym] started Ray head at {address} (GCS {rec.gcs_address}, temp dir {temp_dir})", flush=True)
+        return rec
+    except BaseException:
+        # Nothing half-started stays behind.
+        terminate(find_processes(sid=sid, marker=marker, since=start), grace=3.0)
+        shutil.rmtree(temp_dir, ignore_errors=True)
+        raise
+
+
+def _proc_name(proc) -> str:
+    try:
+        return proc.name()
+    except Exception:
+        return ""
+
+
+def stop_head(rec: HeadRecord, *, grace: float = 3.0, keep_temp_dir: bool = False, quiet: bool = False) -> List[int]:
+    """Stop exactly the processes of a recorded head, then remove the record and temp dir."""
+    procs = record_processes(rec)
+    pids = terminate(procs, grace=grace) if procs else []
+    # Workers that were being spawned while we signalled.
+    late = record_processes(rec)
+    if late:
+        pids += terminate(late, grace=2.0)
+    remove_record(rec)
+    if not keep_temp_dir:
+        shutil.rmtree(rec.temp_dir, ignore_errors=True)
+    if not quiet:
+        print(f"[clawgym] stopped Ray head at {rec.dashboard_address} ({len(pids)} processes)", flush=True)
+    return pids
+
+
+def running_jobs(address: str) -> List[str]:
+    """Submission ids of jobs on a cluster that have not finished."""
+    from ray.job_submission import JobSubmissionClient
+
+    client = JobSubmissionClient(address)
+    return [j.submission_id or j.job_id for j in client.list_jobs()
+            if j.type.name == "SUBMISSION" and not j.status.is_terminal()]
+
+
+def settle(argv: Sequence[str], env: Mapping[str, str], secrets: Mapping[str, str]) -> Optional[HeadRecord]:
+    """Deal with what an earlier clawgym launch left on this head's dashboard port.
+
+    Returns the recorded head when it is alive and was started with the same argv,
+    environment and secrets (to be reused). A dead or half-dead recorded head is
+    cleaned up; a live one started differently is replaced when no job runs on it,
+    and refused otherwise. Nothing without a record is touched.
+    """
+    rec = load_record(dashboard_port_of(argv))
+    if rec is None:
+        return None
+    if not is_alive(rec):
+        leftovers = record_processes(rec)
+        if leftovers:
+            print(f"[clawgym] cleaning up {len(leftovers)} leftover processes of the dead Ray head "
+                  f"clawgym started at {rec.dashboard_address}", flush=True)
+        stop_head(rec, grace=3.0, quiet=True)
+        return None
+    if rec.matches(argv, env, secrets):
+        return rec
+    busy = running_jobs(rec.dashboard_address)
+    if busy:
+        raise HeadError(
+            f"the Ray head clawgym started earlier at {rec.dashboard_address} was started with other settings "
+            f"(ray start argv, head environment or secrets) and still runs job(s) {', '.join(busy)}.\n"
+            f"  fix: stop them (clawgym jobs stop <id> --address {rec.dashboard_address}), submit to that head "
+            f"with ray.address={rec.dashboard_address}, or pick another ray.port/ray.dashboard_port")
+    print(f"[clawgym] replacing the idle Ray head clawgym started at {rec.dashboard_address} "
+          f"(it was started with other settings)", flush=True)
+    stop_head(rec, quiet=True)
+    return None

@@ -1,0 +1,668 @@
+"""Config snapshots: one per launch in the save dir, and a copy in every checkpoint.
+
+Layout (``<save>`` is ``paths.save``)::
+
+    <save>/clawgym/snapshots/<submission id>/   one per real launch, never overwritten
+        config.yaml            composed config, interpolations kept
+        config.resolved.yaml   the same, resolved (what the run used)
+        overrides.yaml         command-line overrides (null when unknown)
+        choices.yaml           chosen option of each config group (null when unknown)
+        launch_plan.json       argv, runtime env (no secret), submission id
+        meta.json              versions, git commits, host, time, secret *names*,
+                               and the checkpoints present at launch
+    <save>/clawgym/wandb_config.yaml            the W&B run config of the latest launch
+    <save>/iter_0000009/clawgym_snapshot/       copy of the snapshot of the run that wrote it
+
+A snapshot is written into a hidden temp dir and renamed into place, so a crash leaves
+either a whole snapshot or none (hidden ``.tmp-*`` leftovers are never listed).
+
+Placing snapshots into checkpoints: slime has no post-save hook, so
+:class:`CheckpointWatcher` runs in the launcher while it follows the job. It polls
+``<save>`` and stamps a checkpoint once it is complete, i.e. once Megatron's
+``latest_checkpointed_iteration.txt`` (written after the save finished) reaches it;
+stamping earlier could race Megatron's own writes into a fresh ``iter_`` dir. Only
+checkpoints the current run wrote are stamped: those absent at launch (recorded in the
+snapshot with their files' mtimes), and those present at launch that this run rewrote
+(a run without ``--load`` restarts at iteration 0); a rewritten one gets the new
+snapshot in place of the old. So after ``clawgym resume`` older checkpoints keep the
+snapshot of the run that wrote them.
+
+When the launcher cannot follow the job:
+
+- detach mode (``ray.detach=true``) or a launcher that exits early: no watcher runs.
+- a save dir on a filesystem the launcher cannot see (an existing remote cluster):
+  the snapshot is written at that path on the launcher's machine (or fails there), and
+  the watcher sees no checkpoints.
+
+In both cases run ``clawgym stamp <save>`` on a machine that sees the save dir
+(``--follow`` keeps watching until interrupted): it assigns each complete, unstamped
+checkpoint to the snapshot of the launch that preceded it (using the checkpoints each
+snapshot recorded at launch). ``clawgym show <save>`` lists checkpoints without one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import getpass
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from importlib import metadata
+from pathlib import Path
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
+
+import yaml
+
+from clawgym.schema import GROUPS
+
+#: Snapshots of a save dir, relative to it.
+SNAPSHOTS_RELPATH = "clawgym/snapshots"
+#: Name of the snapshot copy inside a checkpoint dir.
+STAMP_DIRNAME = "clawgym_snapshot"
+#: Megatron's tracker of the newest complete checkpoint.
+TRACKER_FILE = "latest_checkpointed_iteration.txt"
+#: Format version of meta.json.
+FORMAT_VERSION = 1
+
+CONFIG_FILE = "config.yaml"
+RESOLVED_FILE = "config.resolved.yaml"
+OVERRIDES_FILE = "overrides.yaml"
+CHOICES_FILE = "choices.yaml"
+PLAN_FILE = "launch_plan.json"
+META_FILE = "meta.json"
+STAMP_FILE = "stamp.json"
+
+#: Secret variables checked even when the plan does not name them.
+KNOWN_SECRET_ENV = ("WANDB_KEY", "WANDB_API_KEY", "SGLANG_API_KEY")
+#: Shorter values are not searched for (they would match ordinary text such as "1").
+MIN_SECRET_LEN = 8
+
+#: Packages whose versions a snapshot records (read from metadata; nothing is imported).
+VERSIONED_PACKAGES = ("clawgym", "hydra-core", "omegaconf", "ray", "wandb")
+
+_ITER_RE = re.compile(r"^iter_(\d{7,})$")
+
+
+class SnapshotError(Exception):
+    """A snapshot could not be written or read; ``str()`` is the user-facing message."""
+
+
+# ---------------------------------------------------------------- what the launch was
+
+@dataclass
+class LaunchRecord:
+    """What a launch knows beyond the config, for launches outside ``@hydra.main``."""
+
+    # Command-line overrides that produced the config.
+    overrides: Optional[List[str]] = None
+    # Chosen option per config group.
+    choices: Optional[Dict[str, str]] = None
+    # How the launch came about (e.g. {"command": "resume", "from_snapshot": ...}).
+    origin: Dict[str, Any] = field(default_factory=dict)
+
+
+_RECORD: Optional[LaunchRecord] = None
+
+
+@contextlib.contextmanager
+def recorded_launch(record: LaunchRecord) -> Iterator[LaunchRecord]:
+    """Make ``record`` what :func:`write_launch_snapshot` stores for launches inside the block.
+
+    ``clawgym resume`` uses it: the launch runs outside Hydra, so Hydra cannot say.
+    """
+    global _RECORD
+    previous, _RECORD = _RECORD, record
+    try:
+        yield record
+    finally:
+        _RECORD = previous
+
+
+def _hydra_record() -> LaunchRecord:
+    """Overrides and group choices of the current Hydra job, when there is one."""
+    from hydra.core.hydra_config import HydraConfig
+
+    if not HydraConfig.initialized():
+        return LaunchRecord()
+    hc = HydraConfig.get()
+    choices = {k: str(v) for k, v in hc.runtime.choices.items() if k in GROUPS and v is not None}
+    return LaunchRecord(overrides=[str(o) for o in hc.overrides.task], choices=choices,
+                        origin={"command": "hydra", "mode": str(hc.mode)})
+
+
+# ---------------------------------------------------------------- facts about the machine
+
+def package_versions() -> Dict[str, Optional[str]]:
+    out: Dict[str, Optional[str]] = {}
+    for name in VERSIONED_PACKAGES:
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            out[name] = None
+    out["python"] = sys.version.split()[0]
+    return out
+
+
+def git_info(path: str | os.PathLike) -> Dict[str, Any]:
+    """Commit and dirty flag of the checkout at ``path``; ``error`` says why when there is none."""
+    p = Path(path)
+    info: Dict[str, Any] = {"path": str(p), "commit": None, "dirty": None}
+    if not p.is_dir():
+        return {**info, "error": "directory not found"}
+
+    def git(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run(["git", "-C", str(p), *args], capture_output=True, text=True, timeout=20)
+
+    try:
+        head = git("rev-parse", "HEAD")
+        if head.returncode != 0:
+            return {**info, "error": "not a git checkout"}
+        status = git("status", "--porcelain", "--untracked-files=no")
+        top = git("rev-parse", "--show-toplevel")
+    except FileNotFoundError:
+        return {**info, "error": "git is not installed"}
+    except subprocess.TimeoutExpired:
+        return {**info, "error": "git timed out"}
+    return {**info, "commit": head.stdout.strip(), "dirty": bool(status.stdout.strip()),
+            "toplevel": top.stdout.strip() or None}
+
+
+# ---------------------------------------------------------------- checkpoints
+
+@dataclass
+class Checkpoint:
+    """One ``iter_XXXXXXX`` dir of a save dir."""
+
+    # Megatron iteration (slime's rollout id).
+    iteration: int
+    path: Path
+    # meta.json of the snapshot placed into it, None when it carries none.
+    stamp: Optional[Dict[str, Any]]
+    # At or below the tracker: the save finished.
+    complete: bool
+
+    @property
+    def stamp_id(self) -> Optional[str]:
+        return self.stamp.get("id") if self.stamp else None
+
+
+def read_tracker(save_dir: str | os.PathLike) -> Optional[int]:
+    """The iteration in ``latest_checkpointed_iteration.txt``, None when absent or not a number."""
+    try:
+        text = (Path(save_dir) / TRACKER_FILE).read_text().strip()
+    except OSError:
+        return None
+    return int(text) if text.isdigit() else None
+
+
+def _tracker_state(save_dir: Path) -> Tuple[Optional[int], Optional[int]]:
+    """(iteration, mtime_ns) of the tracker: a rewrite shows even when the number repeats."""
+    try:
+        mtime = (save_dir / TRACKER_FILE).stat().st_mtime_ns
+    except OSError:
+        return None, None
+    return read_tracker(save_dir), mtime
+
+
+def _iter_dirs(save_dir: Path) -> Dict[int, Path]:
+    out: Dict[int, Path] = {}
+    try:
+        entries = list(save_dir.iterdir())
+    except OSError:
+        return out
+    for entry in entries:
+        m = _ITER_RE.match(entry.name)
+        if m and entry.is_dir():
+            out[int(m.group(1))] = entry
+    return out
+
+
+def _read_json(path: Path) -> Optional[Dict[str, Any]]:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def list_checkpoints(save_dir: str | os.PathLike) -> List[Checkpoint]:
+    save = Path(save_dir)
+    tracker = read_tracker(save)
+    return [Checkpoint(it, p, _read_json(p / STAMP_DIRNAME / META_FILE), tracker is not None and it <= tracker)
+            for it, p in sorted(_iter_dirs(save).items())]
+
+
+def has_checkpoint(save_dir: str | os.PathLike) -> bool:
+    """True when the trainer's ``--load`` would find a checkpoint to continue from."""
+    return read_tracker(save_dir) is not None and any(c.complete for c in list_checkpoints(save_dir))
+
+
+def _fingerprint(ckpt: Path) -> int:
+    """Newest mtime among a checkpoint's own entries: changes when the trainer rewrites it."""
+    newest = 0
+    try:
+        entries = list(ckpt.iterdir())
+    except OSError:
+        return newest
+    for entry in entries:
+        if entry.name.startswith(".") or entry.name == STAMP_DIRNAME:
+            continue
+        try:
+            newest = max(newest, entry.stat().st_mtime_ns)
+        except OSError:
+            pass
+    return newest
+
+
+def checkpoint_baseline(save_dir: str | os.PathLike) -> Dict[str, Any]:
+    """What a save dir holds at launch; later checkpoints belong to the new run."""
+    save = Path(save_dir)
+    tracker, mtime = _tracker_state(save)
+    dirs = _iter_dirs(save)
+    return {"tracker": tracker, "tracker_mtime_ns": mtime, "iterations": sorted(dirs),
+            "fingerprints": {str(it): _fingerprint(p) for it, p in sorted(dirs.items())}}
+
+
+# ---------------------------------------------------------------- secrets
+
+def secret_values(plan: Any, environ: Mapping[str, str] = os.environ,
+                  extra_names: Sequence[str] = ()) -> Dict[str, str]:
+    """Variable name -> value of every secret variable set in ``environ``."""
+    names = set(KNOWN_SECRET_ENV) | set(extra_names)
+    for sources in (getattr(plan, "secret_env", None) or {}).values():
+        names.update(sources)
+    return {n: environ[n] for n in sorted(names) if len(environ.get(n) or "") >= MIN_SECRET_LEN}
+
+
+def find_secrets(text: str, secrets: Mapping[str, str]) -> List[str]:
+    """Names of the secrets whose value occurs in ``text``."""
+    return [name for name, value in secrets.items() if value in text]
+
+
+# ---------------------------------------------------------------- writing
+
+def _dump_yaml(data: Any) -> str:
+    return yaml.safe_dump(data, sort_keys=False, default_flow_style=False, allow_unicode=True)
+
+
+def _write_file(path: Path, text: str) -> None:
+    with open(path, "w") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """Write a file through a temp file and a rename."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.parent / f".{path.name}.tmp-{os.getpid()}-{threading.get_ident()}"
+    try:
+        _write_file(tmp, text)
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+
+
+def _snapshot_base(plan: Any) -> Path:
+    """Directory the snapshots of a plan go to."""
+    if plan.save_dir:
+        return Path(plan.save_dir) / SNAPSHOTS_RELPATH
+    # paths.save=null: nothing to checkpoint, but the launch is still recorded.
+    from hydra.core.hydra_config import HydraConfig
+
+    if HydraConfig.initialized():
+        return Path(HydraConfig.get().runtime.output_dir) / "clawgym_snapshots"
+    return Path.cwd() / "clawgym_snapshots"
+
+
+def snapshot_files(cfg: Any, plan: Any, record: LaunchRecord, *, snapshot_id: str,
+                   now: Optional[float] = None) -> Dict[str, str]:
+    """File name -> content of a snapshot (also used by tests to know what is written)."""
+    from omegaconf import DictConfig, OmegaConf
+
+    from clawgym.config import to_plain
+    from clawgym.wandb_env import CONFIG_FILE_ENV
+
+    if isinstance(cfg, DictConfig):
+        unresolved, resolved = to_plain(cfg, resolve=False), to_plain(cfg, resolve=True)
+    else:
+        unresolved = resolved = OmegaConf.to_container(OmegaConf.create(dict(cfg)), resolve=True)
+    now = time.time() if now is None else now
+    paths = resolved.get("paths", {})
+    git = {name: git_info(paths[name]) for name in ("root", "slime", "megatron") if paths.get(name)}
+    git["clawgym"] = git_info(Path(__file__).resolve().parent)
+    meta = {
+        "format": FORMAT_VERSION,
+        "id": snapshot_id,
+        "submission_id": plan.submission_id,
+        "run_name": plan.run_name,
+        "exp_name": resolved.get("exp_name"),
+        "save_dir": plan.save_dir,
+        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now)),
+        "created_unix": now,
+        "host": socket.gethostname(),
+        "user": getpass.getuser(),
+        "cwd": os.getcwd(),
+        "command": list(sys.argv),
+        "origin": record.origin,
+        "versions": package_versions(),
+        "git": git,
+        # Names only: the values are read from the environment at launch.
+        "secret_env": dict(plan.secret_env),
+        "wandb_config_file": plan.runtime_env.get("env_vars", {}).get(CONFIG_FILE_ENV),
+        "checkpoints_at_launch": checkpoint_baseline(plan.save_dir) if plan.save_dir else None,
+    }
+    return {
+        CONFIG_FILE: _dump_yaml(unresolved),
+        RESOLVED_FILE: _dump_yaml(resolved),
+        OVERRIDES_FILE: _dump_yaml(record.overrides),
+        CHOICES_FILE: _dump_yaml(record.choices),
+        PLAN_FILE: plan.to_json(),
+        META_FILE: json.dumps(meta, indent=2) + "\n",
+    }
+
+
+def _unique_name(base: Path, name: str) -> str:
+    candidate, n = name, 1
+    while (base / candidate).exists():
+        n += 1
+        candidate = f"{name}.{n}"
+    return candidate
+
+
+def write_launch_snapshot(cfg: Any, plan: Any) -> Path:
+    """Write a new snapshot of a launch into its save dir and return the snapshot dir.
+
+    Called before the job is submitted (never for dry runs). Earlier snapshots are never
+    touched; the W&B config file (when the plan has the job read one) is replaced.
+    Raises :class:`SnapshotError` when a secret value would be written.
+    """
+    from clawgym.wandb_env import CONFIG_FILE_ENV, wandb_config_document
+
+    record = _RECORD if _RECORD is not None else _hydra_record()
+    base = _snapshot_base(plan)
+    base.mkdir(parents=True, exist_ok=True)
+    name = _unique_name(base, re.sub(r"[^A-Za-z0-9_.-]+", "-", plan.submission_id))
+    files = snapshot_files(cfg, plan, record, snapshot_id=name)
+
+    resolved = yaml.safe_load(files[RESOLVED_FILE])
+    secrets = secret_values(plan, extra_names=(resolved.get("wandb") or {}).get("key_env") or [])
+    wandb_file = plan.runtime_env.get("env_vars", {}).get(CONFIG_FILE_ENV)
+    wandb_text = None
+    if wandb_file:
+        launch = {"id": name, "submission_id": plan.submission_id, "snapshot": str(base / name),
+                  "overrides": record.overrides, "choices": record.choices, "origin": record.origin,
+                  "git": {k: v.get("commit") for k, v in json.loads(files[META_FILE])["git"].items()}}
+        wandb_text = _dump_yaml(wandb_config_document(resolved, launch))
+    leaks = {fname: find_secrets(text, secrets) for fname, text in
+             [*files.items(), *([(wandb_file, wandb_text)] if wandb_text else [])]}
+    leaks = {k: v for k, v in leaks.items() if v}
+    if leaks:
+        where = "; ".join(f"{f} would contain the value of ${', $'.join(names)}" for f, names in leaks.items())
+        raise SnapshotError(
+            f"clawgym: refusing to write the config snapshot: {where}.\n"
+            "  rule: secrets are read from the environment at launch and are never stored\n"
+            "  fix:  remove the secret from the overrides/config (e.g. extra_env, extra_args) and export it instead")
+
+    tmp = base / f".tmp-{name}-{os.getpid()}"
+    try:
+        tmp.mkdir()
+        for fname, text in files.items():
+            _write_file(tmp / fname, text)
+        # A same-named snapshot that appeared meanwhile makes the rename fail: never overwrite.
+        os.rename(tmp, base / name)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    if wandb_file and wandb_text:
+        atomic_write_text(Path(wandb_file), wandb_text)
+    return base / name
+
+
+# ---------------------------------------------------------------- reading
+
+@dataclass
+class Snapshot:
+    """A snapshot read back from disk."""
+
+    path: Path
+    meta: Dict[str, Any]
+    # Resolved config, as the run used it.
+    config: Dict[str, Any]
+    # Composed config with interpolations kept.
+    config_unresolved: Dict[str, Any]
+    overrides: Optional[List[str]]
+    choices: Optional[Dict[str, str]]
+    # launch_plan.json.
+    plan: Dict[str, Any]
+
+    @property
+    def id(self) -> str:
+        return str(self.meta.get("id") or self.path.name)
+
+    @property
+    def created(self) -> float:
+        return float(self.meta.get("created_unix") or 0.0)
+
+
+def is_snapshot_dir(path: Path) -> bool:
+    return (path / META_FILE).is_file() and (path / RESOLVED_FILE).is_file()
+
+
+def load_snapshot(path: str | os.PathLike) -> Snapshot:
+    p = Path(path)
+    if not is_snapshot_dir(p):
+        raise SnapshotError(f"clawgym: {p} is not a clawgym snapshot (no {META_FILE} / {RESOLVED_FILE})")
+    try:
+        return Snapshot(
+            path=p,
+            meta=json.loads((p / META_FILE).read_text()),
+            config=yaml.safe_load((p / RESOLVED_FILE).read_text()),
+            config_unresolved=yaml.safe_load((p / CONFIG_FILE).read_text()),
+            overrides=yaml.safe_load((p / OVERRIDES_FILE).read_text()),
+            choices=yaml.safe_load((p / CHOICES_FILE).read_text()),
+            plan=json.loads((p / PLAN_FILE).read_text()),
+        )
+    except (OSError, ValueError, yaml.YAMLError) as exc:
+        raise SnapshotError(f"clawgym: snapshot {p} is unreadable: {exc}") from None
+
+
+def list_snapshots(save_dir: str | os.PathLike) -> List[Snapshot]:
+    """Every complete snapshot of a save dir, oldest first (temp dirs are skipped)."""
+    base = Path(save_dir) / SNAPSHOTS_RELPATH
+    try:
+        entries = [e for e in base.iterdir() if not e.name.startswith(".") and is_snapshot_dir(e)]
+    except OSError:
+        return []
+    snaps = [load_snapshot(e) for e in entries]
+    return sorted(snaps, key=lambda s: (s.created, s.id))
+
+
+def find_snapshot(target: str | os.PathLike) -> Tuple[Snapshot, Optional[Path]]:
+    """(snapshot, save dir or None) for a save dir (its latest), snapshot dir or checkpoint dir."""
+    p = Path(target).expanduser()
+    if not p.exists():
+        raise SnapshotError(f"clawgym: {p} does not exist")
+    if is_snapshot_dir(p):
+        save = p.parent.parent.parent if p.parent.name == "snapshots" else None
+        return load_snapshot(p), save
+    if is_snapshot_dir(p / STAMP_DIRNAME):
+        return load_snapshot(p / STAMP_DIRNAME), p.parent
+    snaps = list_snapshots(p)
+    if not snaps:
+        raise SnapshotError(f"clawgym: no clawgym snapshot in {p} (looked for {p / SNAPSHOTS_RELPATH}/*/{META_FILE}); "
+                            "it is not a save dir of a clawgym launch, a snapshot dir or a checkpoint dir")
+    return snaps[-1], p
+
+
+# ---------------------------------------------------------------- stamping checkpoints
+
+def place_snapshot(snapshot_dir: str | os.PathLike, checkpoint_dir: str | os.PathLike, *,
+                   replace: bool = False, by: str = "watcher") -> bool:
+    """Copy a snapshot into a checkpoint dir atomically; True when it placed it.
+
+    Skips a checkpoint that already carries this snapshot, and one carrying another
+    snapshot unless ``replace`` (the current run rewrote that checkpoint).
+    """
+    src, ckpt = Path(snapshot_dir), Path(checkpoint_dir)
+    target = ckpt / STAMP_DIRNAME
+    my_id = (_read_json(src / META_FILE) or {}).get("id")
+    existing = _read_json(target / META_FILE)
+    if existing is not None and (existing.get("id") == my_id or not replace):
+        return False
+    tag = f"{os.getpid()}-{threading.get_ident()}"
+    tmp, old = ckpt / f".{STAMP_DIRNAME}.tmp-{tag}", ckpt / f".{STAMP_DIRNAME}.old-{tag}"
+    try:
+        # File by file into a fresh dir (snapshots are flat): copytree would recreate a
+        # checkpoint dir that Megatron's retention deleted meanwhile.
+        os.mkdir(tmp)
+        for f in sorted(src.iterdir()):
+            shutil.copyfile(f, tmp / f.name)
+        _write_file(tmp / STAMP_FILE, json.dumps({"iteration": _iteration_of(ckpt), "stamped_by": by,
+                                                  "stamped_at": time.time()}) + "\n")
+        if target.exists():
+            os.rename(target, old)
+        try:
+            os.rename(tmp, target)
+        except OSError:
+            # Someone placed one meanwhile (a non-empty target is never replaced by rename).
+            if old.exists() and not target.exists():
+                os.rename(old, target)
+            return False
+        return True
+    finally:
+        for leftover in (tmp, old):
+            if leftover.exists():
+                shutil.rmtree(leftover, ignore_errors=True)
+
+
+def _iteration_of(ckpt: Path) -> Optional[int]:
+    m = _ITER_RE.match(ckpt.name)
+    return int(m.group(1)) if m else None
+
+
+class CheckpointWatcher:
+    """Places a launch's snapshot into each checkpoint its run writes, while the job runs.
+
+    Polls ``save_dir`` every ``poll_interval`` seconds in a daemon thread. A checkpoint is
+    stamped once complete (the tracker reached it) and only if this run wrote it: absent
+    when the snapshot was taken (its ``checkpoints_at_launch``), or the one the tracker
+    moves to after launch. ``stop()`` does a last scan, so a checkpoint written just before
+    the job ended is stamped too. Errors (e.g. a checkpoint deleted by Megatron's retention
+    while copying) are collected in ``errors`` and never stop the watcher. See the module
+    doc for detached launches and save dirs the launcher cannot see.
+    """
+
+    def __init__(self, save_dir: str | os.PathLike, snapshot_path: str | os.PathLike, *,
+                 poll_interval: float = 2.0):
+        self.save_dir = Path(save_dir)
+        self.snapshot_path = Path(snapshot_path)
+        self.poll_interval = poll_interval
+        meta = _read_json(self.snapshot_path / META_FILE)
+        if meta is None:
+            raise SnapshotError(f"clawgym: {self.snapshot_path} is not a clawgym snapshot")
+        self.snapshot_id: str = meta["id"]
+        # Without a recorded baseline (older snapshot), what is there now predates the run.
+        baseline = meta.get("checkpoints_at_launch") or checkpoint_baseline(self.save_dir)
+        self._before = set(baseline["iterations"])
+        self._fingerprints = {int(k): v for k, v in (baseline.get("fingerprints") or {}).items()}
+        self._launch_tracker = (baseline["tracker"], baseline["tracker_mtime_ns"])
+        self._seen_tracker = self._launch_tracker
+        self._rewritten: set = set()
+        #: Iterations stamped by this watcher, in order.
+        self.stamped: List[int] = []
+        #: Problems met while stamping (the watcher keeps going).
+        self.errors: List[str] = []
+        self._stop = threading.Event()
+        self._thread: Optional[threading.Thread] = None
+        self._lock = threading.Lock()
+
+    def scan(self) -> List[int]:
+        """Stamp what is due now; returns the iterations stamped by this scan."""
+        with self._lock:
+            state = _tracker_state(self.save_dir)
+            latest = state[0]
+            if latest is None:
+                return []
+            dirs = _iter_dirs(self.save_dir)
+            if state != self._seen_tracker and state != self._launch_tracker:
+                # The trainer just finished iter_<latest>, even if that number existed at launch
+                # (a run started without --load rewrites the old numbers). Earlier rewrites show
+                # in the files' mtimes; checked only when the tracker moves, so polling stays cheap.
+                self._rewritten.add(latest)
+                for it in self._before - self._rewritten:
+                    if it in dirs and it <= latest and _fingerprint(dirs[it]) != self._fingerprints.get(it):
+                        self._rewritten.add(it)
+            self._seen_tracker = state
+            due = {it: p for it, p in dirs.items()
+                   if it <= latest and (it not in self._before or it in self._rewritten)}
+            done = []
+            for it, path in sorted(due.items()):
+                try:
+                    if place_snapshot(self.snapshot_path, path, replace=True):
+                        done.append(it)
+                except OSError as exc:
+                    self.errors.append(f"{path}: {exc}")
+            self.stamped += done
+            return done
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.scan()
+            except Exception as exc:  # noqa: BLE001 - a watcher must outlive surprises
+                self.errors.append(f"scan: {exc!r}")
+            self._stop.wait(self.poll_interval)
+
+    def start(self) -> "CheckpointWatcher":
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="clawgym-checkpoint-watcher", daemon=True)
+            self._thread.start()
+        return self
+
+    def stop(self) -> List[int]:
+        """Stop polling, do one final scan, and return every iteration stamped."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+        self.scan()
+        return list(self.stamped)
+
+    def __enter__(self) -> "CheckpointWatcher":
+        return self.start()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
+
+
+def assign_checkpoints(save_dir: str | os.PathLike) -> Dict[int, Optional[Snapshot]]:
+    """Which snapshot each complete checkpoint belongs to, from the launch records alone.
+
+    A checkpoint belongs to the latest launch that did not find it at launch time.
+    """
+    snaps = [s for s in list_snapshots(save_dir) if s.meta.get("checkpoints_at_launch") is not None]
+    out: Dict[int, Optional[Snapshot]] = {}
+    for ck in list_checkpoints(save_dir):
+        if not ck.complete:
+            continue
+        owners = [s for s in snaps if ck.iteration not in set(s.meta["checkpoints_at_launch"]["iterations"])]
+        out[ck.iteration] = owners[-1] if owners else None
+    return out
+
+
+def stamp_save_dir(save_dir: str | os.PathLike) -> List[Tuple[int, str]]:
+    """Place snapshots into the complete checkpoints that carry none (after the fact)."""
+    placed = []
+    for it, snap in sorted(assign_checkpoints(save_dir).items()):
+        ckpt = Path(save_dir) / f"iter_{it:07d}"
+        if snap is not None and place_snapshot(snap.path, ckpt, replace=False, by="clawgym stamp"):
+            placed.append((it, snap.id))
+    return placed

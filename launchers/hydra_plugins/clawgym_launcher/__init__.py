@@ -1,0 +1,3 @@
+"""Hydra launcher plugin for clawgym (``hydra/launcher=clawgym``)."""
+
+__version__ = "0.1.0"

@@ -1,0 +1,54 @@
+"""Launch logic of the clawgym launcher, imported only when a multirun starts.
+
+Task configs of clawgym (``clawgym.config.is_clawgym_config``) go to
+``clawgym.sweep.run_sweep``: every job composed and checked first, then packed onto one
+Ray cluster. Any other app's jobs run here, in this process and in order, through
+Hydra's ``run_job`` with the given task function (as Hydra's basic launcher does), so
+resolvers and singletons of this process apply and each job gets a real JobReturn.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import TYPE_CHECKING, List, Sequence
+
+from hydra.core.utils import JobReturn, configure_log, filter_overrides, run_job, setup_globals
+from omegaconf import open_dict
+
+if TYPE_CHECKING:
+    from hydra_plugins.clawgym_launcher.launcher import ClawGymLauncher
+
+log = logging.getLogger(__name__)
+
+
+def launch(launcher: "ClawGymLauncher", job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> List[JobReturn]:
+    setup_globals()
+    assert launcher.config is not None and launcher.hydra_context is not None and launcher.task_function is not None
+    config = launcher.config
+    configure_log(config.hydra.hydra_logging, config.hydra.verbose)
+    Path(str(config.hydra.sweep.dir)).mkdir(parents=True, exist_ok=True)
+
+    from clawgym.config import is_clawgym_config
+
+    if is_clawgym_config(config):
+        from clawgym.sweep import LauncherOptions, run_sweep
+
+        fields = LauncherOptions.__dataclass_fields__
+        options = LauncherOptions(**{k: v for k, v in launcher.params.items() if k in fields})
+        return run_sweep(hydra_context=launcher.hydra_context, task_function=launcher.task_function, config=config,
+                         job_overrides=job_overrides, initial_job_idx=initial_job_idx, options=options)
+
+    log.info(f"Launching {len(job_overrides)} jobs in this process")
+    runs: List[JobReturn] = []
+    for idx, overrides in enumerate(job_overrides):
+        idx = initial_job_idx + idx
+        log.info(f"\t#{idx} : {' '.join(filter_overrides(overrides))}")
+        sweep_config = launcher.hydra_context.config_loader.load_sweep_config(config, list(overrides))
+        with open_dict(sweep_config):
+            sweep_config.hydra.job.id = idx
+            sweep_config.hydra.job.num = idx
+        runs.append(run_job(hydra_context=launcher.hydra_context, task_function=launcher.task_function,
+                            config=sweep_config, job_dir_key="hydra.sweep.dir", job_subdir_key="hydra.sweep.subdir"))
+        configure_log(config.hydra.hydra_logging, config.hydra.verbose)
+    return runs

@@ -1,0 +1,223 @@
+"""Launch snapshots: content, atomicity, no overwrite, no secrets (clawgym/snapshot.py)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import List, Optional, Sequence
+
+import pytest
+import yaml
+
+from clawgym import snapshot as snap_mod
+from clawgym.config import compose, config_dir
+from clawgym.plan import build_plan
+from clawgym.snapshot import (CHOICES_FILE, CONFIG_FILE, META_FILE, OVERRIDES_FILE, PLAN_FILE, RESOLVED_FILE,
+                              LaunchRecord, SnapshotError, find_snapshot, list_snapshots, recorded_launch,
+                              write_launch_snapshot)
+
+ROOT = Path(__file__).resolve().parent.parent
+#: Secret values the tests put into the environment; none may ever be written.
+SECRET_WANDB = "wandb-sentinel-0123456789abcdef0123456789abcdef"
+SECRET_SGLANG = "sglang-sentinel-fedcba9876543210"
+SNAPSHOT_FILES = {CONFIG_FILE, RESOLVED_FILE, OVERRIDES_FILE, CHOICES_FILE, PLAN_FILE, META_FILE}
+
+
+def launch_snapshot(save: Path, overrides: Sequence[str] = (), *, timestamp: str = "20260101_000000",
+                    environ: Optional[dict] = None, record: Optional[LaunchRecord] = None):
+    """Compose, plan and snapshot a launch into ``save`` as the launcher does; (cfg, plan, path)."""
+    ov = [f"paths.save={save}", *overrides]
+    cfg = compose(ov)
+    plan = build_plan(cfg, environ=environ if environ is not None else {}, timestamp=timestamp)
+    with recorded_launch(record or LaunchRecord(overrides=ov, choices={"model": "qwen3_4b"})):
+        path = write_launch_snapshot(cfg, plan)
+    return cfg, plan, path
+
+
+def files_under(path: Path) -> List[Path]:
+    return [p for p in Path(path).rglob("*") if p.is_file()]
+
+
+def assert_no_secret_in_tree(path: Path, secrets: Sequence[str] = (SECRET_WANDB, SECRET_SGLANG)) -> None:
+    files = files_under(path)
+    assert files, f"nothing written under {path}"
+    for f in files:
+        data = f.read_bytes()
+        for s in secrets:
+            assert s.encode() not in data, f"secret value found in {f}"
+
+
+@pytest.fixture
+def secret_env(monkeypatch):
+    monkeypatch.setenv("WANDB_API_KEY", SECRET_WANDB)
+    monkeypatch.setenv("SGLANG_API_KEY", SECRET_SGLANG)
+
+
+def test_snapshot_holds_config_overrides_choices_plan_and_meta(tmp_path):
+    save = tmp_path / "run"
+    cfg, plan, path = launch_snapshot(save, ["rollout.temperature=0.9"])
+    assert path.parent == save / "clawgym" / "snapshots"
+    assert {p.name for p in path.iterdir()} == SNAPSHOT_FILES
+    unresolved = yaml.safe_load((path / CONFIG_FILE).read_text())
+    resolved = yaml.safe_load((path / RESOLVED_FILE).read_text())
+    # The unresolved config keeps interpolations; the resolved one holds what the run used.
+    assert unresolved["perf"]["tensor_parallel"] == "${gpu_layout.actor_gpus}"
+    assert resolved["perf"]["tensor_parallel"] == 4
+    assert resolved["rollout"]["temperature"] == 0.9
+    assert resolved["paths"]["save"] == str(save)
+    assert yaml.safe_load((path / OVERRIDES_FILE).read_text()) == [f"paths.save={save}", "rollout.temperature=0.9"]
+    assert yaml.safe_load((path / CHOICES_FILE).read_text()) == {"model": "qwen3_4b"}
+    assert json.loads((path / PLAN_FILE).read_text()) == plan.to_dict()
+    meta = json.loads((path / META_FILE).read_text())
+    assert meta["submission_id"] == plan.submission_id and meta["id"] == path.name
+    assert set(meta["versions"]) >= {"clawgym", "hydra-core", "omegaconf", "ray"}
+    assert meta["versions"]["hydra-core"] and meta["versions"]["omegaconf"]
+    assert meta["host"] and meta["created"] and meta["created_unix"] > 0
+    assert meta["checkpoints_at_launch"]["iterations"] == []
+
+
+def test_snapshot_records_trainer_git_commit_and_dirty_flag(tmp_path):
+    repo = tmp_path / "rl"
+    (repo / "slime").mkdir(parents=True)
+    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
+           "GIT_COMMITTER_EMAIL": "t@t"}
+    git = lambda *a: subprocess.run(["git", "-C", str(repo), *a], check=True, capture_output=True, env=env)  # noqa: E731
+    git("init", "-q")
+    (repo / "slime" / "train.py").write_text("print('v1')\n")
+    git("add", ".")
+    git("commit", "-q", "-m", "v1")
+    head = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+    _, _, clean = launch_snapshot(tmp_path / "a", [f"paths.root={repo}"])
+    (repo / "slime" / "train.py").write_text("print('v2')\n")
+    _, _, dirty = launch_snapshot(tmp_path / "b", [f"paths.root={repo}"])
+    git_clean = json.loads((clean / META_FILE).read_text())["git"]
+    git_dirty = json.loads((dirty / META_FILE).read_text())["git"]
+    assert git_clean["root"]["commit"] == head and git_clean["root"]["dirty"] is False
+    assert git_clean["slime"]["commit"] == head
+    assert git_dirty["root"]["dirty"] is True
+    # Megatron-LM does not exist in this checkout: recorded as such, not an error.
+    assert git_clean["megatron"]["commit"] is None and git_clean["megatron"]["error"]
+
+
+def test_snapshot_of_non_git_checkout_says_so(tmp_path):
+    root = tmp_path / "plain"
+    (root / "slime").mkdir(parents=True)
+    _, _, path = launch_snapshot(tmp_path / "s", [f"paths.root={root}"])
+    info = json.loads((path / META_FILE).read_text())["git"]["slime"]
+    # tmp dirs are outside any repository here.
+    assert info["commit"] is None and info["error"] == "not a git checkout"
+
+
+def test_second_launch_adds_a_snapshot_and_never_overwrites(tmp_path):
+    save = tmp_path / "run"
+    _, _, first = launch_snapshot(save, ["rollout.temperature=0.7"])
+    before = {p.name: p.read_bytes() for p in first.iterdir()}
+    # Same submission id on purpose: the name clash must not replace the first snapshot.
+    _, _, second = launch_snapshot(save, ["rollout.temperature=0.8"])
+    _, _, third = launch_snapshot(save, ["rollout.temperature=0.9"], timestamp="20260101_000500")
+    assert len({first, second, third}) == 3
+    assert {p.name: p.read_bytes() for p in first.iterdir()} == before
+    temps = [s.config["rollout"]["temperature"] for s in list_snapshots(save)]
+    assert temps == [0.7, 0.8, 0.9]
+    assert find_snapshot(save)[0].path == third
+
+
+def test_failed_write_leaves_no_partial_snapshot(tmp_path, monkeypatch):
+    save = tmp_path / "run"
+    real = snap_mod._write_file
+    calls = []
+
+    def failing(path, text):
+        calls.append(path)
+        if len(calls) == 3:
+            raise OSError(28, "No space left on device")
+        real(path, text)
+
+    monkeypatch.setattr(snap_mod, "_write_file", failing)
+    with pytest.raises(OSError):
+        launch_snapshot(save)
+    base = save / "clawgym" / "snapshots"
+    assert list(base.iterdir()) == []  # not even the temp dir
+    assert list_snapshots(save) == []
+
+
+def test_crash_mid_write_leaves_no_visible_snapshot(tmp_path):
+    """A process killed while writing (no cleanup runs) leaves only a hidden temp dir."""
+    save = tmp_path / "run"
+    script = textwrap.dedent(f"""
+        import os, sys
+        sys.path.insert(0, {str(ROOT)!r})
+        from clawgym import snapshot
+        from clawgym.config import compose
+        from clawgym.plan import build_plan
+        real, n = snapshot._write_file, []
+        def dying(path, text):
+            n.append(path)
+            real(path, text)
+            if len(n) == 2:
+                os._exit(9)
+        snapshot._write_file = dying
+        cfg = compose(["paths.save={save}"])
+        snapshot.write_launch_snapshot(cfg, build_plan(cfg, environ={{}}, timestamp="20260101_000000"))
+    """)
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 9, proc.stderr
+    entries = list((save / "clawgym" / "snapshots").iterdir())
+    assert len(entries) == 1 and entries[0].name.startswith(".tmp-")
+    assert list_snapshots(save) == []
+    with pytest.raises(SnapshotError):
+        find_snapshot(save)
+
+
+def test_secret_values_never_written_only_their_names(tmp_path, secret_env):
+    save = tmp_path / "run"
+    cfg, plan, path = launch_snapshot(save, ["wandb.enabled=true"], environ=dict(os.environ))
+    meta = json.loads((path / META_FILE).read_text())
+    assert meta["secret_env"] == {"SGLANG_API_KEY": ["SGLANG_API_KEY"], "WANDB_API_KEY": ["WANDB_KEY", "WANDB_API_KEY"]}
+    assert (save / "clawgym" / "wandb_config.yaml").is_file()
+    assert_no_secret_in_tree(save)
+
+
+def test_secret_value_in_config_refuses_snapshot_and_writes_nothing(tmp_path, secret_env):
+    save = tmp_path / "run"
+    with pytest.raises(SnapshotError) as err:
+        launch_snapshot(save, [f"+extra_env.LEAK={SECRET_SGLANG}"])
+    msg = str(err.value)
+    assert "$SGLANG_API_KEY" in msg and "fix:" in msg and SECRET_SGLANG not in msg
+    assert not (save / "clawgym" / "snapshots").exists() or not any((save / "clawgym" / "snapshots").iterdir())
+
+
+def test_hydra_run_records_task_overrides_and_group_choices(tmp_path):
+    """Under @hydra.main the snapshot takes overrides and choices from HydraConfig."""
+    save = tmp_path / "run"
+    app = tmp_path / "app.py"
+    app.write_text(textwrap.dedent(f"""
+        import os, sys
+        sys.path.insert(0, {str(ROOT)!r})
+        import hydra
+        import clawgym.config
+        from clawgym.plan import build_plan
+        from clawgym.snapshot import write_launch_snapshot
+
+        @hydra.main(version_base="1.3", config_path={str(config_dir())!r}, config_name="config")
+        def main(cfg):
+            print(write_launch_snapshot(cfg, build_plan(cfg, environ={{}}, timestamp="20260101_000000")))
+
+        main()
+    """))
+    overrides = [f"paths.save={save}", "gpu_layout=colocate_8", "rollout.temperature=0.6",
+                 f"hydra.run.dir={tmp_path / 'hydra'}"]
+    proc = subprocess.run([sys.executable, str(app), *overrides], capture_output=True, text=True, timeout=120,
+                          cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    s = find_snapshot(save)[0]
+    assert s.overrides == overrides[:3]
+    assert s.choices["gpu_layout"] == "colocate_8" and s.choices["model"] == "qwen3_4b"
+    assert set(s.choices) <= {"model", "gpu_layout", "rollout", "grpo", "perf", "optimizer", "eval", "sglang",
+                              "sandbox", "paths", "checkpoint", "ray", "wandb"}
+    assert s.config["gpu_layout"]["trainer_script"] == "train.py"
+    assert s.meta["origin"]["command"] == "hydra"

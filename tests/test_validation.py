@@ -1,0 +1,199 @@
+"""One test per validation rule (named after the rule's code), all violations at once,
+and the CLI contract: a bad config exits non-zero with the report alone and writes nothing."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from typing import Any, Dict, List, NamedTuple
+
+import pytest
+
+from clawgym.config import compose
+from clawgym.validate import ConfigError, Violation, validate, violations
+from tests.conftest import ROOT
+
+
+class Case(NamedTuple):
+    # Overrides that break exactly this rule (other rules may follow from them).
+    overrides: List[str]
+    # Key paths the violation must name, in order.
+    keys: List[str]
+    # The offending values it must report, by key path.
+    values: Dict[str, Any]
+
+
+#: Rule code -> a config breaking it. Codes are those of clawgym/validate.py.
+CASES: Dict[str, Case] = {
+    # --- issue 2 §6 rules
+    "split-gpus-fit": Case(["gpu_layout.actor_gpus=6"],
+                           ["gpu_layout.actor_gpus", "gpu_layout.rollout_gpus", "gpu_layout.num_gpus"],
+                           {"gpu_layout.actor_gpus": 6, "gpu_layout.rollout_gpus": 4, "gpu_layout.num_gpus": 8}),
+    "colocated-gpus-fit": Case(["gpu_layout=colocate_8", "gpu_layout.actor_gpus=16"],
+                               ["gpu_layout.actor_gpus", "gpu_layout.num_gpus"],
+                               {"gpu_layout.actor_gpus": 16, "gpu_layout.num_gpus": 8}),
+    "trainer-matches-colocation": Case(["gpu_layout.trainer_script=train.py"],
+                                       ["gpu_layout.colocate", "gpu_layout.trainer_script"],
+                                       {"gpu_layout.colocate": False, "gpu_layout.trainer_script": "train.py"}),
+    "model-parallel-divides-actor-gpus": Case(
+        ["perf.tensor_parallel=8"],
+        ["perf.tensor_parallel", "perf.pipeline_parallel", "perf.context_parallel", "gpu_layout.actor_gpus"],
+        {"perf.tensor_parallel": 8, "gpu_layout.actor_gpus": 4}),
+    "tp-divides-heads": Case(["gpu_layout.actor_gpus=3"], ["perf.tensor_parallel", "model.num_attention_heads"],
+                             {"perf.tensor_parallel": 3, "model.num_attention_heads": 32}),
+    "tp-compatible-with-query-groups": Case(
+        ["model=qwen3_14b", "gpu_layout.actor_gpus=5", "gpu_layout.rollout_gpus=3"],
+        ["perf.tensor_parallel", "model.num_query_groups"], {"perf.tensor_parallel": 5, "model.num_query_groups": 8}),
+    "sglang-tp-divides-rollout-gpus": Case(["sglang.tp=8"], ["sglang.tp", "gpu_layout.rollout_gpus"],
+                                           {"sglang.tp": 8, "gpu_layout.rollout_gpus": 4}),
+    "sglang-tp-divides-heads": Case(["gpu_layout.rollout_gpus=3", "sglang.tp=3"],
+                                    ["sglang.tp", "model.num_attention_heads"],
+                                    {"sglang.tp": 3, "model.num_attention_heads": 32}),
+    "sglang-context-holds-rollout-context": Case(["sglang.context_length=32768"],
+                                                 ["sglang.context_length", "rollout.max_context_len"],
+                                                 {"sglang.context_length": 32768, "rollout.max_context_len": 65536}),
+    "context-exceeds-response": Case(["rollout.max_response_len=65536"],
+                                     ["rollout.max_context_len", "rollout.max_response_len"],
+                                     {"rollout.max_context_len": 65536, "rollout.max_response_len": 65536}),
+    "temperature-positive": Case(["rollout.temperature=0"], ["rollout.temperature"], {"rollout.temperature": 0.0}),
+    "grpo-needs-several-samples": Case(["rollout.n_samples_per_prompt=1"],
+                                       ["grpo.advantage_estimator", "rollout.n_samples_per_prompt"],
+                                       {"rollout.n_samples_per_prompt": 1}),
+    "eps-clip-high-at-least-low": Case(["grpo.eps_clip_high=0.1"], ["grpo.eps_clip_high", "grpo.eps_clip"],
+                                       {"grpo.eps_clip_high": 0.1, "grpo.eps_clip": 0.2}),
+    "save-interval-needs-save-dir": Case(["paths.save=null"], ["checkpoint.save_interval", "paths.save"],
+                                         {"checkpoint.save_interval": 5, "paths.save": None}),
+    "dynamic-batch-needs-max-tokens": Case(["perf.max_tokens_per_gpu=null"],
+                                           ["perf.use_dynamic_batch_size", "perf.max_tokens_per_gpu"],
+                                           {"perf.use_dynamic_batch_size": True, "perf.max_tokens_per_gpu": None}),
+    "gpu-counts-positive": Case(["gpu_layout.rollout_gpus=0"], ["gpu_layout.rollout_gpus"],
+                                {"gpu_layout.rollout_gpus": 0}),
+    "model-sizes-positive": Case(["model.hidden_size=0"], ["model.hidden_size"], {"model.hidden_size": 0}),
+    "rollout-sizes-positive": Case(["rollout.batch_size=0"], ["rollout.batch_size"], {"rollout.batch_size": 0}),
+    "parallel-sizes-positive": Case(["perf.pipeline_parallel=0"], ["perf.pipeline_parallel"],
+                                    {"perf.pipeline_parallel": 0}),
+    "eval-sizes-positive": Case(["eval.num_workers=0"], ["eval.num_workers"], {"eval.num_workers": 0}),
+    "sglang-sizes-positive": Case(["sglang.tp=0"], ["sglang.tp"], {"sglang.tp": 0}),
+    "chroot-needs-rootfs": Case(["sandbox=chroot"], ["sandbox.backend", "sandbox.rootfs"],
+                                {"sandbox.backend": "chroot", "sandbox.rootfs": None}),
+    # --- further rules
+    "query-groups-divide-heads": Case(["model.num_query_groups=5"],
+                                      ["model.num_attention_heads", "model.num_query_groups"],
+                                      {"model.num_query_groups": 5}),
+    "moe-complete": Case(["model=qwen3_30b_a3b", "model.moe_router_topk=null"],
+                         ["model.num_experts", "model.moe_router_topk"], {"model.moe_router_topk": None}),
+    "moe-topk-within-experts": Case(["model=qwen3_30b_a3b", "model.moe_router_topk=200"],
+                                    ["model.moe_router_topk", "model.num_experts"], {"model.moe_router_topk": 200}),
+    "eps-clip-positive": Case(["grpo.eps_clip=0"], ["grpo.eps_clip"], {"grpo.eps_clip": 0.0}),
+    "kl-loss-type-known": Case(["grpo.kl_loss_type=k4"], ["grpo.kl_loss_type"], {"grpo.kl_loss_type": "k4"}),
+    "recompute-granularity-known": Case(["perf.recompute_granularity=partial"], ["perf.recompute_granularity"],
+                                        {"perf.recompute_granularity": "partial"}),
+    "selective-recompute-no-method": Case(["perf.recompute_granularity=selective"],
+                                          ["perf.recompute_granularity", "perf.recompute_method"],
+                                          {"perf.recompute_method": "uniform"}),
+    "lr-positive": Case(["optimizer.lr=0"], ["optimizer.lr"], {"optimizer.lr": 0.0}),
+    "cpu-offload-needs-precision-aware": Case(
+        ["optimizer.use_precision_aware_optimizer=false"],
+        ["optimizer.cpu_offload", "optimizer.use_precision_aware_optimizer"],
+        {"optimizer.use_precision_aware_optimizer": False}),
+    "mem-fraction-in-range": Case(["sglang.mem_fraction_static=1.5"], ["sglang.mem_fraction_static"],
+                                  {"sglang.mem_fraction_static": 1.5}),
+    "api-port-in-range": Case(["sglang.api_port=70000"], ["sglang.api_port"], {"sglang.api_port": 70000}),
+    "sandbox-backend-known": Case(["sandbox.backend=podman"], ["sandbox.backend"], {"sandbox.backend": "podman"}),
+    "docker-needs-image": Case(["sandbox.image=''"], ["sandbox.backend", "sandbox.image"], {"sandbox.image": ""}),
+    "container-prefix-nonempty": Case(["sandbox.container_prefix=''"], ["sandbox.container_prefix"],
+                                      {"sandbox.container_prefix": ""}),
+    "names-are-folder-names": Case(["exp_name=a/b"], ["exp_name"], {"exp_name": "a/b"}),
+    "ray-port-in-range": Case(["ray.dashboard_port=0"], ["ray.dashboard_port"], {"ray.dashboard_port": 0}),
+    "ray-gpus-nonnegative": Case(["ray.num_gpus=-1"], ["ray.num_gpus"], {"ray.num_gpus": -1}),
+    "save-interval-positive": Case(["checkpoint.save_interval=0"], ["checkpoint.save_interval"],
+                                   {"checkpoint.save_interval": 0}),
+    "save-dir-needs-interval": Case(["checkpoint.save_interval=null"], ["paths.save", "checkpoint.save_interval"],
+                                    {"checkpoint.save_interval": None}),
+    "expert-parallel-divides-experts": Case(["model=qwen3_30b_a3b", "perf.expert_parallel=3"],
+                                            ["perf.expert_parallel", "model.num_experts"],
+                                            {"perf.expert_parallel": 3, "model.num_experts": 128}),
+    "extra-args-not-generated": Case(["extra_args=[--lr,'1e-5']"], ["extra_args"], {"extra_args": ["--lr", "1e-5"]}),
+    "no-secrets-in-argv": Case(["extra_args=[--wandb-key,abc]"], ["extra_args"], {}),
+    "resolves": Case(["paths.root=${oc.env:CLAWGYM_TEST_UNSET_VARIABLE}"], ["paths.root"],
+                     {"paths.root": "${oc.env:CLAWGYM_TEST_UNSET_VARIABLE}"}),
+    "value-required": Case(["model=base_model"], ["model.name"], {"model.name": "???"}),
+}
+
+
+def rule_codes_in_source() -> set:
+    """Every rule code clawgym/validate.py can report."""
+    src = (ROOT / "clawgym" / "validate.py").read_text()
+    codes = set(re.findall(r"v\.(?:add|positive)\(\s*\"([a-z0-9-]+)\"", src))
+    codes |= set(re.findall(r"Violation\([^)]*?\"([a-z0-9-]+)\"\)", src, re.S))
+    return codes
+
+
+def test_every_rule_has_a_test():
+    assert rule_codes_in_source() == set(CASES), (
+        f"rules without a case: {sorted(rule_codes_in_source() - set(CASES))}; "
+        f"cases without a rule: {sorted(set(CASES) - rule_codes_in_source())}"
+    )
+
+
+def test_defaults_are_valid():
+    assert violations(compose([])) == []
+
+
+@pytest.mark.parametrize("code", list(CASES))
+def test_rule(code: str):
+    case = CASES[code]
+    found = violations(compose(case.overrides))
+    mine = [v for v in found if v.code == code]
+    assert mine, f"{code} not reported for {case.overrides}; got {[v.code for v in found]}"
+    v: Violation = mine[0]
+    assert v.keys == case.keys
+    for key, value in case.values.items():
+        assert v.values[key] == value, (key, v.values)
+    # The report names key path, value, rule and fix.
+    text = ConfigError(found).report()
+    assert f"[{code}]" in text
+    for key in v.keys:
+        assert f"{key}={v.values[key]!r}" in text
+    assert v.rule and f"rule: {v.rule}" in text
+    assert v.fix and f"fix:  {v.fix}" in text
+    # The fix points at a key the user can set.
+    assert any(k in v.fix for k in v.keys) or "=" in v.fix or "export" in v.fix
+
+
+def test_all_violations_reported_together():
+    overrides = ["rollout.temperature=0", "grpo.eps_clip_high=0.1", "sandbox=chroot", "gpu_layout.actor_gpus=6",
+                 "sglang.context_length=1024"]
+    with pytest.raises(ConfigError) as info:
+        validate(compose(overrides))
+    codes = [v.code for v in info.value.violations]
+    for code in ("temperature-positive", "eps-clip-high-at-least-low", "chroot-needs-rootfs", "split-gpus-fit",
+                 "sglang-context-holds-rollout-context"):
+        assert code in codes
+    report = info.value.report()
+    assert f"{len(codes)} problems" in report.splitlines()[0]
+    for i in range(1, len(codes) + 1):
+        assert f"  {i}. [" in report
+
+
+def test_cli_reports_violations_without_traceback_and_writes_nothing(tmp_path):
+    run_dir = tmp_path / "run"
+    proc = subprocess.run(
+        [sys.executable, "train.py", "rollout.temperature=0", "sandbox=chroot", "grpo.eps_clip_high=0.1",
+         "dry_run=true", f"hydra.run.dir={run_dir}"],
+        cwd=ROOT, capture_output=True, text=True, timeout=120,
+        env={**os.environ, "HYDRA_FULL_ERROR": "0"},
+    )
+    assert proc.returncode != 0
+    assert "Traceback" not in proc.stdout + proc.stderr
+    assert proc.stdout.strip() == ""
+    err = proc.stderr.strip()
+    assert err.startswith("clawgym: invalid configuration"), err
+    for code in ("temperature-positive", "chroot-needs-rootfs", "eps-clip-high-at-least-low"):
+        assert f"[{code}]" in err
+    # Every line of the output belongs to the report.
+    assert all(re.match(r"^(clawgym: invalid configuration|  \d+\. \[|      (rule|fix):)", line)
+               for line in err.splitlines()), err
+    assert not list(tmp_path.rglob("launch_plan.json"))
