@@ -9,8 +9,10 @@ from pathlib import Path
 from typing import Any, Optional
 
 from omegaconf import DictConfig
+from omegaconf.errors import OmegaConfBaseException
 
-from clawgym.plan import LaunchPlan, build_plan, format_plan
+from clawgym.config import to_plain
+from clawgym.plan import LaunchPlan, build_plan_from_dict, format_plan
 from clawgym.validate import ConfigError, validate
 
 PLAN_FILE = "launch_plan.json"
@@ -46,11 +48,16 @@ def fail(err: ConfigError) -> None:
 
 
 def run(cfg: DictConfig) -> Any:
+    # Resolve once for validation and plan (a config that does not resolve is reported by validate).
     try:
-        validate(cfg)
+        resolved: Any = to_plain(cfg)
+    except OmegaConfBaseException:
+        resolved = cfg
+    try:
+        validate(resolved)
     except ConfigError as err:
         fail(err)
-    plan = build_plan(cfg, environ=os.environ, timestamp=timestamp())
+    plan = build_plan_from_dict(resolved, environ=os.environ, timestamp=timestamp())
     if cfg.dry_run:
         print(format_plan(plan))
         out = output_dir()

@@ -119,6 +119,11 @@ def _uninterruptible() -> Iterator[None]:
 
 # ---------------------------------------------------------------- cluster
 
+def _warm_ray_import() -> None:
+    """Import Ray's job SDK (about a second) while ``ray start`` runs anyway."""
+    import ray.job_submission  # noqa: F401
+
+
 def _client(address: str):
     from ray.job_submission import JobSubmissionClient
 
@@ -156,7 +161,8 @@ class Cluster:
         if rec is not None:
             print(f"[clawgym] reusing the Ray head clawgym started earlier at {rec.dashboard_address}", flush=True)
             return cls(rec.dashboard_address, started_by_us=False, record=rec)
-        rec = ray_head.start_head(plan.ray_start, plan.ray_start_env, secrets=secrets)
+        rec = ray_head.start_head(plan.ray_start, plan.ray_start_env, secrets=secrets,
+                                  while_waiting=_warm_ray_import)
         return cls(rec.dashboard_address, started_by_us=True, record=rec)
 
     def total_gpus(self) -> float:
@@ -450,6 +456,10 @@ def launch_single(cfg: Any, plan: LaunchPlan) -> Any:
     except (LaunchError, ray_head.HeadError) as err:
         print(f"clawgym: {err}", file=sys.stderr, flush=True)
         sys.exit(1)
+    except KeyboardInterrupt:
+        # Before a head or job existed (later interrupts are handled where they can stop things).
+        print("\n[clawgym] interrupted; nothing was left running", file=sys.stderr, flush=True)
+        sys.exit(EXIT_STOPPED)
     if rc:
         sys.exit(rc)
     return 0

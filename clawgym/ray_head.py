@@ -37,7 +37,7 @@ import urllib.error
 import urllib.request
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence
 
 #: Environment variable that marks every process of a head clawgym started.
 MARKER_ENV = "CLAWGYM_HEAD_ID"
@@ -349,12 +349,14 @@ def _ray_executable() -> List[str]:
 
 
 def start_head(argv: Sequence[str], env: Mapping[str, str], *, secrets: Mapping[str, str],
-               timeout: float = 180.0, quiet: bool = False) -> HeadRecord:
+               timeout: float = 180.0, quiet: bool = False,
+               while_waiting: Optional[Callable[[], None]] = None) -> HeadRecord:
     """Run ``ray start`` (``argv`` from the plan) and record what it started.
 
     ``env`` is added to this process's environment for the head, then ``secrets``;
-    their values never reach the record (only a salted digest). On any failure,
-    including Ctrl-C, whatever had started is stopped again.
+    their values never reach the record (only a salted digest). ``while_waiting``
+    runs while ``ray start`` does (e.g. warming imports). On any failure, including
+    Ctrl-C, whatever had started is stopped again.
     """
     argv = list(argv)
     if argv[:2] != ["ray", "start"] or "--head" not in argv:
@@ -388,15 +390,24 @@ def start_head(argv: Sequence[str], env: Mapping[str, str], *, secrets: Mapping[
             proc = subprocess.Popen(full, env=head_env, stdin=subprocess.DEVNULL, stdout=log,
                                     stderr=subprocess.STDOUT, start_new_session=True)
             sid = proc.pid
+            if while_waiting is not None:
+                while_waiting()
             try:
                 rc = proc.wait(timeout=timeout)
             except subprocess.TimeoutExpired:
                 proc.kill()
                 raise HeadError(f"'ray start' did not finish within {timeout:.0f}s; see {log_path}")
         if rc != 0:
-            tail = Path(log_path).read_text(errors="replace").strip().splitlines()[-15:]
-            raise HeadError(f"'ray start' failed (exit {rc}):\n  " + "\n  ".join(tail) +
-                            f"\n  fix: free the ports (ray.port, ray.dashboard_port) or choose others")
+            # The temp dir goes away with the failed head; keep ray start's output for the user.
+            kept = heads_dir() / f"failed-{port}.log"
+            kept.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(log_path, kept)
+            lines = Path(log_path).read_text(errors="replace").strip().splitlines()
+            causes = [ln.strip() for ln in lines if "Error" in ln or "error" in ln or "Failed" in ln][-3:]
+            raise HeadError(f"'ray start' failed (exit {rc}): " + ("\n  ".join(causes) or "(no error line)") +
+                            f"\n  full output: {kept}"
+                            f"\n  fix: free the ports (ray.port, ray.dashboard_port) or choose others, "
+                            f"or check the options in ray.*")
         address = dashboard_address_of(argv)
         deadline = time.time() + 60
         while not dashboard_responds(address):

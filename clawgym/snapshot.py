@@ -31,13 +31,17 @@ When the launcher cannot follow the job:
 
 - detach mode (``ray.detach=true``) or a launcher that exits early: no watcher runs.
 - a save dir on a filesystem the launcher cannot see (an existing remote cluster):
-  the snapshot is written at that path on the launcher's machine (or fails there), and
-  the watcher sees no checkpoints.
+  the snapshot lands at that path on the launcher's machine, where the watcher sees no
+  checkpoints (or, when the path cannot be created there, the launch stops before
+  submitting and says so). The W&B config file is then not given to the job either
+  (``wandb.config_file``, see :mod:`clawgym.wandb_env`).
 
 In both cases run ``clawgym stamp <save>`` on a machine that sees the save dir
-(``--follow`` keeps watching until interrupted): it assigns each complete, unstamped
-checkpoint to the snapshot of the launch that preceded it (using the checkpoints each
-snapshot recorded at launch). ``clawgym show <save>`` lists checkpoints without one.
+(``--follow`` keeps watching until interrupted; for a remote save dir, first copy
+``<save>/clawgym/`` from the launcher's machine into it): it assigns each complete,
+unstamped checkpoint to the snapshot of the launch that preceded it (using the
+checkpoints each snapshot recorded at launch). ``clawgym show <save>`` lists checkpoints
+without one.
 """
 
 from __future__ import annotations
@@ -108,6 +112,14 @@ class LaunchRecord:
     origin: Dict[str, Any] = field(default_factory=dict)
 
 
+    @classmethod
+    def from_hydra(cls, hydra_node: Any, *, command: str = "hydra") -> "LaunchRecord":
+        """The record in a job's ``hydra`` node (``HydraConfig.get()`` or a sweep job's config.hydra)."""
+        choices = {str(k): str(v) for k, v in hydra_node.runtime.choices.items() if k in GROUPS and v is not None}
+        return cls(overrides=[str(o) for o in hydra_node.overrides.task], choices=choices,
+                   origin={"command": command, "mode": str(hydra_node.mode)})
+
+
 _RECORD: Optional[LaunchRecord] = None
 
 
@@ -132,9 +144,19 @@ def _hydra_record() -> LaunchRecord:
     if not HydraConfig.initialized():
         return LaunchRecord()
     hc = HydraConfig.get()
-    choices = {k: str(v) for k, v in hc.runtime.choices.items() if k in GROUPS and v is not None}
-    return LaunchRecord(overrides=[str(o) for o in hc.overrides.task], choices=choices,
-                        origin={"command": "hydra", "mode": str(hc.mode)})
+    if _has_sweep(hc.overrides.task):
+        # The multirun's primary config (a sweep launcher process), not one job's: unknown.
+        return LaunchRecord(origin={"command": "hydra", "mode": str(hc.mode)})
+    return LaunchRecord.from_hydra(hc)
+
+
+def _has_sweep(overrides: Sequence[str]) -> bool:
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    try:
+        return any(o.is_sweep_override() for o in OverridesParser.create().parse_overrides(list(overrides)))
+    except Exception:  # noqa: BLE001 - unparsable means we cannot tell; do not guess
+        return True
 
 
 # ---------------------------------------------------------------- facts about the machine
@@ -158,7 +180,9 @@ def git_info(path: str | os.PathLike) -> Dict[str, Any]:
         return {**info, "error": "directory not found"}
 
     def git(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run(["git", "-C", str(p), *args], capture_output=True, text=True, timeout=20)
+        # No optional locks: never contend with the user's own git commands in that checkout.
+        return subprocess.run(["git", "-C", str(p), *args], capture_output=True, text=True, timeout=20,
+                              env={**os.environ, "GIT_OPTIONAL_LOCKS": "0"})
 
     try:
         head = git("rev-parse", "HEAD")
@@ -377,18 +401,20 @@ def _unique_name(base: Path, name: str) -> str:
     return candidate
 
 
-def write_launch_snapshot(cfg: Any, plan: Any) -> Path:
+def write_launch_snapshot(cfg: Any, plan: Any, *, record: Optional[LaunchRecord] = None) -> Path:
     """Write a new snapshot of a launch into its save dir and return the snapshot dir.
 
     Called before the job is submitted (never for dry runs). Earlier snapshots are never
     touched; the W&B config file (when the plan has the job read one) is replaced.
+    Overrides and choices come from ``record``, else :func:`recorded_launch`, else the
+    current Hydra job (a sweep launcher passes ``LaunchRecord.from_hydra(job_config.hydra)``).
     Raises :class:`SnapshotError` when a secret value would be written.
     """
     from clawgym.wandb_env import CONFIG_FILE_ENV, wandb_config_document
 
-    record = _RECORD if _RECORD is not None else _hydra_record()
+    if record is None:
+        record = _RECORD if _RECORD is not None else _hydra_record()
     base = _snapshot_base(plan)
-    base.mkdir(parents=True, exist_ok=True)
     name = _unique_name(base, re.sub(r"[^A-Za-z0-9_.-]+", "-", plan.submission_id))
     files = snapshot_files(cfg, plan, record, snapshot_id=name)
 
@@ -411,19 +437,44 @@ def write_launch_snapshot(cfg: Any, plan: Any) -> Path:
             "  rule: secrets are read from the environment at launch and are never stored\n"
             "  fix:  remove the secret from the overrides/config (e.g. extra_env, extra_args) and export it instead")
 
-    tmp = base / f".tmp-{name}-{os.getpid()}"
     try:
-        tmp.mkdir()
-        for fname, text in files.items():
-            _write_file(tmp / fname, text)
-        # A same-named snapshot that appeared meanwhile makes the rename fail: never overwrite.
-        os.rename(tmp, base / name)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
-    if wandb_file and wandb_text:
-        atomic_write_text(Path(wandb_file), wandb_text)
+        base.mkdir(parents=True, exist_ok=True)
+        _remove_dead_temp_dirs(base)
+        tmp = base / f".tmp-{name}-{socket.gethostname()}-{os.getpid()}"
+        try:
+            tmp.mkdir()
+            for fname, text in files.items():
+                _write_file(tmp / fname, text)
+            # A same-named snapshot that appeared meanwhile makes the rename fail: never overwrite.
+            os.rename(tmp, base / name)
+        finally:
+            if tmp.exists():
+                shutil.rmtree(tmp, ignore_errors=True)
+        if wandb_file and wandb_text:
+            atomic_write_text(Path(wandb_file), wandb_text)
+    except OSError as exc:
+        raise SnapshotError(
+            f"clawgym: cannot write the config snapshot into {base}: {exc.strerror or exc}; nothing was started.\n"
+            "  rule: every launch records its config in its save dir (paths.save) before the job is submitted\n"
+            "  fix:  launch from a machine that mounts the save dir, or set paths.save to a writable path "
+            "that the cluster shares") from None
     return base / name
+
+
+def _remove_dead_temp_dirs(base: Path) -> None:
+    """Remove temp dirs that a crashed launch on this host left behind (its process is gone)."""
+    host = socket.gethostname()
+    for entry in base.glob(".tmp-*"):
+        head, _, pid = entry.name.rpartition("-")
+        if not pid.isdigit() or not head.endswith(f"-{host}"):
+            continue  # another host's launch: it may still be writing
+        try:
+            os.kill(int(pid), 0)  # existence probe only; sends nothing
+            continue
+        except ProcessLookupError:
+            shutil.rmtree(entry, ignore_errors=True)
+        except OSError:
+            continue
 
 
 # ---------------------------------------------------------------- reading

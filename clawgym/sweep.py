@@ -225,9 +225,11 @@ def summary_table(jobs: Sequence[SweepJob]) -> str:
 
 def _quiet_ray_sdk() -> None:
     """Ray's job SDK logs each package upload and websocket close at INFO; keep progress readable."""
+    import importlib
     import logging
 
     for name in ("ray.dashboard.modules.dashboard_sdk", "ray.dashboard.modules.job.sdk"):
+        importlib.import_module(name)  # they set their level to INFO when imported
         logging.getLogger(name).setLevel(logging.WARNING)
 
 
@@ -391,7 +393,7 @@ class SweepSession:
                 raise SweepRefused(f"clawgym: sweep refused: {err}") from None
         local_head = head.ray_start is not None and reusable is None
         from clawgym.preflight import PreflightError, cleanup_leftovers, run_preflight
-        from clawgym.snapshot import SnapshotError, write_launch_snapshot
+        from clawgym.snapshot import LaunchRecord, SnapshotError, write_launch_snapshot
 
         reports = []
         for j in jobs:
@@ -412,7 +414,9 @@ class SweepSession:
                     cleanup_leftovers(j.task_cfg)
                     cleaned.add(key)
             for j in jobs:
-                j.snapshot = str(write_launch_snapshot(j.task_cfg, j.plan))
+                # This job's overrides and choices (HydraConfig holds the whole sweep's here).
+                j.snapshot = str(write_launch_snapshot(j.task_cfg, j.plan,
+                                                       record=LaunchRecord.from_hydra(j.config.hydra, command="sweep")))
         except (PreflightError, SnapshotError) as err:
             raise SweepRefused(f"clawgym: sweep refused; nothing was submitted\n{err}") from None
         return secrets
@@ -422,7 +426,7 @@ class SweepSession:
 
         secrets = self._prepare_all(jobs)
         detach = bool(jobs[0].task_cfg.ray.detach)
-        keep_head = any(bool(j.task_cfg.ray.keep_head) for j in jobs) or detach
+        keep_head = any(bool(j.task_cfg.ray.keep_head) for j in jobs)
         try:
             self.cluster = launch.Cluster.connect_or_start(jobs[0].plan, secrets=secrets)
         except (launch.LaunchError, ray_head.HeadError) as err:
@@ -449,9 +453,10 @@ class SweepSession:
                     launch.set_active_session(None)
         finally:
             with launch._uninterruptible():
-                # A head we started goes with the sweep (kept when asked, or for detached jobs).
+                # A head we started goes with the sweep: kept when asked, or while detached jobs run on it.
+                detached = detach and any(j.handle is not None for j in jobs)
                 try:
-                    self.cluster.close(keep_head=keep_head and not interrupted)
+                    self.cluster.close(keep_head=(keep_head or detached) and not interrupted)
                 except Exception as exc:
                     _say(f"[sweep] could not close the cluster: {exc}")
         if interrupted:
@@ -510,6 +515,13 @@ class SweepSession:
         j.status = RUNNING
         try:
             ret = self._run_hydra_job(j)
+        except SystemExit as exc:
+            # A task function that exits must not end the sweep while other jobs run.
+            ret = JobReturn(overrides=j.overrides, cfg=j.task_cfg, status=JobStatus.FAILED,
+                            working_dir=os.getcwd(), task_name=str(j.config.hydra.job.name))
+            ret.hydra_cfg = OmegaConf.create({"hydra": OmegaConf.to_container(j.config.hydra, resolve=False)})
+            ret.return_value = SweepJobFailed(f"clawgym: sweep job #{j.num} ({j.label}) exited with status "
+                                              f"{exc.code} before submitting")
         finally:
             self._current = None
         j.job_return = ret
@@ -536,9 +548,22 @@ class SweepSession:
             self._wake.set()
 
     def _schedule(self, jobs: List[SweepJob]) -> None:
+        """First fit in sweep order: start every queued job whose GPUs fit next to the running ones."""
         queue = list(jobs)
         running: List[SweepJob] = []
         while queue or running:
+            # Ray's status frees a job's GPUs as soon as it ends; its log thread may still be
+            # draining the last output, which is joined at the end.
+            for j in list(running):
+                ray_status = self._ended(j)
+                if ray_status is not None:
+                    running.remove(j)
+                    j.ended = time.monotonic()
+                    ok = ray_status == "SUCCEEDED" if j.exit_code is None else j.exit_code == 0
+                    if j.exit_code is None:
+                        j.exit_code = 0 if ok else (130 if ray_status == "STOPPED" else 1)
+                    j.status = SUCCEEDED if ok and j.error is None else FAILED
+                    self._event(j)
             free = self.total_gpus - sum(j.plan.gpus_required for j in running)
             for j in list(queue):
                 if self.options.max_concurrent and len(running) >= self.options.max_concurrent:
@@ -549,22 +574,33 @@ class SweepSession:
                     if j.status == RUNNING:
                         running.append(j)
                         free -= j.plan.gpus_required
-            for j in list(running):
-                if j.thread is not None and not j.thread.is_alive():
-                    running.remove(j)
-                    j.ended = time.monotonic()
-                    j.status = SUCCEEDED if j.exit_code == 0 and j.error is None else FAILED
-                    self._event(j)
             self._progress()
             if queue or running:
                 self._wake.wait(self.options.poll_interval)
                 self._wake.clear()
+        for j in jobs:
+            if j.thread is not None:
+                j.thread.join(timeout=30)
+
+    @staticmethod
+    def _ended(j: SweepJob) -> Optional[str]:
+        """Ray's terminal status of a running job, or None while it runs."""
+        from clawgym.launch import TERMINAL
+
+        if j.thread is not None and not j.thread.is_alive():
+            return "SUCCEEDED" if j.exit_code == 0 else "FAILED"
+        try:
+            status = j.handle.status()
+        except Exception:  # the dashboard hiccuped; the log thread still reports the end
+            return None
+        return status if status in TERMINAL else None
 
     def _submit_detached(self, jobs: List[SweepJob]) -> None:
         for j in jobs:
             self._start(j, follow=False)
             if j.status == RUNNING:
                 j.status = "submitted"
+                j.ended = time.monotonic()
 
     def _interrupt(self, jobs: Sequence[SweepJob]) -> None:
         for j in jobs:
@@ -642,3 +678,7 @@ def run_sweep(*, hydra_context: HydraContext, task_function: TaskFunction, confi
     except SweepRefused as err:
         print(str(err), file=sys.stderr, flush=True)
         sys.exit(EXIT_REFUSED)
+    except KeyboardInterrupt:
+        # Before the first submission (later ones are handled where jobs run).
+        print("\n[sweep] interrupted before any job was submitted", file=sys.stderr, flush=True)
+        sys.exit(EXIT_INTERRUPTED)

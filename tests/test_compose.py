@@ -229,3 +229,26 @@ def test_colocated_layouts_follow_num_gpus():
     g = c["gpu_layout"]
     assert (g["actor_gpus"], g["rollout_gpus"], g["trainer_script"]) == (4, 4, "train.py")
     assert flags(plan)["--colocate"] is True and flags(plan)["--tensor-model-parallel-size"] == "4"
+
+
+@pytest.mark.parametrize("line, words", [("foo: 1", ["foo"]), ("kv_channels: abc", ["kv_channels", "abc"])])
+def test_yaml_option_is_checked_against_the_schema(tmp_path, line: str, words: List[str]):
+    """A typo or wrong type inside an option file fails at compose time, like on the command line."""
+    import shutil
+
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+    from hydra.errors import HydraException
+
+    from clawgym.config import config_dir
+
+    conf = tmp_path / "conf"
+    shutil.copytree(config_dir(), conf)
+    (conf / "model" / "qwen3_bad.yaml").write_text((conf / "model" / "qwen3_4b.yaml").read_text() + f"{line}\n")
+    with initialize_config_dir(config_dir=str(conf), version_base="1.3"):
+        hydra_compose("config", overrides=["model=qwen3_4b"])
+        with pytest.raises(HydraException) as info:
+            hydra_compose("config", overrides=["model=qwen3_bad"])
+    text = str(info.value) + str(info.value.__cause__ or "")
+    for word in words:
+        assert word in text

@@ -363,3 +363,15 @@ def test_clawgym_preflight_subcommand_composes_overrides(clawgym_checkout, tmp_p
     typo = subprocess.run(base + ["model=qwen3_9b"], cwd=tmp_path, env=_cli_env(), capture_output=True,
                           text=True, timeout=120)
     assert typo.returncode == 2 and "Traceback" not in typo.stderr
+
+
+def test_clawgym_preflight_cluster_flag_after_overrides_skips_machine_checks(clawgym_checkout, tmp_path):
+    env = {**_cli_env(), "CUDA_VISIBLE_DEVICES": ""}
+    out = subprocess.run([sys.executable, "-m", "clawgym", "preflight", f"paths.root={clawgym_checkout}",
+                          "skip_checks=[docker,image]", "--cluster"],
+                         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "gpus" in out.stdout and "not checked (the job runs on the existing cluster" in out.stdout
+    bad = subprocess.run([sys.executable, "-m", "clawgym", "preflight", "model=qwen3_4b", "--bogus"],
+                         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and "unknown option --bogus" in bad.stderr

@@ -12,8 +12,8 @@ from clawgym.cli import main as cli
 from clawgym.commands.diff import flatten, parse_flags
 from clawgym.commands.resume import build_resume
 from clawgym.config import to_plain
-from clawgym.snapshot import LaunchRecord, recorded_launch
-from tests.test_snapshot import launch_snapshot
+from clawgym.snapshot import recorded_launch
+from tests.test_snapshot import SECRET_SGLANG, SECRET_WANDB, assert_no_secret_in_tree, launch_snapshot
 from tests.test_snapshot_watcher import write_checkpoint
 
 
@@ -115,6 +115,8 @@ def test_resume_bad_override_is_a_user_error(launched, capsys):
     assert "rollout.temprature" in err and "Traceback" not in err
     assert cli(["resume", str(save), "rollout.temperature=-1", "--dry-run"]) == 2
     assert "temperature-positive" in capsys.readouterr().err
+    assert cli(["resume", str(save), "rollout.temperature=[", "--dry-run"]) == 2
+    assert "Traceback" not in capsys.readouterr().err
 
 
 def test_resumed_launch_snapshot_records_where_it_came_from(launched):
@@ -144,7 +146,9 @@ def test_resume_real_launch_continues_with_load_and_stamps_new_checkpoints(
     save = tmp_path / "run"
     records = tmp_path / "records"
     env = {k: v for k, v in os.environ.items() if k not in ("WANDB_API_KEY", "WANDB_KEY", "SGLANG_API_KEY")}
-    env.update(PYTHONPATH=str(root), CLAWGYM_STATE_DIR=str(tmp_path / "state"))
+    # Secrets in the launcher's environment: none may end up in any file the launches write.
+    env.update(PYTHONPATH=str(root), CLAWGYM_STATE_DIR=str(tmp_path / "state"),
+               WANDB_API_KEY=SECRET_WANDB, SGLANG_API_KEY=SECRET_SGLANG)
     # The stand-in writes its checkpoints early, then keeps running: stamps must land meanwhile.
     # (Its knobs travel in the config, so the resumed run gets them from the snapshot.)
     standin = [f"+extra_env.STANDIN_RECORD_DIR={records}", "+extra_env.STANDIN_CHECKPOINT_EVERY=0.2",
@@ -152,6 +156,7 @@ def test_resume_real_launch_continues_with_load_and_stamps_new_checkpoints(
     first = subprocess.run(
         [sys.executable, str(root / "train.py"), *checkout_overrides(clawgym_checkout, skip_checks=LAUNCH_SKIPS),
          *ray_cluster.overrides(), f"paths.save={save}", "+extra_env.STANDIN_CHECKPOINTS=2", *standin,
+         "wandb.enabled=true", "wandb.config_file=true",
          f"hydra.run.dir={tmp_path}/hydra"],
         env=env, capture_output=True, text=True, timeout=300, cwd=root)
     assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
@@ -178,3 +183,17 @@ def test_resume_real_launch_continues_with_load_and_stamps_new_checkpoints(
     assert argv2 == rec1["argv"]
     # The stand-in restarts at iteration 1 (it ignores --load): all three are the resumed run's.
     assert [c.stamp_id for c in list_checkpoints(save)] == [s2.id, s2.id, s2.id]
+    # show and diff on the real save dir.
+    shown = subprocess.run([sys.executable, "-m", "clawgym", "show", str(save), "--no-config"], env=env,
+                           capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert shown.returncode == 0 and "resume" in shown.stdout and f"--load {save}" in shown.stdout
+    diffed = subprocess.run([sys.executable, "-m", "clawgym", "diff", str(s1.path), str(s2.path)], env=env,
+                            capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert diffed.returncode == 0 and "extra_env.STANDIN_CHECKPOINTS" in diffed.stdout
+    # Every file written (snapshots, stamps, plans, logs, W&B config, Hydra's dir, the job's records)
+    # and every line printed is free of secret values.
+    assert (save / "clawgym" / "wandb_config.yaml").is_file() and list((save / "logs").glob("train_*.log"))
+    for tree in (save, tmp_path / "hydra", records):
+        assert_no_secret_in_tree(tree)
+    for proc in (first, second, shown, diffed):
+        assert SECRET_WANDB not in proc.stdout + proc.stderr and SECRET_SGLANG not in proc.stdout + proc.stderr

@@ -59,6 +59,9 @@ class EnvRow:
     notes: str
     # Variables the row needs to have any effect (e.g. a W&B key for WANDB_PROJECT).
     with_env: Tuple[Tuple[str, str], ...] = ()
+    # For switch-like variables: the value the overrides stand for; any other value is the
+    # default (no override), e.g. USE_WANDB=1.
+    when: Optional[str] = None
 
 
 MIGRATION: List[EnvRow] = [
@@ -70,7 +73,8 @@ MIGRATION: List[EnvRow] = [
     EnvRow("USE_COLOCATE", "1", ("gpu_layout=colocate_8",),
            "Any `NUM_GPUS`: add `gpu_layout.num_gpus=$NUM_GPUS` (actor and rollout GPUs follow it; "
            "`gpu_layout=colocate_4` exists). The seed turns colocation on for *any* non-empty value, "
-           "`USE_COLOCATE=0` included; see deliberate differences."),
+           "`USE_COLOCATE=0` included; see deliberate differences.",
+           when="1"),
     EnvRow("EXP_NAME", "my-exp", ("exp_name={v}",),
            "Drives the save dir, the W&B group and (via `run_name`) the submission id."),
     EnvRow("HF_CKPT", "{root}/local/models/other-ckpt", ("paths.hf_checkpoint={v}",),
@@ -81,7 +85,8 @@ MIGRATION: List[EnvRow] = [
     EnvRow("SAVE_INTERVAL", "10", ("checkpoint.save_interval={v}",), ""),
     EnvRow("PORT", "31001", ("sglang.api_port={v}",), "The ClawGymRL API server port (job env `PORT`)."),
     EnvRow("OPENCLAW_RECORD_ENABLED", "1", ("sglang.record=true",),
-           "Record file: `paths.record_file`."),
+           "Record file: `paths.record_file`.",
+           when="1"),
     EnvRow("TOOL_CALL_PARSER", "hermes", ("sglang.tool_call_parser={v}",),
            "Both the SGLang flag and the job env."),
     EnvRow("REASONING_PARSER", "qwen3", ("sglang.reasoning_parser={v}",),
@@ -97,11 +102,13 @@ MIGRATION: List[EnvRow] = [
     EnvRow("ROLLOUT_BATCH_SIZE", "16", ("rollout.batch_size={v}",), ""),
     EnvRow("OPENCLAW_EVAL_INTERVAL", "10", ("eval.interval={v}",), "`eval.interval=null` turns eval off."),
     EnvRow("SKIP_INITIAL_EVAL", "1", ("eval.skip_before_train=true",),
-           "The seed skips for *any* non-empty value, `0` included; see deliberate differences."),
+           "The seed skips for *any* non-empty value, `0` included; see deliberate differences.",
+           when="1"),
     EnvRow("SGLANG_TP", "2", ("sglang.tp={v}",), ""),
     EnvRow("USE_WANDB", "0", ("wandb.enabled=false",),
            "Default (`wandb.enabled=null`) = the seed's `USE_WANDB=1`: on when a key is in the environment.",
-           with_env=(("WANDB_KEY", WANDB_SECRET),)),
+           with_env=(("WANDB_KEY", WANDB_SECRET),),
+           when="0"),
     EnvRow("WANDB_PROJECT", "my-project", ("wandb.project={v}",), "",
            with_env=(("WANDB_KEY", WANDB_SECRET),)),
     EnvRow("WANDB_KEY", WANDB_SECRET, (),
@@ -230,8 +237,9 @@ def overrides_for(env: Mapping[str, str], root: Path) -> List[str]:
     """clawgym overrides replacing a seed environment, from the migration table."""
     out: List[str] = []
     for var, value in env.items():
-        if var in ROWS:
-            out += [o.format(v=value) for o in ROWS[var].overrides]
+        row = ROWS.get(var)
+        if row is not None and (row.when is None or value == row.when):
+            out += [o.format(v=value) for o in row.overrides]
     return out
 
 
@@ -241,6 +249,8 @@ def render_table() -> str:
     for row in MIGRATION:
         over = " ".join(f"`{o.format(v='$' + row.var)}`" for o in row.overrides) or \
             "none (read from the environment at launch)"
+        if row.when is not None:
+            over += f" for `{row.var}={row.when}`"
         lines.append(f"| `{row.var}` | {over} | {row.notes} |")
     return "\n".join(lines)
 
@@ -498,6 +508,9 @@ COMBINATIONS = {
     "split-2-2-on-4-gpus": {"NUM_GPUS": "4", "ACTOR_GPUS": "2", "ROLLOUT_GPUS": "2", "SGLANG_TP": "2"},
     "wandb-project-exp-and-both-keys": {"WANDB_KEY": WANDB_SECRET, "WANDB_API_KEY": "other-" + WANDB_SECRET,
                                         "WANDB_PROJECT": "p", "EXP_NAME": "e2", "SGLANG_API_KEY": SGLANG_SECRET},
+    # Switch values that mean "default" need no override.
+    "switch-defaults": {"USE_WANDB": "1", "WANDB_KEY": WANDB_SECRET, "OPENCLAW_RECORD_ENABLED": "0",
+                        "SKIP_INITIAL_EVAL": ""},
     # ${REASONING_PARSER:+...}: an empty parser is no parser (no flag), in both.
     "empty-reasoning-parser": {"REASONING_PARSER": ""},
     "openclaw-all": {"OPENCLAW_CONTEXT_WINDOW": "16384", "OPENCLAW_MAX_TOKENS": "2048",

@@ -138,8 +138,9 @@ def test_failed_write_leaves_no_partial_snapshot(tmp_path, monkeypatch):
         real(path, text)
 
     monkeypatch.setattr(snap_mod, "_write_file", failing)
-    with pytest.raises(OSError):
+    with pytest.raises(SnapshotError) as err:
         launch_snapshot(save)
+    assert "No space left on device" in str(err.value) and "fix:" in str(err.value)
     base = save / "clawgym" / "snapshots"
     assert list(base.iterdir()) == []  # not even the temp dir
     assert list_snapshots(save) == []
@@ -171,6 +172,9 @@ def test_crash_mid_write_leaves_no_visible_snapshot(tmp_path):
     assert list_snapshots(save) == []
     with pytest.raises(SnapshotError):
         find_snapshot(save)
+    # The next launch clears what the dead process left and writes a whole snapshot.
+    _, _, path = launch_snapshot(save)
+    assert [p.name for p in (save / "clawgym" / "snapshots").iterdir()] == [path.name]
 
 
 def test_secret_values_never_written_only_their_names(tmp_path, secret_env):
@@ -188,7 +192,7 @@ def test_secret_value_in_config_refuses_snapshot_and_writes_nothing(tmp_path, se
         launch_snapshot(save, [f"+extra_env.LEAK={SECRET_SGLANG}"])
     msg = str(err.value)
     assert "$SGLANG_API_KEY" in msg and "fix:" in msg and SECRET_SGLANG not in msg
-    assert not (save / "clawgym" / "snapshots").exists() or not any((save / "clawgym" / "snapshots").iterdir())
+    assert not save.exists()
 
 
 def test_hydra_run_records_task_overrides_and_group_choices(tmp_path):
@@ -221,3 +225,38 @@ def test_hydra_run_records_task_overrides_and_group_choices(tmp_path):
                               "sandbox", "paths", "checkpoint", "ray", "wandb"}
     assert s.config["gpu_layout"]["trainer_script"] == "train.py"
     assert s.meta["origin"]["command"] == "hydra"
+
+
+def test_sweep_jobs_each_snapshot_their_own_overrides_and_stamp_their_checkpoints(
+        clawgym_checkout, ray_cluster, tmp_path):
+    """A real two-job sweep on the session's Ray head: per-job overrides, choices and stamps."""
+    from clawgym.snapshot import list_checkpoints
+    from tests.fixtures.checkout import LAUNCH_SKIPS, checkout_overrides
+
+    overrides = [*checkout_overrides(clawgym_checkout, skip_checks=LAUNCH_SKIPS), *ray_cluster.overrides(),
+                 "sandbox.cleanup_leftovers=false", f"paths.save={tmp_path}/exp/${{run_name}}",
+                 f"hydra.sweep.dir={tmp_path}/multirun", "gpu_layout=split_1_1",
+                 "+extra_env.STANDIN_CHECKPOINTS=1", "+extra_env.STANDIN_CHECKPOINT_EVERY=0.2",
+                 "+extra_env.STANDIN_SLEEP=3", "rollout.temperature=0.6,0.8"]
+    env = {k: v for k, v in os.environ.items() if k not in ("WANDB_API_KEY", "WANDB_KEY", "SGLANG_API_KEY")}
+    env.update(CLAWGYM_STATE_DIR=str(tmp_path / "state"))
+    proc = subprocess.run([sys.executable, str(ROOT / "train.py"), "-m", *overrides], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    saves = sorted((tmp_path / "exp").iterdir())
+    assert len(saves) == 2
+    for save, temp in zip(saves, ("0.6", "0.8")):
+        (s,) = list_snapshots(save)
+        # This job's concrete override, not the sweep's "0.6,0.8".
+        assert f"rollout.temperature={temp}" in s.overrides and "rollout.temperature=0.6,0.8" not in s.overrides
+        assert s.choices["gpu_layout"] == "split_1_1" and s.meta["origin"]["command"] == "sweep"
+        assert s.config["rollout"]["temperature"] == float(temp)
+        assert [c.stamp_id for c in list_checkpoints(save)] == [s.id]
+
+
+def test_unwritable_save_dir_is_a_user_error(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a dir")
+    with pytest.raises(SnapshotError) as err:
+        launch_snapshot(blocker / "run")
+    assert str(blocker / "run") in str(err.value) and "paths.save" in str(err.value)

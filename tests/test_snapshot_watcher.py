@@ -176,3 +176,27 @@ def test_stamp_command_places_snapshots_after_a_detached_run(tmp_path, capsys):
     assert [c.stamp_id for c in list_checkpoints(save)] == [snap.name, snap.name, None]
     assert cli(["stamp", str(save)]) == 0
     assert "already carries" in capsys.readouterr().out
+
+
+def test_stamp_follow_stamps_new_checkpoints_until_interrupted(tmp_path):
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parent.parent
+    save = tmp_path / "run"
+    _, _, snap = launch_snapshot(save)
+    proc = subprocess.Popen([sys.executable, "-m", "clawgym", "stamp", str(save), "--follow", "--interval", "0.1"],
+                            cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(root), "PYTHONUNBUFFERED": ""}, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().startswith("every complete checkpoint")
+        assert proc.stdout.readline().startswith("following")
+        write_checkpoint(save, 1)
+        assert proc.stdout.readline().strip() == f"iter_0000001: placed snapshot {snap.name}"
+    finally:
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err
+    assert stamp_of(save, 1) == snap.name

@@ -1,4 +1,4 @@
-"""``clawgym diff A B``: changed config keys and the trainer flags they change.
+"""``clawgym diff A B``: changed config keys, and the trainer flags and job environment they change.
 
 A and B are each a save dir (its latest snapshot), a snapshot dir, a checkpoint dir
 (the snapshot it carries), or an override set composed like ``train.py`` would
@@ -11,9 +11,9 @@ import argparse
 import os
 import shlex
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Sequence, Tuple
 
 #: Shown for a key or flag one side does not have.
 ABSENT = "(absent)"
@@ -35,6 +35,8 @@ class Side:
     config: Dict[str, Any]
     # Interpreter, script, trainer flags.
     entrypoint: List[str]
+    # Job environment (the plan's runtime env vars; never secrets).
+    env: Dict[str, str] = field(default_factory=dict)
 
 
 # ---------------------------------------------------------------- comparisons (pure)
@@ -127,6 +129,9 @@ def format_diff(a: Side, b: Side, *, names: Tuple[str, str] = ("A", "B")) -> str
         out += [f"trainer flags that differ ({len(flags)}):", render_table(("flag", na, nb), flags)]
     else:
         out += ["trainer flags: identical"]
+    env = config_changes(a.env, b.env)
+    if env:
+        out += ["", f"job environment that differs ({len(env)}):", render_table(("variable", na, nb), env)]
     return "\n".join(out)
 
 
@@ -140,7 +145,8 @@ def side_from_overrides(text: str, *, environ: Mapping[str, str] = os.environ) -
     overrides = shlex.split(text)
     c = to_plain(compose(overrides), resolve=True)
     plan = build_plan_from_dict(c, environ=environ, timestamp="diff")
-    return Side(label=text or "(defaults)", source="composed from overrides", config=c, entrypoint=plan.entrypoint)
+    return Side(label=text or "(defaults)", source="composed from overrides", config=c, entrypoint=plan.entrypoint,
+                env=dict(plan.runtime_env.get("env_vars") or {}))
 
 
 def side_from_path(path: str) -> Side:
@@ -148,7 +154,8 @@ def side_from_path(path: str) -> Side:
 
     snap, _ = find_snapshot(path)
     return Side(label=path, source=f"snapshot {snap.path}", config=snap.config,
-                entrypoint=list(snap.plan.get("entrypoint") or []))
+                entrypoint=list(snap.plan.get("entrypoint") or []),
+                env=dict((snap.plan.get("runtime_env") or {}).get("env_vars") or {}))
 
 
 def resolve_side(arg: str) -> Side:

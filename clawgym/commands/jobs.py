@@ -5,10 +5,10 @@
     clawgym jobs logs ID [--follow] [--address A]
     clawgym jobs stop ID [--address A]
     clawgym jobs heads
-    clawgym jobs stop-head [--address A] [--force]
+    clawgym jobs stop-head --address A [--force]
 
-Without ``--address``: ``$RAY_ADDRESS`` when it is an http address, else the only live
-head that clawgym started and recorded.
+Without ``--address`` (not for stop-head): ``$RAY_ADDRESS`` when it is an http address,
+else the only live head that clawgym started and recorded.
 """
 
 from __future__ import annotations
@@ -45,7 +45,9 @@ def add_parser(subparsers) -> None:
     sp.add_argument("submission_id")
     sp.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for the job to stop")
     sub.add_parser("heads", help="local Ray heads clawgym started and recorded")
-    sp = with_address(sub.add_parser("stop-head", help="stop a local Ray head that clawgym started"))
+    sp = sub.add_parser("stop-head", help="stop a local Ray head that clawgym started")
+    # Always explicit: stopping a head is never guessed.
+    sp.add_argument("--address", required=True, help="dashboard http address of the head (see: clawgym jobs heads)")
     sp.add_argument("--force", action="store_true", help="stop it even while jobs run on it")
     p.set_defaults(func=run)
 

@@ -48,7 +48,13 @@ def _pinned_base(unresolved: Dict[str, Any], resolved: Dict[str, Any]) -> Any:
     from clawgym.commands.diff import flatten
     from clawgym.schema import ClawGymConfig
 
-    base = OmegaConf.merge(OmegaConf.structured(ClawGymConfig), unresolved)
+    try:
+        base = OmegaConf.merge(OmegaConf.structured(ClawGymConfig), unresolved)
+    except OmegaConfBaseException as exc:
+        raise ResumeError(
+            f"clawgym resume: the snapshot's config does not fit this clawgym's schema: {exc}\n"
+            "  fix: resume with the clawgym version recorded in the snapshot (clawgym show <save dir>), "
+            "or relaunch with train.py and checkpoint.load=<save dir>") from None
     want = flatten(resolved)
     for _ in range(MAX_PIN_PASSES):
         try:
@@ -82,8 +88,14 @@ def apply_overrides(cfg: Any, overrides: Sequence[str]) -> List[str]:
     from clawgym.config import group_options
     from clawgym.schema import GROUPS
 
+    from hydra.errors import OverrideParseException
+
+    try:
+        parsed = OverridesParser.create().parse_overrides(list(overrides))
+    except OverrideParseException as exc:
+        raise ResumeError(f"clawgym resume: {exc}") from None
     switched = []
-    for o in OverridesParser.create().parse_overrides(list(overrides)):
+    for o in parsed:
         key = o.key_or_group
         if o.is_sweep_override():
             raise ResumeError(f"clawgym resume: {o.input_line!r} is a sweep; resume one run at a time")
@@ -129,7 +141,9 @@ def build_resume(save_dir: str | os.PathLike, overrides: Sequence[str] = (), *,
     cfg = _pinned_base(snap.config_unresolved, snap.config)
     switched = apply_overrides(cfg, overrides)
     if not any(o.lstrip("+").startswith("checkpoint.load=") for o in overrides):
-        _set(cfg, "checkpoint.load", str(save))
+        # The path as the run spelled it, when it is the same dir.
+        same = recorded_save and Path(recorded_save).resolve() == save
+        _set(cfg, "checkpoint.load", recorded_save if same else str(save))
     validate(cfg)
     plan = build_plan(cfg, environ=os.environ if environ is None else environ, timestamp=timestamp or now_stamp())
     choices = dict(snap.choices or {})
@@ -166,9 +180,10 @@ def run(args: argparse.Namespace) -> int:
         print(err.report(), file=sys.stderr)
         return 2
     before = Side(label=f"snapshot {snap.id}", source=str(snap.path), config=snap.config,
-                  entrypoint=list(snap.plan.get("entrypoint") or []))
+                  entrypoint=list(snap.plan.get("entrypoint") or []),
+                  env=dict((snap.plan.get("runtime_env") or {}).get("env_vars") or {}))
     after = Side(label="resume", source=f"continuing from {cfg.checkpoint.load}", config=to_plain(cfg),
-                 entrypoint=plan.entrypoint)
+                 entrypoint=plan.entrypoint, env=dict(plan.runtime_env.get("env_vars") or {}))
     print(f"resuming {plan.run_name} from {args.save_dir} (latest snapshot {snap.id})")
     print(format_diff(before, after, names=("was", "now")))
     print()

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 from typing import Any
 
 
@@ -27,25 +28,25 @@ def run(args: argparse.Namespace) -> int:
         return 2
     placed = stamp_save_dir(save)
     for it, sid in placed:
-        print(f"iter_{it:07d}: placed snapshot {sid}")
+        print(f"iter_{it:07d}: placed snapshot {sid}", flush=True)
     if not placed:
-        print("every complete checkpoint already carries its snapshot")
+        print("every complete checkpoint already carries its snapshot", flush=True)
     if not args.follow:
         return 0
     watcher = CheckpointWatcher(save, snap.path, poll_interval=args.interval)
-    print(f"following {save} with snapshot {snap.id} (Ctrl-C to stop)")
+    print(f"following {save} with snapshot {snap.id} (Ctrl-C to stop)", flush=True)
     watcher.start()
     seen = 0
     try:
         while True:
-            watcher._stop.wait(args.interval)
+            time.sleep(args.interval)
             for it in watcher.stamped[seen:]:
-                print(f"iter_{it:07d}: placed snapshot {snap.id}")
+                print(f"iter_{it:07d}: placed snapshot {snap.id}", flush=True)
             seen = len(watcher.stamped)
     except KeyboardInterrupt:
         pass
     for it in watcher.stop()[seen:]:
-        print(f"iter_{it:07d}: placed snapshot {snap.id}")
+        print(f"iter_{it:07d}: placed snapshot {snap.id}", flush=True)
     return 0
 
 

@@ -124,15 +124,17 @@ def cleanup_leftovers(cfg: Any, *, echo: Optional[Callable[[str], None]] = print
     return _cleanup_leftovers(cfg, echo=echo)
 
 
-def preflight_only(cfg: Any, plan: Any) -> int:
+def preflight_only(cfg: Any, plan: Any, *, local_head: Optional[bool] = None) -> int:
     """``preflight_only=true``: print the checklist, exit 1 on failure, return 0 otherwise.
 
-    The head counts as local when no ``ray.address`` is configured (what a launch would do).
-    Nothing is removed: leftover containers are only counted.
+    The head counts as local unless ``ray.address`` is configured (what a launch would
+    do) or ``local_head`` says otherwise. Nothing is removed: leftovers are only counted.
     """
     c = plain_config(cfg)
+    if local_head is None:
+        local_head = not c["ray"]["address"]
     try:
-        report = run_preflight(c, plan, local_head=not c["ray"]["address"])
+        report = run_preflight(c, plan, local_head=local_head)
     except PreflightError as err:
         sys.stdout.flush()
         hint = "" if err.check == "skip_checks" else \

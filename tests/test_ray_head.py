@@ -1,0 +1,142 @@
+"""clawgym.ray_head: a head is stopped through its record, and nothing else ever is."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+import uuid
+
+import pytest
+
+from clawgym import ray_head
+from clawgym.launch import Cluster, resolve_secrets
+from clawgym.plan import LaunchPlan
+
+
+@pytest.fixture(autouse=True)
+def private_state(tmp_path, monkeypatch):
+    monkeypatch.setenv("CLAWGYM_STATE_DIR", str(tmp_path / "state"))
+    return tmp_path / "state"
+
+
+def _sleeper(env=None) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"], start_new_session=True,
+                            env={**os.environ, **(env or {})})
+
+
+def _record(port: int, tmp_path, **kw) -> ray_head.HeadRecord:
+    base = dict(dashboard_address=f"http://127.0.0.1:{port}", dashboard_port=port, gcs_address="127.0.0.1:1",
+                temp_dir=str(tmp_path / f"temp{port}"), session_dir=None, sid=None, marker=uuid.uuid4().hex[:16],
+                start_time=time.time() - 60, argv=[], plan_argv=[], salt="s", digest="d", processes=[])
+    base.update(kw)
+    return ray_head.HeadRecord(**base)
+
+
+def _alive(proc: subprocess.Popen) -> bool:
+    return proc.poll() is None
+
+
+def test_a_recorded_pid_now_owned_by_someone_else_is_not_stopped(tmp_path):
+    other = _sleeper()
+    try:
+        ps = ray_head.psutil_module().Process(other.pid)
+        # Same pid, different create time: the pid was reused after our process died.
+        rec = _record(ray_head.free_port(), tmp_path, sid=other.pid,
+                      processes=[ray_head.ProcessId(other.pid, ps.create_time() - 30, "raylet")])
+        ray_head.write_record(rec)
+        ray_head.stop_head(rec, grace=1.0, quiet=True)
+        time.sleep(0.2)
+        assert _alive(other)
+        assert ray_head.load_record(rec.dashboard_port) is None
+    finally:
+        other.kill()
+        other.wait()
+
+
+def test_processes_carrying_the_heads_marker_are_stopped_and_others_are_not(tmp_path):
+    marker = uuid.uuid4().hex[:16]
+    # A job driver in a session of its own, possibly reparented: found by the inherited marker.
+    ours = _sleeper({ray_head.MARKER_ENV: marker})
+    theirs = _sleeper({ray_head.MARKER_ENV: uuid.uuid4().hex[:16]})
+    plain = _sleeper()
+    try:
+        rec = _record(ray_head.free_port(), tmp_path, marker=marker)
+        stopped = ray_head.stop_head(rec, grace=2.0, quiet=True)
+        assert ours.wait(timeout=10) is not None
+        assert ours.pid in stopped
+        assert _alive(theirs) and _alive(plain)
+    finally:
+        for p in (ours, theirs, plain):
+            p.kill()
+            p.wait()
+
+
+def test_a_dead_heads_record_is_cleaned_up_and_nothing_is_reused(tmp_path):
+    port = ray_head.free_port()
+    rec = _record(port, tmp_path, processes=[ray_head.ProcessId(2 ** 22 - 7, 1.0, "gcs_server")])
+    ray_head.write_record(rec)
+    assert ray_head.settle(["ray", "start", "--head", "--dashboard-port", str(port)], {}, {}) is None
+    assert ray_head.load_record(port) is None
+
+
+def test_a_failed_ray_start_leaves_no_record_temp_dir_or_process(private_state):
+    port = ray_head.free_port()
+    argv = ["ray", "start", "--head", "--port", str(ray_head.free_port()), "--dashboard-port", str(port),
+            "--num-gpus", "not-a-number"]
+    before = set(os.listdir("/tmp/clawgym")) if os.path.isdir("/tmp/clawgym") else set()
+    with pytest.raises(ray_head.HeadError) as info:
+        ray_head.start_head(argv, {}, secrets={}, quiet=True)
+    assert "fix:" in str(info.value) and f"failed-{port}.log" in str(info.value)
+    assert ray_head.load_record(port) is None
+    after = set(os.listdir("/tmp/clawgym")) if os.path.isdir("/tmp/clawgym") else set()
+    assert not [d for d in after - before if d.startswith(f"h{port}-")]
+
+
+def test_record_of_a_started_head_identifies_its_processes(ray_cluster):
+    rec = ray_cluster.record
+    names = {p.name for p in rec.processes}
+    assert {"gcs_server", "raylet"} <= names
+    assert rec.temp_dir.startswith(("/tmp/", tempfile_root())) and len(rec.temp_dir) <= ray_head.MAX_TEMP_DIR_LEN
+    assert ray_head.is_alive(rec)
+    # Every recorded process is verified by pid and create time.
+    found = ray_head.record_processes(rec)
+    assert all(p.pid in found for p in rec.processes if p.name in ("gcs_server", "raylet"))
+
+
+def tempfile_root() -> str:
+    import tempfile
+
+    return tempfile.gettempdir()
+
+
+def test_cluster_reports_the_gpus_its_head_declares(ray_cluster):
+    assert Cluster(ray_cluster.address, started_by_us=False).total_gpus() == ray_cluster.num_gpus
+
+
+def test_closing_a_cluster_we_did_not_start_leaves_it_running(ray_cluster):
+    Cluster(ray_cluster.address, started_by_us=False, record=ray_cluster.record).close(keep_head=False)
+    assert ray_head.is_alive(ray_cluster.record)
+
+
+def test_unreachable_existing_cluster_is_a_clear_error():
+    from clawgym.launch import LaunchError
+
+    plan = LaunchPlan(entrypoint=["python3", "train.py"], working_dir="/nonexistent", runtime_env={},
+                      ray_start=None, ray_start_env={}, submission_id="x",
+                      address=f"http://127.0.0.1:{ray_head.free_port()}")
+    with pytest.raises(LaunchError) as info:
+        Cluster.connect_or_start(plan, secrets={})
+    assert "ray.address" in str(info.value) and "fix" in str(info.value)
+
+
+def test_secrets_resolve_from_the_first_set_variable_in_plan_order():
+    plan = LaunchPlan(entrypoint=[], working_dir="", runtime_env={}, ray_start=None, ray_start_env={},
+                      submission_id="x", address="",
+                      secret_env={"WANDB_API_KEY": ["WANDB_KEY", "WANDB_API_KEY"], "SGLANG_API_KEY": ["SGLANG_API_KEY"]})
+    env = {"WANDB_KEY": "", "WANDB_API_KEY": "second", "SGLANG_API_KEY": "sg"}
+    assert resolve_secrets(plan, env) == {"WANDB_API_KEY": "second", "SGLANG_API_KEY": "sg"}
+    assert resolve_secrets(plan, {"WANDB_KEY": "first", "WANDB_API_KEY": "second"}) == {"WANDB_API_KEY": "first"}
+    assert json.dumps(plan.to_dict()).count("second") == 0
