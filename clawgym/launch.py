@@ -31,7 +31,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Mapping, Optional
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence
 
 from clawgym import ray_head
 from clawgym.plan import LaunchPlan
@@ -159,7 +159,8 @@ class Cluster:
             return cls(plan.address, started_by_us=False)
         rec = ray_head.settle(plan.ray_start, plan.ray_start_env, secrets)
         if rec is not None:
-            print(f"[clawgym] reusing the Ray head clawgym started earlier at {rec.dashboard_address}", flush=True)
+            print(f"[clawgym] reusing the Ray head clawgym started earlier at {rec.dashboard_address} (it keeps "
+                  f"running; stop it with: clawgym jobs stop-head --address {rec.dashboard_address})", flush=True)
             return cls(rec.dashboard_address, started_by_us=False, record=rec)
         rec = ray_head.start_head(plan.ray_start, plan.ray_start_env, secrets=secrets,
                                   while_waiting=_warm_ray_import)
@@ -177,8 +178,11 @@ class Cluster:
         nodes = data.get("data", {}).get("result", {}).get("result", [])
         return float(sum((n.get("resources_total") or {}).get("GPU", 0.0) for n in nodes if n.get("state") == "ALIVE"))
 
-    def close(self, *, keep_head: bool) -> None:
-        """Stop the head if this process started it, it is not to be kept, and no job runs on it."""
+    def close(self, *, keep_head: bool, ignore_jobs: Sequence[str] = ()) -> None:
+        """Stop the head if this process started it, it is not to be kept, and no job runs on it.
+
+        Jobs in ``ignore_jobs`` (ours, already asked to stop) do not keep the head alive.
+        """
         if self._closed:
             return
         self._closed = True
@@ -190,7 +194,7 @@ class Cluster:
             return
         with _uninterruptible():
             try:
-                busy = ray_head.running_jobs(self.address)
+                busy = [j for j in ray_head.running_jobs(self.address) if j not in ignore_jobs]
             except Exception:
                 busy = []
             if busy:
@@ -266,7 +270,7 @@ class JobHandle:
         return text
 
     def _tail(self, out: "queue.Queue[Any]") -> None:
-        """Thread body: push log chunks onto ``out``, then None; falls back to polling."""
+        """Thread body: push log chunks from Ray's log stream onto ``out``, then None."""
         try:
             async def run() -> None:
                 async for chunk in self._client.tail_job_logs(self.submission_id):
@@ -274,26 +278,34 @@ class JobHandle:
 
             asyncio.run(run())
         except Exception:
-            # Websocket trouble: poll the full log and emit what is new.
-            seen = 0
-            while True:
-                try:
-                    text = self._client.get_job_logs(self.submission_id)
-                    if len(text) > seen:
-                        out.put(text[seen:])
-                        seen = len(text)
-                    if self.status() in TERMINAL:
-                        break
-                except Exception:
-                    pass
-                time.sleep(1.0)
+            pass  # follow() notices the stream ended early and polls instead
         finally:
             out.put(None)
 
-    def follow(self, *, echo: bool = True) -> int:
+    def _poll(self, out: "queue.Queue[Any]", start: int, stop: threading.Event) -> None:
+        """Thread body, fallback: poll the whole log and push what is past ``start``."""
+        seen = start
+        while not stop.is_set():
+            try:
+                text = self._client.get_job_logs(self.submission_id)
+                if len(text) > seen:
+                    out.put(text[seen:])
+                    seen = len(text)
+            except Exception:
+                pass
+            stop.wait(2.0)
+
+    def _status_or_none(self) -> Optional[str]:
+        try:
+            return self.status()
+        except Exception:
+            return None
+
+    def follow(self, *, echo: bool = True, lost_contact_after: float = 300.0) -> int:
         """Stream the job's output to the console and ``plan.log_file`` until it ends.
 
-        Returns 0 (succeeded), 1 (failed; the log path is printed) or 130 (stopped, or
+        Returns 0 (succeeded), 1 (failed, or the cluster stopped answering for
+        ``lost_contact_after`` seconds; the log path is printed) or 130 (stopped, or
         Ctrl-C here, which stops the job first).
         """
         log = None
@@ -302,41 +314,78 @@ class JobHandle:
             log = open(self.log_file, "a", encoding="utf-8")
             print(f"[clawgym] training log: {self.log_file}", flush=True)
         chunks: "queue.Queue[Any]" = queue.Queue()
-        tailer = threading.Thread(target=self._tail, args=(chunks,), daemon=True, name="clawgym-log-tail")
-        tailer.start()
+        threading.Thread(target=self._tail, args=(chunks,), daemon=True, name="clawgym-log-tail").start()
+        stop_polling = threading.Event()
+        emitted = 0  # characters of the job's log shown so far (before masking)
+        status: Optional[str] = None
+
+        def show(text: str) -> None:
+            nonlocal emitted
+            emitted += len(text)
+            self._emit(text, echo, log)
+
         try:
-            tail_done = False
-            last_check = 0.0
+            streaming, polling = True, False
+            last_check, last_contact = 0.0, time.time()
             while True:
                 try:
                     chunk = chunks.get(timeout=0.5)
                 except queue.Empty:
                     chunk = ""
                 if chunk is None:
-                    tail_done = True
+                    streaming = False
                 elif chunk:
-                    chunk = self._mask(chunk)
-                    if echo:
-                        sys.stdout.write(chunk)
-                        sys.stdout.flush()
-                    if log:
-                        log.write(chunk)
-                        log.flush()
-                if tail_done or time.time() - last_check > 2.0:
-                    last_check = time.time()
-                    if self.status() in TERMINAL and (tail_done or not tailer.is_alive()):
+                    show(chunk)
+                if streaming and time.time() - last_check < 2.0:
+                    continue
+                last_check = time.time()
+                status = self._status_or_none()
+                if status is None:
+                    if time.time() - last_contact > lost_contact_after:
                         break
-                    if tail_done:
-                        time.sleep(0.3)
-            status = self.status()
+                else:
+                    last_contact = time.time()
+                if status in TERMINAL and not streaming:
+                    if polling:
+                        # Drain what the poller queued, then fetch the end of the log once more.
+                        stop_polling.set()
+                        while True:
+                            try:
+                                pending = chunks.get_nowait()
+                            except queue.Empty:
+                                break
+                            if pending:
+                                show(pending)
+                        try:
+                            text = self._client.get_job_logs(self.submission_id)
+                            show(text[emitted:])
+                        except Exception:
+                            pass
+                    break
+                if not streaming and not polling and status is not None:
+                    # The log stream ended while the job runs on (e.g. a dashboard restart): poll instead.
+                    polling = True
+                    threading.Thread(target=self._poll, args=(chunks, emitted, stop_polling), daemon=True,
+                                     name="clawgym-log-poll").start()
+                if not streaming:
+                    time.sleep(0.3)
         except KeyboardInterrupt:
+            stop_polling.set()
             print(f"\n[clawgym] interrupted: stopping job {self.submission_id} ...", file=sys.stderr, flush=True)
             status = self.stop()
             print(f"[clawgym] job {self.submission_id} {status.lower()}", file=sys.stderr, flush=True)
             return EXIT_STOPPED
         finally:
+            stop_polling.set()
             if log:
                 log.close()
+        if status is None:
+            print(f"[clawgym] lost contact with the Ray dashboard at {self.address} for {lost_contact_after:.0f}s; "
+                  f"the job may still run: clawgym jobs status {self.submission_id} --address {self.address}",
+                  file=sys.stderr, flush=True)
+            if self.log_file:
+                print(f"[clawgym] log: {self.log_file}", file=sys.stderr, flush=True)
+            return 1
         if status == "SUCCEEDED":
             print(f"[clawgym] job {self.submission_id} succeeded", flush=True)
             return 0
@@ -348,6 +397,17 @@ class JobHandle:
         if self.log_file:
             print(f"[clawgym] log: {self.log_file}", file=sys.stderr, flush=True)
         return 1
+
+    def _emit(self, text: str, echo: bool, log: Any) -> None:
+        if not text:
+            return
+        text = self._mask(text)
+        if echo:
+            sys.stdout.write(text)
+            sys.stdout.flush()
+        if log:
+            log.write(text)
+            log.flush()
 
 
 def submit(cluster: Cluster, plan: LaunchPlan, *, secrets: Mapping[str, str], cfg: Any = None) -> JobHandle:
@@ -529,5 +589,5 @@ def _launch(cfg: Any, plan: LaunchPlan) -> int:
                 if watcher is not None:
                     watcher.stop()
                 if cluster is not None:
-                    cluster.close(keep_head=keep)
+                    cluster.close(keep_head=keep, ignore_jobs=[handle.submission_id] if handle and rc else [])
     return rc

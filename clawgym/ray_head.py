@@ -312,7 +312,9 @@ def terminate(procs: Mapping[int, Any], *, grace: float = 5.0) -> List[int]:
 
 
 def record_processes(rec: HeadRecord) -> Dict[int, Any]:
-    return find_processes(sid=rec.sid, marker=rec.marker, since=rec.start_time, known=rec.processes)
+    """Live processes of a recorded head (the session id counts only with recorded processes to verify it)."""
+    return find_processes(sid=rec.sid if rec.processes else None, marker=rec.marker, since=rec.start_time,
+                          known=rec.processes)
 
 
 # ---------------------------------------------------------------- liveness
@@ -325,12 +327,24 @@ def dashboard_responds(address: str, timeout: float = 2.0) -> bool:
         return False
 
 
-def is_alive(rec: HeadRecord) -> bool:
-    """The recorded GCS and raylet still run and the dashboard answers."""
+def head_state(rec: HeadRecord, *, patience: float = 10.0) -> str:
+    """"alive", "unresponsive" (GCS and raylet run, the dashboard does not answer within
+    ``patience`` seconds, e.g. on an overloaded machine) or "dead" (GCS or raylet gone)."""
     core = [p for p in rec.processes if p.name.startswith(("gcs_server", "raylet"))]
     if not core or any(_verified(p.pid, p.create_time) is None for p in core):
-        return False
-    return dashboard_responds(rec.dashboard_address)
+        return "dead"
+    deadline = time.time() + patience
+    while True:
+        if dashboard_responds(rec.dashboard_address, timeout=min(5.0, max(0.5, deadline - time.time()))):
+            return "alive"
+        if time.time() >= deadline:
+            return "unresponsive"
+        time.sleep(0.5)
+
+
+def is_alive(rec: HeadRecord, *, patience: float = 10.0) -> bool:
+    """The recorded GCS and raylet still run and the dashboard answers."""
+    return head_state(rec, patience=patience) == "alive"
 
 
 # ---------------------------------------------------------------- start / stop
@@ -486,7 +500,14 @@ def settle(argv: Sequence[str], env: Mapping[str, str], secrets: Mapping[str, st
     rec = load_record(dashboard_port_of(argv))
     if rec is None:
         return None
-    if not is_alive(rec):
+    state = head_state(rec)
+    if state == "unresponsive":
+        # Its jobs may still run: never stopped on a guess.
+        raise HeadError(
+            f"the Ray head clawgym started earlier at {rec.dashboard_address} runs but its dashboard does not "
+            f"answer.\n  fix: stop it (clawgym jobs stop-head --address {rec.dashboard_address} --force) or pick "
+            f"another ray.port/ray.dashboard_port")
+    if state == "dead":
         leftovers = record_processes(rec)
         if leftovers:
             print(f"[clawgym] cleaning up {len(leftovers)} leftover processes of the dead Ray head "

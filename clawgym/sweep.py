@@ -603,6 +603,14 @@ class SweepSession:
                 j.ended = time.monotonic()
 
     def _interrupt(self, jobs: Sequence[SweepJob]) -> None:
+        _say(f"\n[sweep {self._elapsed()}] interrupted: stopping running jobs; queued jobs are not submitted")
+        # Ask Ray to stop them all first, so they wind down together; then wait for each.
+        for j in jobs:
+            if j.status == RUNNING and j.handle is not None:
+                try:
+                    j.handle._client.stop_job(j.submission_id)
+                except Exception:
+                    pass  # stop() below retries and reports
         for j in jobs:
             if j.status == RUNNING and j.handle is not None:
                 try:
@@ -611,7 +619,7 @@ class SweepSession:
                     _say(f"[sweep] could not stop job #{j.num} ({j.submission_id}): {exc}")
                 j.status = STOPPED
                 j.ended = time.monotonic()
-            elif j.status == QUEUED:
+            elif j.status in (QUEUED, RUNNING):  # RUNNING without a handle: interrupted before submitting
                 j.status = "not started"
         for j in jobs:
             if j.thread is not None:

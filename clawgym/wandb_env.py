@@ -83,7 +83,8 @@ def wandb_job_env(c: Mapping[str, Any], *, use_wandb: bool) -> Dict[str, str]:
         "WANDB_NOTES": f"clawgym run {c['run_name']} (experiment {c['exp_name']})",
     }
     path = wandb_config_path(c)
-    if path and config_file_enabled(c):
+    # A relative path would be looked up in the job's working dir, where the file is not.
+    if path and path.startswith("/") and config_file_enabled(c):
         env[CONFIG_FILE_ENV] = path
     return env
 

@@ -118,7 +118,8 @@ def clawgym_cli(args: List[str], env: Dict[str, str], timeout: float = 120):
 
 def test_job_runs_exactly_the_plan_entrypoint_and_environment(clawgym_checkout, ray_cluster, state_dir, tmp_path):
     run = f"argv-{uuid.uuid4().hex[:6]}"
-    overrides = [*base_overrides(clawgym_checkout, run), *ray_cluster.overrides(), "+extra_env.STANDIN_SLEEP=1"]
+    overrides = [*base_overrides(clawgym_checkout, run), *ray_cluster.overrides(), "+extra_env.STANDIN_SLEEP=1",
+                 "+extra_env.STANDIN_CHECKPOINTS=2", "+extra_env.STANDIN_CHECKPOINT_EVERY=0.2"]
     env = launcher_env(state_dir)
     proc = run_train(overrides, tmp_path, env)
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -142,6 +143,9 @@ def test_job_runs_exactly_the_plan_entrypoint_and_environment(clawgym_checkout, 
     sid = submission_id_of(proc.stdout)
     assert rec["submission_id"] == sid
     assert job_info(ray_cluster.address, sid).status.value == "SUCCEEDED"
+    # The checkpoint watcher ran while the launcher followed the job: both checkpoints carry the snapshot.
+    for i in (1, 2):
+        assert (clawgym_checkout / "exp" / run / f"iter_{i:07d}" / "clawgym_snapshot").is_dir(), i
 
 
 def test_failing_trainer_gives_nonzero_exit_and_prints_log_path(clawgym_checkout, ray_cluster, state_dir, tmp_path):
@@ -208,6 +212,14 @@ def test_detach_returns_at_once_and_the_job_is_stopped_later_with_clawgym_jobs(
     while not (clawgym_checkout / "exp" / run / "standin_record.json").exists():
         assert time.time() < deadline, "the detached job never started"
         time.sleep(0.3)
+    deadline = time.time() + 30
+    while True:
+        logs = clawgym_cli(["jobs", "logs", sid, "--address", ray_cluster.address], env)
+        assert logs.returncode == 0, logs.stderr
+        if "[standin] step" in logs.stdout:
+            break
+        assert time.time() < deadline, logs.stdout
+        time.sleep(0.5)
     stop = clawgym_cli(["jobs", "stop", sid, "--address", ray_cluster.address], env)
     assert stop.returncode == 0, stop.stdout + stop.stderr
     assert f"{sid}: STOPPED" in stop.stdout
@@ -362,3 +374,26 @@ def test_ctrl_c_stops_the_job_exits_130_and_leaves_nothing_running(clawgym_check
     assert not alive(trainer_pid)
     assert [p for p in head_processes(dport) if alive(p)] == []
     assert not (state_dir / "heads" / f"{dport}.json").exists()
+
+
+def test_follow_falls_back_to_polling_when_the_log_stream_drops(ray_cluster, tmp_path, capsys):
+    from clawgym.launch import Cluster, JobHandle, submit
+    from clawgym.plan import LaunchPlan
+
+    class DroppedStream(JobHandle):
+        def _tail(self, out):  # the websocket closes at once while the job runs on
+            out.put(None)
+
+    work = tmp_path / "wd"
+    work.mkdir()
+    code = "import time\nfor i in range(6):\n    print(f'line {i}', flush=True)\n    time.sleep(0.5)\n"
+    plan = LaunchPlan(entrypoint=["python3", "-c", code], working_dir=str(work), runtime_env={"env_vars": {}},
+                      ray_start=None, ray_start_env={}, submission_id=f"clawgym-poll-{uuid.uuid4().hex[:8]}",
+                      address=ray_cluster.address, log_file=str(tmp_path / "logs" / "train_x.log"))
+    handle = submit(Cluster(ray_cluster.address, started_by_us=False), plan, secrets={})
+    dropped = DroppedStream(handle.address, handle.submission_id, plan)
+    assert dropped.follow() == 0
+    out = capsys.readouterr().out
+    log = (tmp_path / "logs" / "train_x.log").read_text()
+    for i in range(6):
+        assert out.count(f"line {i}\n") == 1 and log.count(f"line {i}\n") == 1

@@ -54,7 +54,7 @@ def test_clawgym_is_the_default_launcher_of_train_py() -> None:
     assert "hydra_plugins.clawgym_launcher.launcher.ClawGymLauncher" in out.stdout
 
 
-@pytest.mark.parametrize("launcher_name, overrides", [("clawgym", []), ("clawgym", ["hydra.launcher.inline=true"])])
+@pytest.mark.parametrize("launcher_name, overrides", [("clawgym", [])])
 class TestClawGymLauncher(LauncherTestSuite):
     pass
 

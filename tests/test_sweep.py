@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -247,3 +248,30 @@ def test_ctrl_c_stops_running_jobs_and_submits_no_queued_one(clawgym_checkout, r
 
     assert JobSubmissionClient(ray_cluster.address).get_job_status(recs[0]["submission_id"]).value == "STOPPED"
     assert "interrupted" in out
+
+
+def test_detached_sweep_is_refused_when_its_jobs_cannot_all_run_at_once(clawgym_checkout, ray_cluster,
+                                                                         tmp_path) -> None:
+    proc = run_sweep(tmp_path, sweep_overrides(clawgym_checkout, tmp_path, *ray_cluster.overrides(),
+                                               "ray.detach=true", "gpu_layout=split_4_4,colocate_8"))
+    assert proc.returncode == 2
+    assert "ray.detach=true needs every job to run at once" in proc.stderr and "16 GPUs" in proc.stderr
+    assert not (tmp_path / "records").exists()
+
+
+def test_detached_sweep_submits_every_job_and_exits_while_they_run(clawgym_checkout, ray_cluster, tmp_path) -> None:
+    from ray.job_submission import JobSubmissionClient
+
+    proc = run_sweep(tmp_path, sweep_overrides(clawgym_checkout, tmp_path, *ray_cluster.overrides(),
+                                               "ray.detach=true", "+extra_env.STANDIN_SLEEP=20",
+                                               "gpu_layout=split_1_1", "rollout.temperature=0.6,0.8"))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    client = JobSubmissionClient(ray_cluster.address)
+    sids = re.findall(r"follow: clawgym jobs logs (\S+)", proc.stdout)
+    assert len(sids) == 2
+    try:
+        # The sweep returned while both jobs still run on the cluster.
+        assert {client.get_job_status(s).value for s in sids} <= {"PENDING", "RUNNING"}
+    finally:
+        for s in sids:
+            client.stop_job(s)

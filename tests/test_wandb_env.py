@@ -53,6 +53,7 @@ def test_config_file_only_where_the_job_sees_the_launcher_filesystem(tmp_path):
     assert CONFIG_FILE_ENV in wandb_job_env(shared, use_wandb=True)
     assert CONFIG_FILE_ENV not in wandb_job_env(plain(["paths.save=null", "checkpoint.save_interval=null"]),
                                                 use_wandb=True)
+    assert CONFIG_FILE_ENV not in wandb_job_env(plain(["paths.save=relative/run"]), use_wandb=True)
 
 
 def test_key_never_in_argv_or_plan(monkeypatch):

@@ -60,7 +60,7 @@ def resolve_address(given: Optional[str]) -> str:
     env = os.environ.get("RAY_ADDRESS", "")
     if env.startswith(("http://", "https://")):
         return env
-    live = [r for r in ray_head.list_records() if ray_head.is_alive(r)]
+    live = [r for r in ray_head.list_records() if ray_head.is_alive(r, patience=2.0)]
     if len(live) == 1:
         return live[0].dashboard_address
     if not live:
@@ -129,7 +129,8 @@ def _cmd_heads(args) -> int:
         print("no Ray heads started by clawgym are recorded")
         return 0
     for r in records:
-        state = "alive" if ray_head.is_alive(r) else "dead (cleaned up at the next launch on its port)"
+        state = {"alive": "alive", "unresponsive": "running, dashboard not answering",
+                 "dead": "dead (cleaned up at the next launch on its port)"}[ray_head.head_state(r, patience=2.0)]
         started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r.start_time))
         print(f"{r.dashboard_address}  GCS {r.gcs_address}  started {started}  {state}")
     return 0
@@ -143,7 +144,11 @@ def _cmd_stop_head(args) -> int:
     if rec is None:
         raise _UserError(f"no Ray head started by clawgym is recorded at {address}; clawgym stops only heads it "
                          f"started\n  fix: see clawgym jobs heads")
-    if ray_head.is_alive(rec) and not args.force:
+    state = "dead" if args.force else ray_head.head_state(rec, patience=5.0)
+    if state == "unresponsive":
+        raise _UserError(f"the head at {address} runs but its dashboard does not answer, so its jobs are unknown\n"
+                         f"  fix: pass --force to stop it anyway")
+    if state == "alive":
         busy = ray_head.running_jobs(address)
         if busy:
             raise _UserError(f"jobs still run on {address}: {', '.join(busy)}\n"
