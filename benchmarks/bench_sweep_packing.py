@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -45,6 +46,7 @@ def job_gpus(argv: list) -> int:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sleep", type=float, default=6.0, help="seconds each stand-in trainer runs")
+    ap.add_argument("--keep", action="store_true", help="keep the work dir (checkout, job dirs, logs)")
     args = ap.parse_args()
 
     from ray.job_submission import JobSubmissionClient
@@ -84,6 +86,8 @@ def main() -> int:
             rec.path.unlink()
         except FileNotFoundError:
             pass
+        if not args.keep:
+            shutil.rmtree(work, ignore_errors=True)
 
     def ratio(spans: list) -> tuple:
         gpu_seconds = sum(g * (e - s) for g, s, e in spans)

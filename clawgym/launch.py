@@ -301,17 +301,19 @@ class JobHandle:
         except Exception:
             return None
 
-    def follow(self, *, echo: bool = True, lost_contact_after: float = 300.0) -> int:
+    def follow(self, *, echo: bool = True, lost_contact_after: float = 300.0, stop_on_interrupt: bool = True,
+               log_mode: str = "a") -> int:
         """Stream the job's output to the console and ``plan.log_file`` until it ends.
 
         Returns 0 (succeeded), 1 (failed, or the cluster stopped answering for
         ``lost_contact_after`` seconds; the log path is printed) or 130 (stopped, or
-        Ctrl-C here, which stops the job first).
+        Ctrl-C here, which stops the job first unless ``stop_on_interrupt`` is false).
+        Ray streams the log from its start: ``log_mode="w"`` rewrites the log file.
         """
         log = None
         if self.log_file:
             Path(self.log_file).parent.mkdir(parents=True, exist_ok=True)
-            log = open(self.log_file, "a", encoding="utf-8")
+            log = open(self.log_file, log_mode, encoding="utf-8")
             print(f"[clawgym] training log: {self.log_file}", flush=True)
         chunks: "queue.Queue[Any]" = queue.Queue()
         threading.Thread(target=self._tail, args=(chunks,), daemon=True, name="clawgym-log-tail").start()
@@ -371,6 +373,10 @@ class JobHandle:
                     time.sleep(0.3)
         except KeyboardInterrupt:
             stop_polling.set()
+            if not stop_on_interrupt:
+                print(f"\n[clawgym] stopped following; job {self.submission_id} keeps running", file=sys.stderr,
+                      flush=True)
+                return EXIT_STOPPED
             print(f"\n[clawgym] interrupted: stopping job {self.submission_id} ...", file=sys.stderr, flush=True)
             status = self.stop()
             print(f"[clawgym] job {self.submission_id} {status.lower()}", file=sys.stderr, flush=True)
@@ -535,6 +541,35 @@ def _preflight_error_type():
     return PreflightError
 
 
+def _connect_and_submit(plan: LaunchPlan, secrets: Mapping[str, str], cfg: Any):
+    """``Cluster.connect_or_start`` then ``submit``; a head started here gets the job as
+    soon as its dashboard answers, while ``ray start`` is still finishing."""
+    if plan.ray_start is None or ray_head.settle(plan.ray_start, plan.ray_start_env, secrets) is not None:
+        cluster = Cluster.connect_or_start(plan, secrets=secrets)
+        return cluster, submit(cluster, plan, secrets=secrets, cfg=cfg)
+    early: Dict[str, Any] = {}
+
+    def submit_early(address: str) -> None:
+        try:
+            early["handle"] = submit(Cluster(address, started_by_us=True), plan, secrets=secrets, cfg=cfg)
+        except LaunchError as err:
+            # Retried once the head is complete; a real problem shows up again there.
+            early["error"] = err
+
+    rec = ray_head.start_head(plan.ray_start, plan.ray_start_env, secrets=secrets,
+                              while_waiting=_warm_ray_import, on_dashboard=submit_early)
+    cluster = Cluster(rec.dashboard_address, started_by_us=True, record=rec)
+    handle = early.get("handle")
+    if handle is None:
+        client = _client(cluster.address)
+        try:
+            client.get_job_info(plan.submission_id)  # the early attempt got as far as registering it
+            handle = JobHandle(cluster.address, plan.submission_id, plan, redact=list(secrets.values()))
+        except Exception:
+            handle = submit(cluster, plan, secrets=secrets, cfg=cfg)
+    return cluster, handle
+
+
 def _snapshot_error_type():
     try:
         from clawgym.snapshot import SnapshotError
@@ -572,8 +607,7 @@ def _launch(cfg: Any, plan: LaunchPlan) -> int:
     rc = 1
     with _sigterm_as_interrupt():
         try:
-            cluster = Cluster.connect_or_start(plan, secrets=secrets)
-            handle = submit(cluster, plan, secrets=secrets, cfg=cfg)
+            cluster, handle = _connect_and_submit(plan, secrets, cfg)
             if detach:
                 print(_detach_message(handle, cluster), flush=True)
                 return 0

@@ -364,13 +364,17 @@ def _ray_executable() -> List[str]:
 
 def start_head(argv: Sequence[str], env: Mapping[str, str], *, secrets: Mapping[str, str],
                timeout: float = 180.0, quiet: bool = False,
-               while_waiting: Optional[Callable[[], None]] = None) -> HeadRecord:
+               while_waiting: Optional[Callable[[], None]] = None,
+               on_dashboard: Optional[Callable[[str], None]] = None) -> HeadRecord:
     """Run ``ray start`` (``argv`` from the plan) and record what it started.
 
     ``env`` is added to this process's environment for the head, then ``secrets``;
     their values never reach the record (only a salted digest). ``while_waiting``
-    runs while ``ray start`` does (e.g. warming imports). On any failure, including
-    Ctrl-C, whatever had started is stopped again.
+    runs while ``ray start`` does (e.g. warming imports); ``on_dashboard(address)``
+    is called once the dashboard answers, which is seconds before ``ray start`` has
+    finished (Ray's job API waits for the rest of the head by itself). On any
+    failure, including Ctrl-C or an exception from a callback, whatever had started
+    is stopped again.
     """
     argv = list(argv)
     if argv[:2] != ["ray", "start"] or "--head" not in argv:
@@ -399,6 +403,8 @@ def start_head(argv: Sequence[str], env: Mapping[str, str], *, secrets: Mapping[
     start = time.time()
     log_path = os.path.join(temp_dir, "ray_start.log")
     sid: Optional[int] = None
+    if not quiet:
+        print(f"[clawgym] starting a Ray head at {dashboard_address_of(argv)} ...", flush=True)
     try:
         with open(log_path, "wb") as log:
             proc = subprocess.Popen(full, env=head_env, stdin=subprocess.DEVNULL, stdout=log,
@@ -406,11 +412,20 @@ def start_head(argv: Sequence[str], env: Mapping[str, str], *, secrets: Mapping[
             sid = proc.pid
             if while_waiting is not None:
                 while_waiting()
-            try:
-                rc = proc.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                raise HeadError(f"'ray start' did not finish within {timeout:.0f}s; see {log_path}")
+            address = dashboard_address_of(argv)
+            deadline = start + timeout
+            while True:
+                rc = proc.poll()
+                if rc is not None:
+                    break
+                if time.time() > deadline:
+                    proc.kill()
+                    raise HeadError(f"'ray start' did not finish within {timeout:.0f}s; see {log_path}")
+                if on_dashboard is not None and dashboard_responds(address, timeout=1.0):
+                    callback, on_dashboard = on_dashboard, None
+                    callback(address)
+                    continue
+                time.sleep(0.1)
         if rc != 0:
             # The temp dir goes away with the failed head; keep ray start's output for the user.
             kept = heads_dir() / f"failed-{port}.log"
@@ -422,7 +437,6 @@ def start_head(argv: Sequence[str], env: Mapping[str, str], *, secrets: Mapping[
                             f"\n  full output: {kept}"
                             f"\n  fix: free the ports (ray.port, ray.dashboard_port) or choose others, "
                             f"or check the options in ray.*")
-        address = dashboard_address_of(argv)
         deadline = time.time() + 60
         while not dashboard_responds(address):
             if time.time() > deadline:

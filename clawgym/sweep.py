@@ -158,7 +158,10 @@ def default_run_name(exp_name: str, differing: Sequence[str]) -> str:
 
 
 def _unresolved(cfg: DictConfig, key: str) -> Any:
-    node = cfg._get_node(key)
+    """The value of a dotted key as written (an interpolation stays ``${...}``)."""
+    parent, _, leaf = key.rpartition(".")
+    container = OmegaConf.select(cfg, parent) if parent else cfg
+    node = None if container is None else container._get_node(leaf)
     return None if node is None else node._value()
 
 
@@ -280,7 +283,15 @@ class SweepSession:
             for i, cfg in enumerate(configs):
                 if run_name_is_default(cfg) and differing[i]:
                     extra[i].append(f"run_name='{default_run_name(str(cfg.exp_name), differing[i])}'")
-            launched = [i for i, k in enumerate(kinds) if k == "launch"]
+            # Every job as a real sweep would run it, so a dry run shows exactly what gets submitted.
+            launched = list(range(len(user)))
+            # One head serves the whole sweep, so it declares the node's GPUs (Ray detects them),
+            # not one job's layout size: `-m gpu_layout=split_1_1 ...` then packs four jobs on 8 GPUs.
+            if len(launched) > 1 and all(configs[i].ray.address is None and
+                                         _unresolved(configs[i], "ray.num_gpus") == "${gpu_layout.num_gpus}"
+                                         for i in launched):
+                for i in launched:
+                    extra[i].append("ray.num_gpus=null")
             # Concurrent jobs on one node would all bind the API server's port: spread them,
             # unless the user chose ports.
             if len(launched) > 1 and not any(_split(o)[0] == "sglang.api_port" for o in self._all_overrides(user)):
@@ -474,6 +485,11 @@ class SweepSession:
 
     def _refuse_unfit(self, jobs: Sequence[SweepJob], detach: bool) -> None:
         big = [j for j in jobs if j.plan.gpus_required > self.total_gpus]
+        if big and self.total_gpus == 0 and jobs[0].plan.ray_start is not None:
+            raise SweepRefused(
+                "clawgym: sweep refused, the local Ray head sees no GPUs on this node; nothing was submitted\n"
+                "  rule: sweep jobs are packed onto the GPUs the head declares\n"
+                "  fix:  run on a GPU node, or declare them: ray.num_gpus=<GPUs of the node>")
         if big:
             raise SweepRefused(
                 f"clawgym: sweep refused, the cluster has {self.total_gpus} GPUs; nothing was submitted\n"

@@ -226,6 +226,11 @@ def test_detach_returns_at_once_and_the_job_is_stopped_later_with_clawgym_jobs(
     assert job_info(ray_cluster.address, sid).status.value == "STOPPED"
     rec = record_of(clawgym_checkout, run)
     assert rec["signal"] == "SIGTERM" or not alive(rec["pid"])
+    # Following later tees the output to the run's log file; the exit status is the job's (stopped: 130).
+    follow = clawgym_cli(["jobs", "logs", sid, "--follow", "--address", ray_cluster.address], env)
+    assert follow.returncode == 130, follow.stdout + follow.stderr
+    logs = list((clawgym_checkout / "exp" / run / "logs").glob("train_*.log"))
+    assert len(logs) == 1 and "[standin] step 1" in logs[0].read_text()
 
 
 def test_jobs_command_names_the_fix_for_an_unknown_job(ray_cluster, state_dir):

@@ -224,30 +224,31 @@ def test_sweep_starts_one_head_reuses_it_for_every_job_and_stops_it(clawgym_chec
     assert not ray_head.dashboard_responds(f"http://127.0.0.1:{dash}")
 
 
-def test_ctrl_c_stops_running_jobs_and_submits_no_queued_one(clawgym_checkout, ray_cluster, tmp_path) -> None:
+def test_ctrl_c_stops_running_jobs_submits_no_queued_one_and_stops_our_head(clawgym_checkout, tmp_path) -> None:
+    port, dash = ray_head.free_port(), ray_head.free_port()
     proc = subprocess.Popen(
         [sys.executable, str(TRAIN), "-m", *sweep_overrides(
-            clawgym_checkout, tmp_path, *ray_cluster.overrides(), "+extra_env.STANDIN_SLEEP=120",
-            "gpu_layout=split_4_4,colocate_8")],
+            clawgym_checkout, tmp_path, f"ray.port={port}", f"ray.dashboard_port={dash}", "ray.num_gpus=8",
+            "+extra_env.STANDIN_SLEEP=120", "gpu_layout=split_4_4,colocate_8")],
         cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        deadline = time.time() + 90
+        deadline = time.time() + 120
         while time.time() < deadline and not list((tmp_path / "records").glob("*.json")):
             time.sleep(0.3)
         assert list((tmp_path / "records").glob("*.json")), "the first job never started"
         proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=90)
+        out, err = proc.communicate(timeout=120)
     finally:
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == 130, out + err
     recs = records(tmp_path)
     assert len(recs) == 1, "the queued job must never be submitted"
-    assert recs[0]["signal"] == "SIGTERM"
-    from ray.job_submission import JobSubmissionClient
-
-    assert JobSubmissionClient(ray_cluster.address).get_job_status(recs[0]["submission_id"]).value == "STOPPED"
-    assert "interrupted" in out
+    # The running job was stopped (the stand-in saw Ray's SIGTERM), then the head we started.
+    assert recs[0]["signal"] == "SIGTERM" and recs[0]["end"] is not None
+    assert ray_head.load_record(dash) is None
+    assert not ray_head.dashboard_responds(f"http://127.0.0.1:{dash}")
+    assert "interrupted" in out and "not started" in out
 
 
 def test_detached_sweep_is_refused_when_its_jobs_cannot_all_run_at_once(clawgym_checkout, ray_cluster,
@@ -275,3 +276,21 @@ def test_detached_sweep_submits_every_job_and_exits_while_they_run(clawgym_check
     finally:
         for s in sids:
             client.stop_job(s)
+
+
+def test_sweep_head_declares_the_node_gpus_and_jobs_get_their_own_api_ports(clawgym_checkout, tmp_path) -> None:
+    # One head serves every job, so it must not declare only one job's layout (split_1_1: 2 GPUs).
+    proc = run_sweep(tmp_path, sweep_overrides(clawgym_checkout, tmp_path, "gpu_layout=split_1_1",
+                                               "rollout.temperature=0.6,0.8", "dry_run=true"))
+    assert proc.returncode == 0, proc.stderr
+    plans = [json.loads((tmp_path / "multirun" / str(i) / "launch_plan.json").read_text()) for i in range(2)]
+    assert all("--num-gpus" not in p["ray_start"] for p in plans)  # Ray detects the node's GPUs
+    assert [p["runtime_env"]["env_vars"]["PORT"] for p in plans] == ["30001", "30002"]
+    # What the user sets explicitly is kept.
+    proc = run_sweep(tmp_path, sweep_overrides(clawgym_checkout, tmp_path, "gpu_layout=split_1_1", "ray.num_gpus=8",
+                                               "sglang.api_port=31000,31001", "dry_run=true",
+                                               "hydra.sweep.dir=" + str(tmp_path / "explicit")))
+    assert proc.returncode == 0, proc.stderr
+    plans = [json.loads((tmp_path / "explicit" / str(i) / "launch_plan.json").read_text()) for i in range(2)]
+    assert all(p["ray_start"][p["ray_start"].index("--num-gpus") + 1] == "8" for p in plans)
+    assert [p["runtime_env"]["env_vars"]["PORT"] for p in plans] == ["31000", "31001"]

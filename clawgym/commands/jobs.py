@@ -40,7 +40,8 @@ def add_parser(subparsers) -> None:
     sp = with_address(sub.add_parser("logs", help="print a job's output"))
     sp.add_argument("submission_id")
     sp.add_argument("--follow", "-f", action="store_true",
-                    help="stream until the job ends (tees to its log file; exit status is the job's)")
+                    help="stream until the job ends (tees to its log file; exit status is the job's; "
+                         "Ctrl-C stops following, not the job)")
     sp = with_address(sub.add_parser("stop", help="stop a job and wait until it has stopped"))
     sp.add_argument("submission_id")
     sp.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for the job to stop")
@@ -108,7 +109,8 @@ def _cmd_logs(args) -> int:
         sys.stdout.write(handle._client.get_job_logs(args.submission_id))
         return 0
     handle.log_file = (info.metadata or {}).get("clawgym_log_file") or None
-    return handle.follow()
+    # Ctrl-C here only stops following; `clawgym jobs stop` stops the job.
+    return handle.follow(stop_on_interrupt=False, log_mode="w")
 
 
 def _cmd_stop(args) -> int:
