@@ -92,8 +92,16 @@ def compose(overrides: Sequence[str] = (), *, return_hydra_config: bool = False)
     if GlobalHydra.instance().is_initialized():
         # Composition inside a running Hydra app: reuse its search path.
         return hydra_compose(CONFIG_NAME, overrides=list(overrides), return_hydra_config=return_hydra_config)
-    with initialize_config_dir(config_dir=str(config_dir()), version_base="1.3"):
-        return hydra_compose(CONFIG_NAME, overrides=list(overrides), return_hydra_config=return_hydra_config)
+    from hydra.version import VersionBase
+
+    # initialize_config_dir restores Hydra's global state on exit but not the version base;
+    # put it back so a later Hydra app in this process sees its own.
+    version_base = VersionBase.instance().getbase()
+    try:
+        with initialize_config_dir(config_dir=str(config_dir()), version_base="1.3"):
+            return hydra_compose(CONFIG_NAME, overrides=list(overrides), return_hydra_config=return_hydra_config)
+    finally:
+        VersionBase.instance().version_base = version_base
 
 
 def is_clawgym_config(cfg: Optional[DictConfig]) -> bool:

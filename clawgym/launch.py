@@ -502,6 +502,9 @@ def _detach_message(handle: JobHandle, cluster: Cluster) -> str:
              f"  follow:  clawgym jobs logs {sid} --follow --address {addr}",
              f"  status:  clawgym jobs status {sid} --address {addr}",
              f"  stop:    clawgym jobs stop {sid} --address {addr}"]
+    if handle.plan is not None and handle.plan.save_dir:
+        # No watcher follows a detached job: checkpoints get their config snapshot this way.
+        lines.append(f"  config snapshots into checkpoints: clawgym stamp {handle.plan.save_dir} --follow")
     if cluster.record is not None:
         lines.append(f"  the Ray head keeps running; when done: clawgym jobs stop-head --address {addr}")
     return "\n".join(lines)

@@ -15,3 +15,20 @@ pytest_plugins = [
 
 #: The shared reference material (seed script); absent outside this workplace.
 SHARED = Path(os.environ.get("CLAWGYM_SHARED", ROOT.parent / "shared"))
+
+
+import pytest  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def _restore_hydra_singletons():
+    """Every test starts from the Hydra global state the previous one found.
+
+    Composing with ``initialize_config_dir`` leaves Hydra's version base set; Hydra's own
+    launcher suites assume a fresh process.
+    """
+    from hydra.core.singleton import Singleton
+
+    state = Singleton.get_state()
+    yield
+    Singleton.set_state(state)

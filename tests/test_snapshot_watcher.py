@@ -200,3 +200,33 @@ def test_stamp_follow_stamps_new_checkpoints_until_interrupted(tmp_path):
         out, err = proc.communicate(timeout=30)
     assert proc.returncode == 0, err
     assert stamp_of(save, 1) == snap.name
+
+
+def test_detached_launch_points_to_stamp_which_places_the_snapshots_afterwards(
+        clawgym_checkout, ray_cluster, tmp_path):
+    """Detach mode runs no watcher; the launch says how to stamp, and `clawgym stamp` does it."""
+    import os
+    import subprocess
+    import sys
+
+    from clawgym.snapshot import list_snapshots
+    from tests.fixtures.checkout import LAUNCH_SKIPS, checkout_overrides
+
+    root = Path(__file__).resolve().parent.parent
+    save = tmp_path / "run"
+    env = {k: v for k, v in os.environ.items() if k not in ("WANDB_API_KEY", "WANDB_KEY", "SGLANG_API_KEY")}
+    env.update(PYTHONPATH=str(root), CLAWGYM_STATE_DIR=str(tmp_path / "state"))
+    proc = subprocess.run(
+        [sys.executable, str(root / "train.py"), *checkout_overrides(clawgym_checkout, skip_checks=LAUNCH_SKIPS),
+         *ray_cluster.overrides(), f"paths.save={save}", "ray.detach=true", "+extra_env.STANDIN_CHECKPOINTS=2",
+         "+extra_env.STANDIN_CHECKPOINT_EVERY=0.2", f"hydra.run.dir={tmp_path}/hydra"],
+        env=env, capture_output=True, text=True, timeout=300, cwd=root)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert f"clawgym stamp {save} --follow" in proc.stdout
+    assert wait_for(lambda: (save / TRACKER_FILE).is_file() and (save / TRACKER_FILE).read_text() == "2", 120)
+    assert [c.stamp_id for c in list_checkpoints(save)] == [None, None]
+    stamp = subprocess.run([sys.executable, "-m", "clawgym", "stamp", str(save)], env=env, capture_output=True,
+                           text=True, timeout=120, cwd=tmp_path)
+    assert stamp.returncode == 0, stamp.stderr
+    (snap,) = list_snapshots(save)
+    assert [c.stamp_id for c in list_checkpoints(save)] == [snap.id, snap.id]
