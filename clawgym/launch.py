@@ -457,39 +457,26 @@ def submit(cluster: Cluster, plan: LaunchPlan, *, secrets: Mapping[str, str], cf
 
 # ---------------------------------------------------------------- preparation
 
-def prepare(cfg: Any, plan: LaunchPlan, *, local_head: bool) -> Optional[str]:
+def prepare(cfg: Any, plan: LaunchPlan, *, local_head: bool) -> str:
     """Checks and cleanup before anything starts, then the launch snapshot.
 
-    Raises ``clawgym.preflight.PreflightError`` (with ``.report()``) when a check fails.
-    Returns the snapshot path (None when no snapshot module is available yet).
+    Raises ``clawgym.preflight.PreflightError`` (with ``.report()``) when a check fails,
+    ``clawgym.snapshot.SnapshotError`` when the snapshot cannot be written. Returns the
+    snapshot dir.
     """
-    try:
-        from clawgym.preflight import cleanup_leftovers, run_preflight
-    except ModuleNotFoundError as exc:
-        if exc.name != "clawgym.preflight":
-            raise
-        print("[clawgym] preflight checks unavailable in this build", file=sys.stderr)
-    else:
-        run_preflight(cfg, plan, local_head=local_head)
-        cleanup_leftovers(cfg)
-    try:
-        from clawgym.snapshot import write_launch_snapshot
-    except ModuleNotFoundError as exc:
-        if exc.name != "clawgym.snapshot":
-            raise
-        return None
-    path = write_launch_snapshot(cfg, plan)
-    return None if path is None else str(path)
+    from clawgym.preflight import cleanup_leftovers, run_preflight
+    from clawgym.snapshot import write_launch_snapshot
+
+    run_preflight(cfg, plan, local_head=local_head)
+    cleanup_leftovers(cfg)
+    return str(write_launch_snapshot(cfg, plan))
 
 
 def _start_watcher(plan: LaunchPlan, snapshot: Optional[str]):
-    if not plan.save_dir:
-        return None
-    try:
-        from clawgym.snapshot import CheckpointWatcher
-    except ModuleNotFoundError as exc:
-        if exc.name != "clawgym.snapshot":
-            raise
+    """Stamp the launch snapshot into each checkpoint the job writes while we follow it."""
+    from clawgym.snapshot import CheckpointWatcher
+
+    if not plan.save_dir or not snapshot:
         return None
     watcher = CheckpointWatcher(plan.save_dir, snapshot)
     watcher.start()
@@ -534,16 +521,6 @@ def launch_single(cfg: Any, plan: LaunchPlan) -> Any:
     return 0
 
 
-def _preflight_error_type():
-    try:
-        from clawgym.preflight import PreflightError
-    except ModuleNotFoundError as exc:
-        if exc.name != "clawgym.preflight":
-            raise
-        return ()
-    return PreflightError
-
-
 def _connect_and_submit(plan: LaunchPlan, secrets: Mapping[str, str], cfg: Any):
     """``Cluster.connect_or_start`` then ``submit``; a head started here gets the job as
     soon as its dashboard answers, while ``ray start`` is still finishing."""
@@ -563,24 +540,21 @@ def _connect_and_submit(plan: LaunchPlan, secrets: Mapping[str, str], cfg: Any):
                               while_waiting=_warm_ray_import, on_dashboard=submit_early)
     cluster = Cluster(rec.dashboard_address, started_by_us=True, record=rec)
     handle = early.get("handle")
-    if handle is None:
+    if handle is not None:
+        return cluster, handle
+    try:
         client = _client(cluster.address)
         try:
             client.get_job_info(plan.submission_id)  # the early attempt got as far as registering it
             handle = JobHandle(cluster.address, plan.submission_id, plan, redact=list(secrets.values()))
         except Exception:
             handle = submit(cluster, plan, secrets=secrets, cfg=cfg)
+    except BaseException:
+        # The caller never got hold of the head: stop it here.
+        with _uninterruptible():
+            ray_head.stop_head(rec)
+        raise
     return cluster, handle
-
-
-def _snapshot_error_type():
-    try:
-        from clawgym.snapshot import SnapshotError
-    except ModuleNotFoundError as exc:
-        if exc.name != "clawgym.snapshot":
-            raise
-        return ()
-    return SnapshotError
 
 
 def _launch(cfg: Any, plan: LaunchPlan) -> int:
@@ -591,9 +565,12 @@ def _launch(cfg: Any, plan: LaunchPlan) -> int:
     if plan.ray_start is not None:
         # Our own leftovers go first, so the preflight port checks see the machine as the launch will.
         reusable = ray_head.settle(plan.ray_start, plan.ray_start_env, secrets)
+    from clawgym.preflight import PreflightError
+    from clawgym.snapshot import SnapshotError
+
     try:
         snapshot = prepare(cfg, plan, local_head=plan.ray_start is not None and reusable is None)
-    except _preflight_error_type() as err:  # type: ignore[misc]
+    except PreflightError as err:
         # run_preflight already printed the checklist with the failing line and its fix.
         sys.stdout.flush()
         check = getattr(err, "check", "")
@@ -601,7 +578,7 @@ def _launch(cfg: Any, plan: LaunchPlan) -> int:
             if check and check != "skip_checks" else ""
         print(f"preflight failed at '{check}': nothing was started; fix it{hint}", file=sys.stderr, flush=True)
         return 2
-    except _snapshot_error_type() as err:  # type: ignore[misc]
+    except SnapshotError as err:
         print(str(err), file=sys.stderr, flush=True)
         return 2
     cluster: Optional[Cluster] = None
@@ -614,7 +591,11 @@ def _launch(cfg: Any, plan: LaunchPlan) -> int:
             if detach:
                 print(_detach_message(handle, cluster), flush=True)
                 return 0
-            watcher = _start_watcher(plan, snapshot)
+            try:
+                watcher = _start_watcher(plan, snapshot)
+            except Exception as exc:  # the run matters more than the stamps
+                print(f"[clawgym] checkpoint watcher not started ({exc}); stamp later with: clawgym stamp "
+                      f"{plan.save_dir} --follow", file=sys.stderr, flush=True)
             rc = handle.follow()
         except KeyboardInterrupt:
             print("\n[clawgym] interrupted", file=sys.stderr, flush=True)

@@ -402,3 +402,16 @@ def test_follow_falls_back_to_polling_when_the_log_stream_drops(ray_cluster, tmp
     log = (tmp_path / "logs" / "train_x.log").read_text()
     for i in range(6):
         assert out.count(f"line {i}\n") == 1 and log.count(f"line {i}\n") == 1
+
+
+def test_failed_preflight_starts_nothing_and_names_the_fix(clawgym_checkout, state_dir, tmp_path):
+    head = local_head_overrides()
+    dport = int(head[1].split("=")[1])
+    overrides = [*base_overrides(clawgym_checkout, f"pf-{uuid.uuid4().hex[:6]}"), *head,
+                 f"paths.slime={tmp_path / 'no-slime-here'}"]
+    proc = run_train(overrides, tmp_path, launcher_env(state_dir))
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "preflight failed at 'checkout': nothing was started" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert "starting a Ray head" not in proc.stdout
+    assert head_processes(dport) == [] and ray_head.load_record(dport) is None

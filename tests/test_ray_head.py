@@ -140,3 +140,36 @@ def test_secrets_resolve_from_the_first_set_variable_in_plan_order():
     assert resolve_secrets(plan, env) == {"WANDB_API_KEY": "second", "SGLANG_API_KEY": "sg"}
     assert resolve_secrets(plan, {"WANDB_KEY": "first", "WANDB_API_KEY": "second"}) == {"WANDB_API_KEY": "first"}
     assert json.dumps(plan.to_dict()).count("second") == 0
+
+
+def test_a_live_head_started_differently_is_replaced_only_when_idle(tmp_path):
+    from ray.job_submission import JobSubmissionClient
+
+    from tests.fixtures.ray_cluster import head_argv
+
+    argv = head_argv(port=ray_head.free_port(), dashboard_port=ray_head.free_port())
+    rec = ray_head.start_head(argv, {"RAY_health_check_period_ms": "5000"}, secrets={}, quiet=True)
+    try:
+        # Same settings: reused as it is.
+        assert ray_head.settle(argv, {"RAY_health_check_period_ms": "5000"}, {}).marker == rec.marker
+        client = JobSubmissionClient(rec.dashboard_address)
+        job = client.submit_job(entrypoint="python3 -c 'import time; time.sleep(120)'")
+        deadline = time.time() + 60
+        while client.get_job_status(job).value != "RUNNING":
+            assert time.time() < deadline
+            time.sleep(0.2)
+        # Other settings (here: other secrets) while a job runs: refused, with the fix.
+        with pytest.raises(ray_head.HeadError) as info:
+            ray_head.settle(argv, {"RAY_health_check_period_ms": "5000"}, {"SGLANG_API_KEY": "other"})
+        assert job in str(info.value) and "clawgym jobs stop" in str(info.value)
+        assert ray_head.is_alive(rec)
+        # Once idle, it is replaced: stopped through its record, nothing of it left.
+        client.stop_job(job)
+        while not client.get_job_status(job).is_terminal():
+            time.sleep(0.2)
+        assert ray_head.settle(argv, {"RAY_health_check_period_ms": "5000"}, {"SGLANG_API_KEY": "other"}) is None
+        assert ray_head.load_record(rec.dashboard_port) is None
+        assert ray_head.record_processes(rec) == {}
+    finally:
+        if ray_head.load_record(rec.dashboard_port) is not None:
+            ray_head.stop_head(rec, quiet=True)
