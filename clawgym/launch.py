@@ -314,7 +314,8 @@ class JobHandle:
         if self.log_file:
             Path(self.log_file).parent.mkdir(parents=True, exist_ok=True)
             log = open(self.log_file, log_mode, encoding="utf-8")
-            print(f"[clawgym] training log: {self.log_file}", flush=True)
+            sys.stdout.write(f"[clawgym] training log: {self.log_file}\n")  # one write: sweeps print from threads
+            sys.stdout.flush()
         chunks: "queue.Queue[Any]" = queue.Queue()
         threading.Thread(target=self._tail, args=(chunks,), daemon=True, name="clawgym-log-tail").start()
         stop_polling = threading.Event()

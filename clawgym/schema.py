@@ -34,45 +34,65 @@ class ModelConfig:
     hf_repo: str = MISSING
     # Folder name of the downloaded checkpoint under ``<paths.root>/local/models``.
     checkpoint_dirname: str = MISSING
+    # Transformer layers (config.json num_hidden_layers).
     num_layers: int = MISSING
+    # Model width (config.json hidden_size).
     hidden_size: int = MISSING
+    # Dense MLP width (config.json intermediate_size).
     ffn_hidden_size: int = MISSING
+    # Query heads (config.json num_attention_heads).
     num_attention_heads: int = MISSING
     # Grouped-query attention: number of KV heads.
     num_query_groups: int = MISSING
+    # Head dimension (config.json head_dim).
     kv_channels: int = 128
+    # Tokenizer vocabulary (config.json vocab_size).
     vocab_size: int = 151936
     # RoPE theta; must equal ``rope_theta`` in the checkpoint's config.json.
     rotary_base: int = 1000000
     # Fraction of head dimensions that get rotary embedding (emitted when not None).
     rotary_percent: Optional[float] = None
+    # Layer norm type.
     normalization: str = "RMSNorm"
+    # Norm epsilon; must equal config.json rms_norm_eps.
     norm_epsilon: float = 1e-6
     # Linear layers without bias terms (all Qwen3 models).
     disable_bias_linear: bool = True
     # True when the output layer does not share weights with the embedding
     # (``tie_word_embeddings: false`` in config.json).
     untie_embeddings_and_output_weights: bool = False
+    # RMS-norm on queries and keys (Qwen3).
     qk_layernorm: bool = True
+    # SwiGLU MLP activation.
     swiglu: bool = True
     # How position embeddings are requested: "rotary" emits
     # ``--use-rotary-position-embeddings``, "rope" emits ``--position-embedding-type rope``.
     position_embedding: str = "rotary"
     # Mixture of experts; all None for dense models.
     num_experts: Optional[int] = None
+    # Expert MLP width (config.json moe_intermediate_size).
     moe_ffn_hidden_size: Optional[int] = None
+    # Experts active per token (config.json num_experts_per_tok).
     moe_router_topk: Optional[int] = None
     # Python-literal layer pattern as slime writes it, e.g. "[1]*48" (1 = MoE layer).
     moe_layer_freq: Optional[str] = None
+    # Router scoring ("softmax" for Qwen3 MoE).
     moe_router_score_function: Optional[str] = None
+    # How tokens reach experts across ranks.
     moe_token_dispatcher_type: Optional[str] = None
+    # Batch expert matmuls into grouped GEMMs.
     moe_grouped_gemm: bool = False
+    # Which tokens drop when an expert is over capacity.
     moe_token_drop_policy: Optional[str] = None
+    # Router precision.
     moe_router_dtype: Optional[str] = None
+    # Fused token permutation kernels.
     moe_permute_fusion: bool = False
+    # Load-balancing loss weight (0 for RL fine-tuning).
     moe_aux_loss_coeff: Optional[float] = None
     # Dropout is off for RL fine-tuning.
     attention_dropout: float = 0.0
+    # Dropout after attention and MLP blocks.
     hidden_dropout: float = 0.0
 
 
@@ -116,6 +136,7 @@ class RolloutConfig:
     max_response_len: int = 8192
     # Max context of a conversation (also OPENCLAW_CONTEXT_WINDOW).
     max_context_len: int = 65536
+    # Sampling temperature; GRPO needs sample diversity, so > 0.
     temperature: float = 0.7
     # Key of the reward dict used as the scalar score.
     reward_key: str = "score"
@@ -131,15 +152,21 @@ class RolloutConfig:
 class GrpoConfig:
     """Advantage estimation and policy loss."""
 
+    # Advantage estimator (slime --advantage-estimator).
     advantage_estimator: str = "grpo"
     # Split samples of one trajectory share one baseline (ClawGym fork flag).
     dynamic_history: bool = True
+    # KL term in the loss against the reference model (loads --ref-load).
     use_kl_loss: bool = True
+    # Weight of the KL term (0 = logged, not penalised).
     kl_loss_coef: float = 0.0
+    # KL estimator: k1, k2, k3 or low_var_kl.
     kl_loss_type: str = "low_var_kl"
+    # Entropy bonus weight (raise to encourage exploration).
     entropy_coef: float = 0.0
     # PPO clip range, lower and upper.
     eps_clip: float = 0.2
+    # Upper bound, a bit higher to allow small positive drift.
     eps_clip_high: float = 0.28
     # Tolerate missing samples by resizing the global batch (ClawGym fork flag).
     use_dynamic_global_batch_size: bool = True
@@ -153,22 +180,31 @@ class PerfConfig:
 
     # Tensor parallel size; the seed ties it to the actor GPUs.
     tensor_parallel: int = "${gpu_layout.actor_gpus}"  # type: ignore[assignment]
+    # Shard activations along the sequence within TP (less TP traffic).
     sequence_parallel: bool = True
+    # Pipeline stages.
     pipeline_parallel: int = 1
+    # Context-parallel ranks for long sequences.
     context_parallel: int = 1
+    # Expert-parallel ranks (MoE).
     expert_parallel: int = 1
+    # Tensor parallel size inside each expert.
     expert_tensor_parallel: int = 1
     # "full" or "selective"; None leaves recompute off.
     recompute_granularity: Optional[str] = "full"
+    # "uniform" or "block" (full recompute only).
     recompute_method: Optional[str] = "uniform"
+    # Layers per recompute unit.
     recompute_num_layers: Optional[int] = 1
     # Batch by token count rather than sample count.
     use_dynamic_batch_size: bool = True
+    # Token budget per GPU micro-batch (needed by dynamic batch size).
     max_tokens_per_gpu: Optional[int] = 65536
     # Chunk size of log-prob computation (guards against OOM).
     log_probs_chunk_size: int = 1024
     accumulate_allreduce_grads_in_fp32: bool = True
     attention_softmax_in_fp32: bool = True
+    # Megatron attention kernel (flash, fused, unfused, local, auto).
     attention_backend: str = "flash"
 
 
@@ -176,15 +212,20 @@ class PerfConfig:
 class OptimizerConfig:
     """Optimizer and learning-rate schedule."""
 
+    # Optimizer (Megatron --optimizer).
     name: str = "adam"
+    # Learning rate (RL fine-tuning: 1e-6 to 1e-5).
     lr: float = 1e-6
+    # LR schedule (constant, linear, cosine, ...).
     lr_decay_style: str = "constant"
+    # Decoupled weight decay.
     weight_decay: float = 0.1
     adam_beta1: float = 0.9
     adam_beta2: float = 0.98
     # Optimizer state in host memory; needs the precision-aware optimizer.
     cpu_offload: bool = True
     overlap_cpu_optimizer_d2h_h2d: bool = True
+    # Required by Megatron when the optimizer state is offloaded.
     use_precision_aware_optimizer: bool = True
 
 
@@ -212,9 +253,11 @@ class SglangConfig:
 
     # GPUs per SGLang engine (tensor parallel); slime's --rollout-num-gpus-per-engine.
     tp: int = 1
+    # SGLang tool-call parser for the model's chat format.
     tool_call_parser: str = "qwen25"
     # Chain-of-thought parser; None leaves it off.
     reasoning_parser: Optional[str] = None
+    # Share of GPU memory SGLang reserves (weights + KV cache).
     mem_fraction_static: float = 0.8
     # Must hold the longest rollout context, or long conversations are rejected with 400.
     context_length: int = "${rollout.max_context_len}"  # type: ignore[assignment]
@@ -250,7 +293,9 @@ class PathsConfig:
 
     # The ClawGym-RL checkout (the seed's SCRIPT_DIR, ClawGym-Agents/RL).
     root: str = "${oc.env:CLAWGYM_RL_ROOT,${cg.cwd:}}"
+    # slime checkout (the job's working dir).
     slime: str = "${.root}/slime"
+    # Megatron-LM checkout (first on the job's PYTHONPATH).
     megatron: str = "${.root}/Megatron-LM"
     # HF-format initial weights.
     hf_checkpoint: str = "${.root}/local/models/${model.checkpoint_dirname}"
@@ -258,8 +303,11 @@ class PathsConfig:
     ref_load: str = "${.hf_checkpoint}"
     # Training output; checkpoints, logs and config snapshots go here.
     save: Optional[str] = "${.root}/exp/${run_name}"
+    # OpenClaw training tasks (one folder per task).
     train_tasks: str = "${.root}/data/clawgym_train"
+    # OpenClaw eval tasks.
     eval_tasks: str = "${.root}/data/clawgym_eval"
+    # Per-turn JSONL record (written when sglang.record is on).
     record_file: str = "${.root}/results/${model.name}_record.jsonl"
 
 
@@ -287,7 +335,9 @@ class RayConfig:
     num_gpus: Optional[int] = "${gpu_layout.num_gpus}"  # type: ignore[assignment]
     # GCS port of a local head.
     port: int = 6379
+    # Dashboard bind address of a local head; loopback unless asked.
     dashboard_host: str = "127.0.0.1"
+    # Dashboard (Jobs API) port of a local head.
     dashboard_port: int = 8265
     # Keep a head that clawgym started running after the run or sweep ends.
     keep_head: bool = False
@@ -297,8 +347,11 @@ class RayConfig:
     pass_secrets_in_runtime_env: bool = False
     # Seed health-check tuning, so slow nodes are not declared dead at scale.
     health_check_failure_threshold: int = 20
+    # Health-check period.
     health_check_period_ms: int = 5000
+    # Health-check timeout.
     health_check_timeout_ms: int = 30000
+    # Missed heartbeats before a node is declared dead.
     num_heartbeats_timeout: int = 60
 
 
@@ -308,6 +361,7 @@ class WandbConfig:
 
     # None: on when a key is in the environment at launch (as the seed); true/false force it.
     enabled: Optional[bool] = None
+    # W&B project.
     project: str = "clawgym_rl"
     # W&B group (slime appends its own random suffix); the experiment name by default.
     group: str = "${exp_name}"
@@ -322,18 +376,31 @@ class WandbConfig:
 class ClawGymConfig:
     """Root of the composed config."""
 
+    # The model group (conf/model/).
     model: ModelConfig = field(default_factory=ModelConfig)
+    # The gpu_layout group (conf/gpu_layout/).
     gpu_layout: GpuLayoutConfig = field(default_factory=GpuLayoutConfig)
+    # The rollout group (conf/rollout/).
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    # The grpo group (conf/grpo/).
     grpo: GrpoConfig = field(default_factory=GrpoConfig)
+    # The perf group (conf/perf/).
     perf: PerfConfig = field(default_factory=PerfConfig)
+    # The optimizer group (conf/optimizer/).
     optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
+    # The eval group (conf/eval/).
     eval: EvalConfig = field(default_factory=EvalConfig)
+    # The sglang group (conf/sglang/).
     sglang: SglangConfig = field(default_factory=SglangConfig)
+    # The sandbox group (conf/sandbox/).
     sandbox: SandboxConfig = field(default_factory=SandboxConfig)
+    # The paths group (conf/paths/).
     paths: PathsConfig = field(default_factory=PathsConfig)
+    # The checkpoint group (conf/checkpoint/).
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    # The ray group (conf/ray/).
     ray: RayConfig = field(default_factory=RayConfig)
+    # The wandb group (conf/wandb/).
     wandb: WandbConfig = field(default_factory=WandbConfig)
     # Experiment name (the seed's EXP_NAME): W&B group and, by default, the run name.
     exp_name: str = "clawgym-rl-4b-instruct-2507"

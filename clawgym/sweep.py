@@ -237,7 +237,9 @@ def _quiet_ray_sdk() -> None:
 
 
 def _say(text: str) -> None:
-    print(text, flush=True)
+    # One write per line: job threads print too, and print() writes the newline separately.
+    sys.stdout.write(text + "\n")
+    sys.stdout.flush()
 
 
 # ---------------------------------------------------------------- the sweep
