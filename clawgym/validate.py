@@ -66,8 +66,10 @@ class _Collector:
         self.c = c
         self.out: List[Violation] = []
 
-    def add(self, code: str, keys: Sequence[str], rule: str, fix: str) -> None:
-        self.out.append(Violation(list(keys), {k: _get(self.c, k) for k in keys}, rule, fix, code))
+    def add(self, code: str, keys: Sequence[str], rule: str, fix: str, *, redact: bool = False) -> None:
+        # A key that holds a secret is named but its value never echoed (reports reach logs).
+        values = {k: "<redacted>" if redact else _get(self.c, k) for k in keys}
+        self.out.append(Violation(list(keys), values, rule, fix, code))
 
     def positive(self, code: str, keys: Sequence[str], what: str) -> None:
         for k in keys:
@@ -374,12 +376,23 @@ def rule_extra_args_not_generated(v: _Collector) -> None:
                   f"remove {flag} from extra_args and set the config key that produces it")
     if any(a in ("--wandb-key", "--sglang-api-key") for a in extra):
         v.add("no-secrets-in-argv", ["extra_args"], "secrets never travel in argv (slime copies argv into W&B)",
-              "export WANDB_API_KEY / SGLANG_API_KEY in the launcher's environment instead")
+              "export WANDB_API_KEY / SGLANG_API_KEY in the launcher's environment instead", redact=True)
+
+
+def rule_no_secrets_in_extra_env(v: _Collector) -> None:
+    from clawgym.plan import SGLANG_KEY_ENV, WANDB_KEY_TARGET
+
+    secret_names = {SGLANG_KEY_ENV, WANDB_KEY_TARGET, *v.c["wandb"]["key_env"]}
+    for name in sorted(secret_names & set(v.c["extra_env"])):
+        v.add("no-secrets-in-extra-env", [f"extra_env.{name}"],
+              "secrets are read from the environment at launch; extra_env is stored in snapshots and job metadata",
+              f"remove extra_env.{name} and export {name} in the launcher's environment instead", redact=True)
 
 
 CROSS_RULES: List[Rule] = [
     rule_gpus_fit_node, rule_tp_divides_actor_gpus, rule_tp_fits_heads, rule_sglang_tp_fits, rule_context_lengths,
     rule_grpo_needs_group, rule_save_interval_needs_save, rule_experts_divide, rule_extra_args_not_generated,
+    rule_no_secrets_in_extra_env,
 ]
 
 

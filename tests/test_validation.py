@@ -116,7 +116,9 @@ CASES: Dict[str, Case] = {
                                             ["perf.expert_parallel", "model.num_experts"],
                                             {"perf.expert_parallel": 3, "model.num_experts": 128}),
     "extra-args-not-generated": Case(["extra_args=[--lr,'1e-5']"], ["extra_args"], {"extra_args": ["--lr", "1e-5"]}),
-    "no-secrets-in-argv": Case(["extra_args=[--wandb-key,abc]"], ["extra_args"], {}),
+    "no-secrets-in-argv": Case(["extra_args=[--wandb-key,abc]"], ["extra_args"], {"extra_args": "<redacted>"}),
+    "no-secrets-in-extra-env": Case(["+extra_env.WANDB_API_KEY=sentinel-key-123"], ["extra_env.WANDB_API_KEY"],
+                                    {"extra_env.WANDB_API_KEY": "<redacted>"}),
     "resolves": Case(["paths.root=${oc.env:CLAWGYM_TEST_UNSET_VARIABLE}"], ["paths.root"],
                      {"paths.root": "${oc.env:CLAWGYM_TEST_UNSET_VARIABLE}"}),
     "value-required": Case(["model=base_model"], ["model.name"], {"model.name": "???"}),
@@ -197,3 +199,11 @@ def test_cli_reports_violations_without_traceback_and_writes_nothing(tmp_path):
     assert all(re.match(r"^(clawgym: invalid configuration|  \d+\. \[|      (rule|fix):)", line)
                for line in err.splitlines()), err
     assert not list(tmp_path.rglob("launch_plan.json"))
+
+
+@pytest.mark.parametrize("override, secret", [("extra_args=[--wandb-key,sentinel-key-123]", "sentinel-key-123"),
+                                              ("+extra_env.SGLANG_API_KEY=sentinel-key-456", "sentinel-key-456")])
+def test_secret_values_typed_into_the_config_are_never_echoed_in_the_report(override, secret):
+    found = violations(compose([override]))
+    assert {v.code for v in found} & {"no-secrets-in-argv", "no-secrets-in-extra-env"}
+    assert secret not in ConfigError(found).report()
