@@ -19,6 +19,10 @@ SHARED = Path(os.environ.get("CLAWGYM_SHARED", ROOT.parent / "shared"))
 
 import pytest  # noqa: E402
 
+# Register clawgym's schemas and resolvers before any test snapshots Hydra's global state
+# (the fixture below restores that state, which would otherwise drop a later registration).
+import clawgym.config  # noqa: E402,F401
+
 
 @pytest.fixture(autouse=True)
 def _restore_hydra_singletons():
