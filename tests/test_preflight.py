@@ -375,3 +375,40 @@ def test_clawgym_preflight_cluster_flag_after_overrides_skips_machine_checks(cla
     bad = subprocess.run([sys.executable, "-m", "clawgym", "preflight", "model=qwen3_4b", "--bogus"],
                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and "unknown option --bogus" in bad.stderr
+
+
+def _write_checkpoints(save: Path, n: int) -> None:
+    for i in range(1, n + 1):
+        (save / f"iter_{i:07d}").mkdir(parents=True)
+    (save / "latest_checkpointed_iteration.txt").write_text(str(n))
+
+
+def test_save_dir_fresh_run_refuses_to_overwrite_earlier_checkpoints(checkout, tmp_path):
+    save = tmp_path / "exp" / "run"
+    _write_checkpoints(save, 2)
+    text = failed(preflight(checkout, f"paths.save={save}")[0], "save_dir")
+    assert f"paths.save={save}" in text and "latest 2" in text
+    assert f"clawgym resume {save}" in text and "run_name=" in text
+    # Nothing was touched.
+    assert sorted(p.name for p in save.iterdir()) == ["iter_0000001", "iter_0000002", "latest_checkpointed_iteration.txt"]
+
+
+def test_save_dir_continuing_from_it_passes(checkout, tmp_path):
+    save = tmp_path / "exp" / "run"
+    _write_checkpoints(save, 2)
+    report = passed(preflight(checkout, f"paths.save={save}", f"checkpoint.load={save}")[0])
+    assert "continues from checkpoint 2" in report.by_name()["save_dir"].detail
+
+
+def test_save_dir_loading_another_run_into_a_full_save_dir_is_refused(checkout, tmp_path):
+    save, other = tmp_path / "exp" / "run", tmp_path / "exp" / "other"
+    _write_checkpoints(save, 1)
+    _write_checkpoints(other, 1)
+    failed(preflight(checkout, f"paths.save={save}", f"checkpoint.load={other}")[0], "save_dir")
+
+
+def test_save_dir_with_only_logs_and_snapshots_passes(checkout, tmp_path):
+    save = tmp_path / "exp" / "run"
+    (save / "logs").mkdir(parents=True)
+    (save / "clawgym" / "snapshots").mkdir(parents=True)
+    passed(preflight(checkout, f"paths.save={save}")[0])

@@ -13,6 +13,7 @@ image       sandbox=docker: ``sandbox.image`` exists on the engine (counts lefto
 rootfs      sandbox=chroot: ``sandbox.rootfs`` is an OpenClaw rootfs (gateway, node, dev nodes)
 root        sandbox=chroot: ``unshare --user --map-root-user -- chroot`` into it works
 checkpoint  the HF checkpoint's config.json agrees with the model group
+save_dir    a fresh run does not write over an earlier run's checkpoints in paths.save
 gpus        local head: this node shows the GPUs the run holds
 ports       local head: API server, Ray GCS and dashboard ports are free
 checkout    the trainer script and Megatron-LM are where the plan points
@@ -29,7 +30,7 @@ import sys
 from typing import Any, Callable, List, Mapping, Optional
 
 from clawgym.preflight.checkout import check_checkout, check_functions, check_tasks
-from clawgym.preflight.checkpoint import check_checkpoint
+from clawgym.preflight.checkpoint import check_checkpoint, check_save_dir
 from clawgym.preflight.core import (FAILED, NOT_APPLICABLE, OK, SKIPPED, Check, CheckFailed, CheckResult, Context,
                                     NotApplicable, PreflightError, Report, plain_config)
 from clawgym.preflight.machine import check_gpus, check_ports
@@ -55,6 +56,7 @@ CHECKS: List[Check] = [
     Check("rootfs", "OpenClaw rootfs", check_rootfs, _chroot),
     Check("root", "chroot privileges", check_root, _chroot),
     Check("checkpoint", "HF checkpoint", check_checkpoint),
+    Check("save_dir", "save dir", check_save_dir),
     Check("gpus", "GPUs", check_gpus),
     Check("ports", "ports", check_ports),
     Check("checkout", "trainer checkout", check_checkout),

@@ -14,7 +14,7 @@ import os
 from pathlib import Path
 from typing import Any, Callable, List, Mapping, Optional, Tuple
 
-from clawgym.preflight.core import CheckFailed, Context
+from clawgym.preflight.core import CheckFailed, Context, NotApplicable
 
 
 def _num(value: Any) -> str:
@@ -173,3 +173,31 @@ def check_checkpoint(ctx: Context) -> str:
         raise CheckFailed(f"checkpoint.load={load} does not exist",
                           "point checkpoint.load at a Megatron checkpoint dir (see clawgym resume) or set it to null")
     return f"{ckpt}: config.json agrees with model={m['name']} on {len(agree)} fields ({', '.join(agree)})"
+
+
+def check_save_dir(ctx: Context) -> str:
+    """A fresh run must not write over the checkpoints of an earlier one.
+
+    Megatron numbers checkpoints by rollout id, so a run started without ``--load`` in a
+    save dir that already holds ``iter_*`` folders would overwrite them one by one.
+    Continuing into the same dir is what ``checkpoint.load=<save>`` (``clawgym resume``) is for.
+    """
+    save = ctx.c["paths"]["save"]
+    if not save:
+        raise NotApplicable("paths.save is null: the run saves nothing")
+    path = Path(save)
+    if not path.is_dir():
+        return f"{save} (new)"
+    iters = sorted(d.name for d in path.glob("iter_*") if d.is_dir())
+    tracker = path / "latest_checkpointed_iteration.txt"
+    if not iters and not tracker.is_file():
+        return f"{save} (no checkpoints yet)"
+    latest = tracker.read_text().strip() if tracker.is_file() else (iters[-1] if iters else "?")
+    load = ctx.c["checkpoint"]["load"]
+    if load and Path(load).resolve() == path.resolve():
+        return f"{save}: continues from checkpoint {latest} ({len(iters)} present)"
+    raise CheckFailed(
+        f"paths.save={save} already holds {len(iters)} checkpoint(s) (latest {latest}) and "
+        f"checkpoint.load={load!r}: this run would overwrite them",
+        f"continue that run with 'clawgym resume {save}' (or checkpoint.load={save}), or start this one "
+        f"elsewhere: run_name=<new name> or paths.save=<new dir>")
