@@ -363,8 +363,10 @@ class WandbConfig:
     enabled: Optional[bool] = None
     # W&B project.
     project: str = "clawgym_rl"
-    # W&B group (slime appends its own random suffix); the experiment name by default.
-    group: str = "${exp_name}"
+    # --wandb-group. slime appends a random suffix per run and names the run
+    # "<group>_<suffix>-RANK_0", so the run name (exp_name plus the swept overrides) goes
+    # here to reach the W&B run's name; the experiment name is also a tag.
+    group: str = "${run_name}"
     # Environment variables the key is read from, first found wins (the seed's order).
     key_env: List[str] = field(default_factory=lambda: ["WANDB_KEY", "WANDB_API_KEY"])
     # Give the run clawgym's nested config through a file under the save dir (wandb.init fails if
@@ -402,7 +404,7 @@ class ClawGymConfig:
     ray: RayConfig = field(default_factory=RayConfig)
     # The wandb group (conf/wandb/).
     wandb: WandbConfig = field(default_factory=WandbConfig)
-    # Experiment name (the seed's EXP_NAME): W&B group and, by default, the run name.
+    # Experiment name (the seed's EXP_NAME): the run name's stem and a W&B tag.
     exp_name: str = "clawgym-rl-4b-instruct-2507"
     # Name of this run: save dir and W&B run. Sweep jobs get the swept overrides appended.
     run_name: str = "${exp_name}"

@@ -178,10 +178,10 @@ def wandb_names(plan: LaunchPlan) -> List[str]:
     for flag in ("--wandb-run-name", "--wandb-run-id"):
         if flag in argv[:-1]:
             names.append(f"{flag} {argv[argv.index(flag) + 1]}")
-    # slime names the W&B run after the group when nothing else names it; the group is the
-    # experiment name, so the run name is what must differ.
-    if "--use-wandb" in argv and not names:
-        names.append(f"run {plan.run_name}")
+    # slime names the W&B run "<--wandb-group>_<random id>-RANK_0" when nothing else names it,
+    # so two jobs with one group would differ only by that random id.
+    if "--use-wandb" in argv and not names and "--wandb-group" in argv[:-1]:
+        names.append(f"--wandb-group {argv[argv.index('--wandb-group') + 1]}")
     return names
 
 

@@ -20,8 +20,9 @@ Our config lands nested under ``clawgym`` (slime's flat ``args.__dict__`` has ke
 snapshot) under ``clawgym_launch``. The file is written by
 :func:`clawgym.snapshot.write_launch_snapshot` at :func:`wandb_config_path`.
 
-The run's display name stays slime's (``<group>_<id>-RANK_0``); the run name is in the
-notes, the tags and ``clawgym.run_name``.
+slime names the run ``<group>_<id>-RANK_0``; ``wandb.group`` defaults to the run name, so
+the W&B run's name carries the swept overrides (it is also in the notes, the tags and
+``clawgym.run_name``), and the experiment name is a tag.
 """
 
 from __future__ import annotations

@@ -110,6 +110,18 @@ def test_sweep_sharing_a_run_name_is_refused_before_any_submission(clawgym_check
     assert not (tmp_path / "records").exists() and not (tmp_path / "exp").exists()
 
 
+def test_sweep_sharing_a_wandb_run_name_is_refused_before_any_submission(clawgym_checkout, ray_cluster,
+                                                                        tmp_path) -> None:
+    # Distinct run names and save dirs, but one W&B group: slime would name both W&B runs after it.
+    proc = run_sweep(tmp_path, sweep_overrides(clawgym_checkout, tmp_path, *ray_cluster.overrides(),
+                                               "wandb.enabled=true", "wandb.group=shared",
+                                               "rollout.temperature=0.6,0.7"))
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "sweep refused" in proc.stderr and "--wandb-group shared" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert not (tmp_path / "records").exists() and not (tmp_path / "exp").exists()
+
+
 def test_invalid_job_in_sweep_reports_every_problem_and_submits_nothing(clawgym_checkout, ray_cluster,
                                                                         tmp_path) -> None:
     proc = run_sweep(tmp_path, sweep_overrides(clawgym_checkout, tmp_path, *ray_cluster.overrides(),

@@ -120,7 +120,7 @@ SLIME_LIKE_INIT = textwrap.dedent("""
     group = args["wandb_group"] + "_" + "abc123"
     run = wandb.init(mode="offline", project=args["wandb_project"], group=group, name=group + "-RANK_0",
                      config=args)
-    print(json.dumps({"dir": run.dir, "tags": list(run.tags), "notes": run.notes}))
+    print(json.dumps({"dir": run.dir, "tags": list(run.tags), "notes": run.notes, "name": run.name}))
     run.finish()
 """)
 
@@ -152,11 +152,13 @@ def test_offline_wandb_run_gets_nested_config_and_no_secret(tmp_path, monkeypatc
     info = json.loads(proc.stdout.strip().splitlines()[-1])
     assert info["tags"] == ["wb", "wb_rollout.temperature=0.8", "rollout.temperature=0.8"]
     assert "wb_rollout.temperature=0.8" in info["notes"]
+    # The run's name comes from the sweep overrides (slime builds it from --wandb-group).
+    assert info["name"].startswith("wb_rollout.temperature=0.8_")
     (log,) = list((tmp_path / "wb" / "wandb").glob("offline-run-*/run-*.wandb"))
     config = run_config_of(read_wandb_records(log))
     nested = config["clawgym"]
     assert nested["rollout"]["temperature"] == 0.8 and nested["model"]["name"] == "qwen3_4b"
-    assert nested["run_name"] == "wb_rollout.temperature=0.8" and nested["wandb"]["group"] == "wb"
+    assert nested["run_name"] == "wb_rollout.temperature=0.8" and nested["wandb"]["group"] == "wb_rollout.temperature=0.8"
     assert config["clawgym_launch"]["overrides"] == overrides
     assert config["clawgym_launch"]["id"] == snap.name
     # slime's own flat args are still there, beside ours.
