@@ -168,15 +168,7 @@ class Cluster:
 
     def total_gpus(self) -> float:
         """GPUs declared by the cluster's alive nodes."""
-        import json
-        import urllib.request
-
-        # The dashboard's node list is one HTTP call; ray.init would start a driver.
-        url = f"{self.address.rstrip('/')}/api/v0/nodes?limit=10000&detail=1"
-        with urllib.request.urlopen(url, timeout=30) as resp:
-            data = json.load(resp)
-        nodes = data.get("data", {}).get("result", {}).get("result", [])
-        return float(sum((n.get("resources_total") or {}).get("GPU", 0.0) for n in nodes if n.get("state") == "ALIVE"))
+        return ray_head.cluster_gpus(self.address)
 
     def close(self, *, keep_head: bool, ignore_jobs: Sequence[str] = ()) -> None:
         """Stop the head if this process started it, it is not to be kept, and no job runs on it.

@@ -327,6 +327,18 @@ def dashboard_responds(address: str, timeout: float = 2.0) -> bool:
         return False
 
 
+def cluster_gpus(address: str, timeout: float = 30.0) -> float:
+    """GPUs declared by the alive nodes of the cluster whose dashboard is at ``address``."""
+    import json
+
+    # The dashboard's node list is one HTTP call; ray.init would start a driver.
+    url = f"{address.rstrip('/')}/api/v0/nodes?limit=10000&detail=1"
+    with urllib.request.urlopen(url, timeout=timeout) as resp:
+        data = json.load(resp)
+    nodes = data.get("data", {}).get("result", {}).get("result", [])
+    return float(sum((n.get("resources_total") or {}).get("GPU", 0.0) for n in nodes if n.get("state") == "ALIVE"))
+
+
 def head_state(rec: HeadRecord, *, patience: float = 10.0) -> str:
     """"alive", "unresponsive" (GCS and raylet run, the dashboard does not answer within
     ``patience`` seconds, e.g. on an overloaded machine) or "dead" (GCS or raylet gone)."""

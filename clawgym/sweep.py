@@ -405,6 +405,15 @@ class SweepSession:
             except ray_head.HeadError as err:
                 raise SweepRefused(f"clawgym: sweep refused: {err}") from None
         local_head = head.ray_start is not None and reusable is None
+        if not local_head and ray_head.dashboard_responds(head.address, timeout=5.0):
+            # A running cluster: refuse jobs that cannot fit it, all of them at once, before the
+            # per-job preflight (which stops at the first) and before any snapshot is written.
+            try:
+                self.total_gpus = int(ray_head.cluster_gpus(head.address))
+            except (OSError, ValueError):
+                pass  # the preflight's cluster check reports it
+            else:
+                self._refuse_unfit(jobs, bool(jobs[0].task_cfg.ray.detach))
         from clawgym.preflight import PreflightError, cleanup_leftovers, run_preflight
         from clawgym.snapshot import LaunchRecord, SnapshotError, write_launch_snapshot
 

@@ -26,7 +26,8 @@ from tests.fixtures.checkout import QWEN3_4B_INSTRUCT_2507_CONFIG, build_checkou
 ROOT = Path(__file__).resolve().parent.parent
 
 #: Sandbox and machine checks these tests do not exercise (their own files do).
-OFF = ["docker", "image", "gpus", "ports"]
+# Machine and cluster checks have their own tests; these run as for an existing cluster (local_head=False).
+OFF = ["docker", "image", "gpus", "ports", "cluster"]
 
 QWEN3_30B_A3B_CONFIG = {
     "architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe", "hidden_size": 2048,
@@ -180,11 +181,30 @@ def test_gpus_fail_when_the_node_shows_fewer_than_the_layout_holds(clawgym_check
 
 def test_gpus_and_ports_are_not_checked_for_an_existing_cluster(clawgym_checkout, monkeypatch):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
-    report, lines = preflight(clawgym_checkout, "ray.address=http://10.0.0.1:8265", skip=["docker", "image"])
+    address = f"http://127.0.0.1:{free_ports(1)[0]}"
+    report, lines = preflight(clawgym_checkout, f"ray.address={address}", skip=["docker", "image", "cluster"])
     results = passed(report).by_name()
     assert results["gpus"].status == "n/a" and results["ports"].status == "n/a"
-    assert any("gpus" in line and "not checked (the job runs on the existing cluster at http://10.0.0.1:8265)"
+    assert any("gpus" in line and f"not checked (the job runs on the existing cluster at {address})"
                in line for line in lines)
+
+
+def test_cluster_that_does_not_answer_fails_before_anything_is_written(clawgym_checkout, tmp_path):
+    address = f"http://127.0.0.1:{free_ports(1)[0]}"
+    save = tmp_path / "exp" / "run"
+    text = failed(preflight(clawgym_checkout, f"ray.address={address}", f"paths.save={save}",
+                            skip=["docker", "image"])[0], "cluster")
+    assert f"ray.address: no Ray dashboard answers at {address}" in text and "fix:" in text
+    assert not save.exists()
+
+
+def test_cluster_declaring_enough_gpus_passes_and_too_few_fails(clawgym_checkout, ray_cluster):
+    report = passed(preflight(clawgym_checkout, *ray_cluster.overrides(), skip=["docker", "image"])[0])
+    assert "8 GPUs for the run's 8" in report.by_name()["cluster"].detail
+    text = failed(preflight(clawgym_checkout, *ray_cluster.overrides(), "gpu_layout.num_gpus=16",
+                            "gpu_layout.actor_gpus=8", "gpu_layout.rollout_gpus=8", skip=["docker", "image"])[0],
+                  "cluster")
+    assert "declares 8 GPUs; this run holds 16" in text
 
 
 @pytest.mark.parametrize("key", ["sglang.api_port", "ray.dashboard_port", "ray.port"])
@@ -368,7 +388,7 @@ def test_clawgym_preflight_subcommand_composes_overrides(clawgym_checkout, tmp_p
 def test_clawgym_preflight_cluster_flag_after_overrides_skips_machine_checks(clawgym_checkout, tmp_path):
     env = {**_cli_env(), "CUDA_VISIBLE_DEVICES": ""}
     out = subprocess.run([sys.executable, "-m", "clawgym", "preflight", f"paths.root={clawgym_checkout}",
-                          "skip_checks=[docker,image]", "--cluster"],
+                          "skip_checks=[docker,image,cluster]", "--cluster"],
                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stdout + out.stderr
     assert "gpus" in out.stdout and "not checked (the job runs on the existing cluster" in out.stdout

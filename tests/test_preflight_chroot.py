@@ -22,7 +22,7 @@ from tests.fixtures.docker_engine import build_rootfs, require_rootfs_tools
 ROOT = Path(__file__).resolve().parent.parent
 
 #: Checks outside the sandbox that these tests leave to tests/test_preflight.py.
-OFF = "skip_checks=[gpus,ports]"
+OFF = "skip_checks=[gpus,ports,cluster]"
 
 #: Makes any attempt to reach a Docker engine fail.
 NO_ENGINE = "unix:///nonexistent/clawgym-test/docker.sock"

@@ -18,7 +18,7 @@ from clawgym.plan import build_plan
 from clawgym.preflight import PreflightError, Report, cleanup_leftovers, run_preflight
 
 #: Checks outside the docker sandbox that these tests leave to tests/test_preflight.py.
-OFF = "skip_checks=[gpus,ports]"
+OFF = "skip_checks=[gpus,ports,cluster]"
 
 
 def docker_cfg(root: Path, image: str, prefix: str, *extra: str):

@@ -16,6 +16,7 @@ checkpoint  the HF checkpoint's config.json agrees with the model group
 save_dir    a fresh run does not write over an earlier run's checkpoints in paths.save
 gpus        local head: this node shows the GPUs the run holds
 ports       local head: API server, Ray GCS and dashboard ports are free
+cluster     existing cluster: its dashboard answers and it declares the GPUs the run holds
 checkout    the trainer script and Megatron-LM are where the plan points
 tasks       the train/eval task folders hold tasks (counts reported)
 functions   the custom rollout/eval/generate/reward hooks exist on the job's PYTHONPATH
@@ -33,7 +34,7 @@ from clawgym.preflight.checkout import check_checkout, check_functions, check_ta
 from clawgym.preflight.checkpoint import check_checkpoint, check_save_dir
 from clawgym.preflight.core import (FAILED, NOT_APPLICABLE, OK, SKIPPED, Check, CheckFailed, CheckResult, Context,
                                     NotApplicable, PreflightError, Report, plain_config)
-from clawgym.preflight.machine import check_gpus, check_ports
+from clawgym.preflight.machine import check_cluster, check_gpus, check_ports
 from clawgym.preflight.sandbox import check_docker, check_image, check_root, check_rootfs
 from clawgym.preflight.sandbox import cleanup_leftovers as _cleanup_leftovers
 
@@ -58,6 +59,7 @@ CHECKS: List[Check] = [
     Check("checkpoint", "HF checkpoint", check_checkpoint),
     Check("save_dir", "save dir", check_save_dir),
     Check("gpus", "GPUs", check_gpus),
+    Check("cluster", "Ray cluster", check_cluster),
     Check("ports", "ports", check_ports),
     Check("checkout", "trainer checkout", check_checkout),
     Check("tasks", "task folders", check_tasks),

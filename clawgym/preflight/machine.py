@@ -136,3 +136,33 @@ def check_ports(ctx: Context) -> str:
                 f"{key}={port} on {host}: {reason}",
                 f"free the port (ss -ltnp 'sport = :{port}' shows who holds it) or set {key} to a free port")
     return ", ".join(f"{key}={port}" for key, _h, port in wanted) + " free"
+
+
+def check_cluster(ctx: Context) -> str:
+    """An existing cluster (``ray.address``) answers and declares the GPUs the run holds.
+
+    Checked before anything is written or submitted, so an unreachable or too small
+    cluster fails here rather than after the snapshot, or as a job whose placement
+    group waits forever.
+    """
+    if ctx.local_head:
+        raise NotApplicable("clawgym starts the head on this machine")
+    from clawgym import ray_head
+
+    address = ctx.plan.address
+    key = "ray.address" if ctx.c["ray"]["address"] else "ray.dashboard_port"
+    if not ray_head.dashboard_responds(address, timeout=5.0):
+        raise CheckFailed(f"{key}: no Ray dashboard answers at {address}",
+                          "start the cluster, or set ray.address to its dashboard's http address "
+                          "(e.g. http://head:8265)")
+    try:
+        gpus = ray_head.cluster_gpus(address)
+    except (OSError, ValueError) as exc:
+        raise CheckFailed(f"{key}: the dashboard at {address} did not list its nodes ({exc})",
+                          "check the cluster's health (ray status on the head node)")
+    need = ctx.plan.gpus_required
+    if gpus < need:
+        raise CheckFailed(f"the cluster at {address} declares {gpus:g} GPUs; this run holds {need} "
+                          f"(gpu_layout.actor_gpus / gpu_layout.rollout_gpus)",
+                          "choose a smaller gpu_layout, or add GPU nodes to the cluster")
+    return f"{address} answers, {gpus:g} GPUs for the run's {need}"
