@@ -12,12 +12,10 @@ import stat
 import subprocess
 import sys
 from pathlib import Path
-from typing import List
 
 from clawgym.config import compose
-from clawgym.plan import build_plan
-from clawgym.preflight import PreflightError, Report, run_preflight
-from tests.fixtures.docker_engine import build_rootfs, require_rootfs_tools
+from clawgym.preflight import PreflightError, Report
+from tests.fixtures.docker_engine import run_checks, build_rootfs, require_rootfs_tools
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -32,13 +30,7 @@ def chroot_cfg(checkout: Path, rootfs: Path, *extra: str):
     return compose([f"paths.root={checkout}", "sandbox=chroot", f"sandbox.rootfs={rootfs}", OFF, *extra])
 
 
-def preflight(cfg):
-    plan = build_plan(cfg, environ={}, timestamp="20260101_000000")
-    lines: List[str] = []
-    try:
-        return run_preflight(cfg, plan, local_head=False, echo=lines.append), lines
-    except PreflightError as err:
-        return err, lines
+preflight = run_checks
 
 
 def test_rootfs_is_a_real_chroot_target_and_passes(openclaw_rootfs, clawgym_checkout, monkeypatch):

@@ -14,8 +14,8 @@ from typing import List
 import pytest
 
 from clawgym.config import compose
-from clawgym.plan import build_plan
-from clawgym.preflight import PreflightError, Report, cleanup_leftovers, run_preflight
+from tests.fixtures.docker_engine import run_checks
+from clawgym.preflight import PreflightError, Report, cleanup_leftovers
 
 #: Checks outside the docker sandbox that these tests leave to tests/test_preflight.py.
 OFF = "skip_checks=[gpus,ports,cluster]"
@@ -26,13 +26,7 @@ def docker_cfg(root: Path, image: str, prefix: str, *extra: str):
                     f"sandbox.container_prefix={prefix}", OFF, *extra])
 
 
-def preflight(cfg):
-    plan = build_plan(cfg, environ={}, timestamp="20260101_000000")
-    lines: List[str] = []
-    try:
-        return run_preflight(cfg, plan, local_head=False, echo=lines.append), lines
-    except PreflightError as err:
-        return err, lines
+preflight = run_checks
 
 
 @pytest.fixture
