@@ -118,37 +118,80 @@ def gpus_required(c: Mapping[str, Any]) -> int:
 
 
 def _model_args(a: _Argv, m: Mapping[str, Any]) -> None:
+    if m.get("spec"):
+        # nargs='*': the module and the function as separate tokens.
+        a._mark("--spec")
+        a.args += ["--spec", *[str(x) for x in m["spec"]]]
     a.switch("--swiglu", m["swiglu"])
     a.opt("--num-layers", m["num_layers"])
     a.opt("--hidden-size", m["hidden_size"])
     a.opt("--ffn-hidden-size", m["ffn_hidden_size"])
     a.opt("--num-attention-heads", m["num_attention_heads"])
-    a.switch("--group-query-attention", m["num_query_groups"] < m["num_attention_heads"])
-    a.opt("--num-query-groups", m["num_query_groups"])
+    groups = m["num_query_groups"]
+    a.switch("--group-query-attention", groups is not None and groups < m["num_attention_heads"])
+    a.opt("--num-query-groups", groups)
+    a.opt("--max-position-embeddings", m.get("max_position_embeddings"))
+    a.opt("--seq-length", m.get("seq_length"))
     if m["position_embedding"] == "rope":
         a.opt("--position-embedding-type", "rope")
     else:
         a.switch("--use-rotary-position-embeddings", True)
+    a.switch("--no-position-embedding", not m.get("add_position_embedding", True))
     a.switch("--disable-bias-linear", m["disable_bias_linear"])
+    a.switch("--add-qkv-bias", m.get("add_qkv_bias", False))
     a.opt("--normalization", m["normalization"])
+    a.switch("--apply-layernorm-1p", m.get("apply_layernorm_1p", False))
     a.opt("--norm-epsilon", m["norm_epsilon"])
     a.opt("--rotary-base", m["rotary_base"])
     a.opt("--rotary-percent", m["rotary_percent"])
+    a.switch("--rotary-interleaved", m.get("rotary_interleaved", False))
+    a.switch("--use-rope-scaling", m.get("use_rope_scaling", False))
+    a.opt("--rotary-scaling-factor", m.get("rotary_scaling_factor"))
+    a.opt("--mscale", m.get("mscale"))
+    a.opt("--mscale-all-dim", m.get("mscale_all_dim"))
+    a.switch("--no-rope-fusion", not m.get("apply_rope_fusion", True))
     a.opt("--vocab-size", m["vocab_size"])
+    a.opt("--make-vocab-size-divisible-by", m.get("make_vocab_size_divisible_by"))
     a.opt("--kv-channels", m["kv_channels"])
     a.switch("--qk-layernorm", m["qk_layernorm"])
+    a.switch("--post-self-attn-layernorm", m.get("post_self_attn_layernorm", False))
+    a.switch("--post-mlp-layernorm", m.get("post_mlp_layernorm", False))
     a.switch("--untie-embeddings-and-output-weights", m["untie_embeddings_and_output_weights"])
+    a.switch("--no-masked-softmax-fusion", not m.get("masked_softmax_fusion", True))
+    # Multi-latent attention.
+    a.switch("--multi-latent-attention", m.get("multi_latent_attention", False))
+    a.opt("--q-lora-rank", m.get("q_lora_rank"))
+    a.opt("--kv-lora-rank", m.get("kv_lora_rank"))
+    a.opt("--qk-head-dim", m.get("qk_head_dim"))
+    a.opt("--qk-pos-emb-head-dim", m.get("qk_pos_emb_head_dim"))
+    a.opt("--v-head-dim", m.get("v_head_dim"))
+    # Gated attention (Qwen3-Next, Qwen3.5).
+    a.switch("--use-gated-attention", m.get("use_gated_attention", False))
+    a.switch("--attention-output-gate", m.get("attention_output_gate", False))
+    a.opt("--mtp-num-layers", m.get("mtp_num_layers"))
+    # Mixture of experts.
     a.opt("--num-experts", m["num_experts"])
     a.opt("--moe-ffn-hidden-size", m["moe_ffn_hidden_size"])
+    a.opt("--moe-shared-expert-intermediate-size", m.get("moe_shared_expert_intermediate_size"))
+    a.switch("--moe-shared-expert-gate", m.get("moe_shared_expert_gate", False))
     a.opt("--moe-router-score-function", m["moe_router_score_function"])
+    a.switch("--moe-router-pre-softmax", m.get("moe_router_pre_softmax", False))
+    a.switch("--moe-router-enable-expert-bias", m.get("moe_router_enable_expert_bias", False))
+    a.opt("--moe-router-bias-update-rate", m.get("moe_router_bias_update_rate"))
+    a.opt("--moe-router-load-balancing-type", m.get("moe_router_load_balancing_type"))
     a.opt("--moe-token-dispatcher-type", m["moe_token_dispatcher_type"])
     a.opt("--moe-router-topk", m["moe_router_topk"])
+    a.opt("--moe-router-topk-scaling-factor", m.get("moe_router_topk_scaling_factor"))
+    a.opt("--moe-router-num-groups", m.get("moe_router_num_groups"))
+    a.opt("--moe-router-group-topk", m.get("moe_router_group_topk"))
     a.opt("--moe-layer-freq", m["moe_layer_freq"])
     a.switch("--moe-grouped-gemm", m["moe_grouped_gemm"])
     a.opt("--moe-token-drop-policy", m["moe_token_drop_policy"])
     a.opt("--moe-router-dtype", m["moe_router_dtype"])
     a.switch("--moe-permute-fusion", m["moe_permute_fusion"])
     a.opt("--moe-aux-loss-coeff", m["moe_aux_loss_coeff"])
+    a.switch("--enable-experimental", m.get("enable_experimental", False))
+    a.switch("--allgather-cp", m.get("allgather_cp", False))
 
 
 def trainer_argv(c: Mapping[str, Any], *, use_wandb: bool) -> List[str]:
