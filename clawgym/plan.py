@@ -302,6 +302,11 @@ def job_env(c: Mapping[str, Any]) -> Dict[str, str]:
         "PYTHONFAULTHANDLER": "1",
         "MASTER_ADDR": node_ip,
         "no_proxy": f"127.0.0.1,{node_ip}",
+    }
+    if sb["backend"] == "none":
+        # No agent sandbox: no OpenClaw gateways and no ClawGymRL API server to configure.
+        return env
+    env.update({
         "OPENCLAW_TRAIN_TASKS": paths["train_tasks"],
         "OPENCLAW_EVAL_TASKS": paths["eval_tasks"],
         "OPENCLAW_TRAIN_MAX_TURNS": str(r["train_max_turns"]),
@@ -321,7 +326,7 @@ def job_env(c: Mapping[str, Any]) -> Dict[str, str]:
         "PORT": str(s["api_port"]),
         "TOOL_CALL_PARSER": s["tool_call_parser"],
         "REASONING_PARSER": s["reasoning_parser"] or "",
-    }
+    })
     return env
 
 
@@ -365,7 +370,8 @@ def dashboard_address(c: Mapping[str, Any]) -> str:
 
 def secret_env(c: Mapping[str, Any], *, use_wandb: bool) -> Dict[str, List[str]]:
     """Secrets the job needs: target variable -> launcher variables to read, first set wins."""
-    names: Dict[str, List[str]] = {SGLANG_KEY_ENV: [SGLANG_KEY_ENV]}
+    # The SGLang key is the ClawGymRL API server's; without a sandbox there is no server.
+    names: Dict[str, List[str]] = {} if c["sandbox"]["backend"] == "none" else {SGLANG_KEY_ENV: [SGLANG_KEY_ENV]}
     if use_wandb:
         names[WANDB_KEY_TARGET] = list(c["wandb"]["key_env"])
     return names

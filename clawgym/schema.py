@@ -195,10 +195,10 @@ class RolloutConfig:
 
     # Slime's rollout hook (ClawGym-RL drives OpenClaw gateways from it).
     function_path: str = "clawgym_rl_rollout.generate_rollout_clawgym_rl"
-    # Custom per-sample generate hook (the ClawGymRL API server).
-    generate_function_path: str = "clawgym_rl_api_server.generate"
-    # Custom reward hook.
-    reward_function_path: str = "clawgym_rl_api_server.reward_func"
+    # Custom per-sample generate hook (the ClawGymRL API server); None uses slime's own.
+    generate_function_path: Optional[str] = "clawgym_rl_api_server.generate"
+    # Custom reward hook; None leaves the reward to --rm-type.
+    reward_function_path: Optional[str] = "clawgym_rl_api_server.reward_func"
     # ClawGym-RL manages its own task data; slime's global dataset stays off.
     global_dataset: bool = False
     # Total rollout iterations (huge = run until stopped).
@@ -350,7 +350,8 @@ class SglangConfig:
 class SandboxConfig:
     """Where each OpenClaw agent runs during rollouts."""
 
-    # "docker": one container per task from ``image``; "chroot": a chroot into ``rootfs``.
+    # "docker": one container per task from ``image``; "chroot": a chroot into ``rootfs``;
+    # "none": no agent sandbox (prompt-data RL, SFT, distillation; conf/sandbox/none.yaml).
     backend: str = "docker"
     # Gateway image (docker backend; still passed to the job as OPENCLAW_GATEWAY_IMAGE).
     image: str = "clawgym-rl:v0.1"
