@@ -102,6 +102,10 @@ CASES: Dict[str, Case] = {
                                   {"sglang.mem_fraction_static": 1.5}),
     "api-port-in-range": Case(["sglang.api_port=70000"], ["sglang.api_port"], {"sglang.api_port": 70000}),
     "sandbox-backend-known": Case(["sandbox.backend=podman"], ["sandbox.backend"], {"sandbox.backend": "podman"}),
+    "sandbox-none-without-openclaw-hooks": Case(
+        ["sandbox=none", "rollout.reward_function_path=clawgym_rl_api_server.reward_func"],
+        ["sandbox.backend", "rollout.reward_function_path"],
+        {"sandbox.backend": "none", "rollout.reward_function_path": "clawgym_rl_api_server.reward_func"}),
     "docker-needs-image": Case(["sandbox.image=''"], ["sandbox.backend", "sandbox.image"], {"sandbox.image": ""}),
     "container-prefix-nonempty": Case(["sandbox.container_prefix=''"], ["sandbox.container_prefix"],
                                       {"sandbox.container_prefix": ""}),
