@@ -764,7 +764,8 @@ def _record_versions(sources, ns, sglang_dir, megatron_root, slime_root, router_
 def _environment(ns, stand_ins):
     import torch
 
-    env = {"python": sys.version.split()[0], "torch": torch.__version__,
+    env = {"python": sys.version.split()[0], "pythonhashseed": os.environ.get("PYTHONHASHSEED"),
+           "torch": torch.__version__,
            "torch_cuda": getattr(torch.version, "cuda", None)}
     for dist in ("triton", "transformers"):
         try:
@@ -787,6 +788,11 @@ def _dumps(registry) -> str:
 
 
 def main(argv=None):
+    # Some choices lists are built from sets (SGLang's backends, the router's parsers); a fixed
+    # hash seed keeps their order, so regenerating from the same sources gives the same file.
+    if argv is None and os.environ.get("PYTHONHASHSEED") != "0":
+        os.execve(sys.executable, [sys.executable, os.path.abspath(__file__), *sys.argv[1:]],
+                  dict(os.environ, PYTHONHASHSEED="0"))
     ap = argparse.ArgumentParser(
         description="Dump a trainer flavour's argparse actions to a clawgym flag registry (JSON).")
     ap.add_argument("flavour", choices=sorted(PRESETS), help="trainer flavour to generate")
