@@ -23,7 +23,7 @@ from clawgym.config import compose, to_plain
 from clawgym.flagmap import KINDS, ROWS, Owner, fork_only_rows, owned_dests, owners
 from clawgym.plan import build_plan
 from clawgym.registry import FLAVOURS, Flag, load_registry
-from clawgym.trainer_args import check_arg, render_arg
+from clawgym.trainer_args import check_arg, lookup, render_arg
 from clawgym.validate import violations
 from tests.conftest import ROOT
 
@@ -102,13 +102,12 @@ def test_owner_table_agrees_with_the_registry(flavour: str):
             assert action is None, f"{row.flag} is marked fork-only but trainer={flavour} has it"
             continue
         assert action is not None, f"{row.flag} ({row.key}) is not a flag of trainer={flavour}"
-        # The kind says how to invert the flag: it must match the action.
-        if row.kind == "switch":
-            assert action.action == "store_true", (row.flag, action.action)
-        elif row.kind == "inverse_switch":
-            assert action.action == "store_false", (row.flag, action.action)
+        # The kind says how to invert the flag: switches are flags without a value, values take one.
+        bare = action.action in ("store_true", "store_false", "store_const") or action.nargs == 0
+        if row.kind in ("switch", "inverse_switch"):
+            assert bare, (row.flag, action.action)
         elif row.kind == "value":
-            assert action.action not in ("store_true", "store_false", "store_const"), (row.flag, action.action)
+            assert not bare, (row.flag, action.action)
 
 
 def test_owners_api_is_keyed_by_option_string():
@@ -182,8 +181,9 @@ def test_plan_argv_parses_with_the_flavours_parser(overrides):
     assert ns.rollout_global_dataset is (False if c["rollout"]["global_dataset"] is False else None)
     for item in overrides:
         if item.startswith("args."):
-            dest = item.split("=", 1)[0][5:]
-            assert getattr(ns, dest) == c["args"][dest], dest
+            name = item.split("=", 1)[0][5:]
+            dest = lookup(load_registry(flavour), name).dest
+            assert getattr(ns, dest) == c["args"][name], name
 
 
 def test_issue_example_args_are_emitted_once_after_the_curated_flags():
@@ -230,10 +230,18 @@ def test_args_render_each_action_as_argparse_reads_it(flavour: str):
 
 def test_store_false_dest_takes_the_value_it_sets():
     reg = load_registry("clawgym")
-    flag = reg.by_option("--disable-rollout-global-dataset")
-    assert flag.action == "store_false"
-    assert render_arg(reg, flag.dest, False) == ["--disable-rollout-global-dataset"]
+    flag = reg.by_option("--no-gradient-accumulation-fusion")
+    assert flag.action == "store_false" and flag.dest == "gradient_accumulation_fusion"
+    assert render_arg(reg, flag.dest, False) == ["--no-gradient-accumulation-fusion"]
     assert render_arg(reg, flag.dest, True) == []
+
+
+def test_args_key_may_name_a_flag_by_an_alias_option_string():
+    # SGLang's --sglang-ep-size is an alias of --sglang-expert-parallel-size (dest sglang_expert_parallel_size).
+    reg = load_registry("clawgym")
+    assert lookup(reg, "sglang_ep_size").dest == "sglang_expert_parallel_size"
+    assert render_arg(reg, "sglang_ep_size", 8) == ["--sglang-ep-size", "8"]
+    assert render_arg(reg, "sglang_expert_parallel_size", 8) == ["--sglang-expert-parallel-size", "8"]
 
 
 # ---------------------------------------------------------------- flavours
