@@ -148,9 +148,11 @@ class Registry:
     def closest(self, name: str, n: int = 3) -> List[str]:
         """Closest real names to a misspelled one: option strings for ``--name``, dests otherwise."""
         if name.startswith("-"):
-            pool = self._by_option.keys()
+            pool: Any = self._by_option.keys()
         else:
-            pool = self._by_dest.keys()
+            # Dests, and option strings in underscore form (``sglang_ep_size`` for the alias
+            # ``--sglang-ep-size`` of dest ``sglang_expert_parallel_size``).
+            pool = set(self._by_dest) | {o[2:].replace("-", "_") for o in self._by_option if o.startswith("--")}
         found = difflib.get_close_matches(name, pool, n=n, cutoff=0.6)
         if not found:
             # Looser match for short or heavily mangled names.
