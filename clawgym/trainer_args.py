@@ -90,6 +90,8 @@ def choice_texts(flag: Flag) -> Optional[List[str]]:
     (``<non-json: <AttnBackend.flash: 1>>``) by their names."""
     if flag.choices is None:
         return None
+    if flag.cli_choices is not None:
+        return [str(c) for c in flag.cli_choices]
     out = []
     for choice in flag.choices:
         m = _NON_JSON_ENUM.match(choice) if isinstance(choice, str) else None

@@ -82,7 +82,10 @@ def format_table(reg: Registry, records: List[Dict[str, Any]]) -> str:
         if len(help_text) > MAX_HELP:
             help_text = help_text[:MAX_HELP - 1] + "…"
         flag = ", ".join(r["option_strings"])
-        rows.append((flag, r["dest"], kind, _short(r["default"]), _short(r["choices"]), help_text or "-",
+        # Enum-valued flags: show what is typed on the command line, not the object's repr.
+        default = r["cli_default"] if r.get("cli_default") is not None else r["default"]
+        choices = r["cli_choices"] if r.get("cli_choices") is not None else r["choices"]
+        rows.append((flag, r["dest"], kind, _short(default), _short(choices), help_text or "-",
                      r["owner"] or "args." + r["dest"]))
     meta = reg.meta
     head = (f"trainer={reg.flavour}: {len(records)} of {len(reg.actions)} flags"

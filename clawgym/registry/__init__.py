@@ -65,6 +65,10 @@ class Flag:
     parser: str
     # First line of the help text.
     help: Optional[str]
+    # Choices and default as typed on the command line, when the parser's are objects the JSON
+    # can only hold as reprs (enum members: ``--attention-backend flash``); else None.
+    cli_choices: Optional[Tuple[Any, ...]] = None
+    cli_default: Any = None
 
     @property
     def flag(self) -> str:
@@ -90,12 +94,15 @@ class Flag:
             source=data.get("source") or "",
             parser=data.get("parser") or "",
             help=data.get("help"),
+            cli_choices=tuple(data["cli_choices"]) if data.get("cli_choices") is not None else None,
+            cli_default=data.get("cli_default"),
         )
 
     def to_json(self) -> Dict[str, Any]:
         out = {f.name: getattr(self, f.name) for f in fields(self)}
         out["option_strings"] = list(self.option_strings)
         out["choices"] = list(self.choices) if self.choices is not None else None
+        out["cli_choices"] = list(self.cli_choices) if self.cli_choices is not None else None
         return out
 
 
