@@ -89,7 +89,7 @@ def format_table(reg: Registry, records: List[Dict[str, Any]]) -> str:
                      r["owner"] or "args." + r["dest"]))
     meta = reg.meta
     head = (f"trainer={reg.flavour}: {len(records)} of {len(reg.actions)} flags"
-            f" ({meta.get('option_string_count', '?')} option strings; {meta.get('description', '')})")
+            f" ({meta.get('option_string_count', '?')} option strings; {str(meta.get('description', '')).split(';')[0]})")
     if not rows:
         return head + "\n  (no flag matches)"
     return "\n".join([head, render_table(("flag", "dest", "type", "default", "choices", "help", "set with"), rows)])
