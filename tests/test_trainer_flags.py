@@ -385,3 +385,13 @@ def test_resume_refuses_to_switch_the_trainer_flavour():
     cfg = compose([])
     with pytest.raises(ResumeError, match="trainer"):
         apply_overrides(cfg, ["trainer=slime"])
+
+
+@pytest.mark.parametrize("flavour", FLAVOURS)
+def test_abbreviated_flag_is_refused_naming_the_whole_flag(flavour: str):
+    # Upstream's SGLang parser (allow_abbrev=True) would take this as --sglang-mem-fraction-static.
+    found = violations(compose([f"trainer={flavour}", "extra_args=[--sglang-mem-fraction,0.5]"]))
+    assert [v.code for v in found] == ["extra-args-unknown-flag"]
+    assert "abbreviation" in found[0].rule
+    # The whole flag is owned by a group key: the fix names that key.
+    assert "sglang.mem_fraction_static (--sglang-mem-fraction-static)" in found[0].fix
