@@ -4,7 +4,8 @@ Lists every flag of a trainer flavour's parser (Megatron, slime, ``--sglang-*``,
 with its dest (the key of ``args.<dest>``), type, default, choices, the first line of its help,
 and the clawgym key that owns it when a config group sets it (set that key, not ``args``).
 PATTERN filters by option string or dest: a substring (``-`` and ``_`` are the same), or a
-glob such as ``'--sglang-*-size'``. ``--json`` prints a JSON list instead of the table.
+glob such as ``'sglang-*-size'`` (leading dashes are optional; a pattern that starts with one
+goes after ``--``). ``--json`` prints a JSON list instead of the table.
 
     clawgym flags warmup
     clawgym flags --trainer slime 'sglang-ep*' --json
