@@ -431,12 +431,14 @@ class _Placeholder:
         return f"<stand-in {self._name}>"
 
 
-def _stand_in(name):
+def _stand_in(name, version=None):
     """A stand-in module registered under `name` (for modules that parsing never uses)."""
     module = types.ModuleType(name)
     module.__path__ = []  # a package, so submodule imports resolve to further stand-ins
     module.__spec__ = importlib.machinery.ModuleSpec(name, None, is_package=True)
     module.__clawgym_stand_in__ = True
+    if version is not None and "." not in name:
+        module.__version__ = version
 
     def __getattr__(attr):
         if attr.startswith("__") and attr.endswith("__"):
@@ -447,21 +449,51 @@ def _stand_in(name):
     return module
 
 
+def _settle_availability_probes(names):
+    """Let transformers decide, before any stand-in exists, that these modules are not installed.
+
+    transformers caches ``is_<name>_available()`` once; asked after SGLang's unconditional
+    ``import torchvision`` has pulled in a stand-in, it would take the stand-in for a real
+    install and ask for its version.  Asked first, it sees the truth (not installed) and
+    keeps to its code path for environments without the module."""
+    try:
+        from transformers.utils import import_utils
+    except ImportError:
+        return
+    for name in names:
+        probe = getattr(import_utils, f"is_{name}_available", None)
+        if callable(probe):
+            probe()
+
+
 class _StandInFinder:
     """Meta-path finder that serves stand-ins for the given top-level names and their submodules."""
 
-    def __init__(self, names):
-        self.names = set(names)
+    def __init__(self, specs):
+        # "name" or "name==version"
+        self.versions = {}
+        for spec in specs:
+            name, _, version = spec.partition("==")
+            self.versions[name] = version or None
+        self.names = set(self.versions)
         self.served = set()
 
     def find_spec(self, fullname, path=None, target=None):
-        if fullname.split(".")[0] in self.names:
-            self.served.add(fullname)
-            return importlib.machinery.ModuleSpec(fullname, self, is_package=True)
-        return None
+        top = fullname.split(".")[0]
+        if top not in self.names:
+            return None
+        # Feature probes (importlib.util.find_spec, as transformers' is_torchvision_available
+        # does) see what is installed: nothing, unless the stand-in was given a version
+        # because the importing code refuses to run without the module (tools/README.md).
+        caller = sys._getframe(2)
+        if self.versions[top] is None and caller.f_code.co_name == "find_spec" and \
+                caller.f_code.co_filename.endswith(os.path.join("importlib", "util.py")):
+            return None
+        self.served.add(fullname)
+        return importlib.machinery.ModuleSpec(fullname, self, is_package=True)
 
     def create_module(self, spec):
-        return _stand_in(spec.name)
+        return _stand_in(spec.name, self.versions[spec.name.split(".")[0]])
 
     def exec_module(self, module):
         return None
@@ -506,6 +538,9 @@ def build(ns) -> dict:
         stand_ins = _StandInFinder(ns.stand_in or [])
         if ns.stand_in:
             sys.meta_path.insert(0, stand_ins)
+            unversioned = [n for n, v in stand_ins.versions.items() if v is None]
+            if unversioned:
+                _settle_availability_probes(unversioned)
 
         rec = _Recorder(roots={
             os.path.join(os.path.realpath(router_dir), "sglang_router") + os.sep: "router",
@@ -763,9 +798,11 @@ def main(argv=None):
                     help="patch applied, in order, to a temporary copy of sglang (repeatable)")
     ap.add_argument("--megatron-patch", action="append", default=[],
                     help="patch applied to a temporary copy of Megatron-LM's megatron/ (repeatable)")
-    ap.add_argument("--stand-in", action="append", default=[], metavar="MODULE",
+    ap.add_argument("--stand-in", action="append", default=[], metavar="MODULE[==VERSION]",
                     help="serve an empty stand-in for MODULE (and submodules) when the real one cannot "
-                         "be imported on CPU and parsing never uses it; recorded in meta.environment")
+                         "be imported on CPU and parsing never uses it; with ==VERSION it reports that "
+                         "version and shows as installed to availability probes; recorded in "
+                         "meta.environment")
     ap.add_argument("--slime-ref", help="record this slime revision instead of the preset's")
     ap.add_argument("--megatron-ref", help="record this Megatron revision instead of the preset's")
     ap.add_argument("--allow-version-mismatch", action="store_true",
