@@ -167,3 +167,19 @@ def test_upstream_image_patches_were_applied_to_the_parsers(flag):
 def test_upstream_skips_sglang_tp_size_which_slime_sets_itself():
     assert "--sglang-tp-size" not in _by_option(_load("slime"))
     assert "--sglang-tp-size" in _by_option(_load("clawgym"))
+
+
+def test_custom_actions_name_the_argparse_action_that_decides_their_syntax(registry):
+    custom = [a for a in registry["actions"] if a["action"] not in ACTION_KINDS]
+    assert custom, "both trainers define custom Action classes"
+    for a in custom:
+        assert "action_base" in a, a["option_strings"]
+        assert a["action_base"] is None or a["action_base"] in ACTION_KINDS, a["option_strings"]
+
+
+def test_string_choices_are_recorded_sorted_so_regeneration_is_stable(registry):
+    for a in registry["actions"]:
+        choices = a["choices"]
+        if choices and all(isinstance(c, str) and not c.startswith("<non-json: ") for c in choices):
+            assert choices == sorted(choices), a["option_strings"]
+

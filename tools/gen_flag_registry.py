@@ -35,6 +35,7 @@ import io
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -306,12 +307,16 @@ def _option_strings(parser):
 
 
 def _action_name(action):
-    for cls in type(action).__mro__:
-        if cls in ACTION_NAMES:
-            if cls is type(action):
-                return ACTION_NAMES[cls]
-            break
+    """argparse's name for its own action classes, else the custom class's name."""
     return ACTION_NAMES.get(type(action), type(action).__name__)
+
+
+def _action_base(action):
+    """For a custom Action class, the argparse action it derives from (its command-line syntax)."""
+    for cls in type(action).__mro__[1:]:
+        if cls in ACTION_NAMES:
+            return ACTION_NAMES[cls]
+    return None
 
 
 def _cli_spelling(action, value):
@@ -334,6 +339,20 @@ def _cli_spelling(action, value):
     return None
 
 
+def _choices(action):
+    """Choices as a JSON list; string choices sorted.
+
+    argparse only tests membership, and some choices come from unordered sources whose
+    order changes from run to run (Python sets; the router's Rust extension for
+    --router-tool-call-parser), so sorting keeps regenerations comparable."""
+    if action.choices is None:
+        return None
+    values = [_jsonable(c) for c in action.choices]
+    if all(isinstance(v, str) for v in values) and not any(v.startswith("<non-json: ") for v in values):
+        values.sort()
+    return values
+
+
 def _serialise(parser, action, source, parser_name):
     type_name, type_ref = _type_name(action.type)
     nargs = action.nargs
@@ -344,7 +363,7 @@ def _serialise(parser, action, source, parser_name):
         "dest": action.dest,
         "type": type_name,
         "nargs": nargs,
-        "choices": None if action.choices is None else [_jsonable(c) for c in action.choices],
+        "choices": _choices(action),
         "default": _jsonable(action.default),
         "required": bool(action.required),
         "action": _action_name(action),
@@ -355,6 +374,9 @@ def _serialise(parser, action, source, parser_name):
     }
     if type_ref is not None:
         entry["type_ref"] = type_ref
+    if type(action) not in ACTION_NAMES:
+        # e.g. SGLang's DeprecatedStoreTrueAction is a store_true: it takes no value.
+        entry["action_base"] = _action_base(action)
     # Optional: what to type for choices/defaults that JSON cannot hold (enum members).
     if entry["choices"] is not None and any(isinstance(c, str) and c.startswith("<non-json: ")
                                             for c in entry["choices"]):
@@ -764,7 +786,8 @@ def _record_versions(sources, ns, sglang_dir, megatron_root, slime_root, router_
 def _environment(ns, stand_ins):
     import torch
 
-    env = {"python": sys.version.split()[0], "torch": torch.__version__,
+    env = {"python": sys.version.split()[0], "pythonhashseed": os.environ.get("PYTHONHASHSEED"),
+           "torch": torch.__version__,
            "torch_cuda": getattr(torch.version, "cuda", None)}
     for dist in ("triton", "transformers"):
         try:
@@ -787,6 +810,13 @@ def _dumps(registry) -> str:
 
 
 def main(argv=None):
+    # Some choices lists are built from sets (SGLang's backends, the router's parsers); a fixed
+    # hash seed keeps their order, so regenerating from the same sources gives the same file.
+    if argv is None and os.environ.get("PYTHONHASHSEED") != "0":
+        os.execve(sys.executable, [sys.executable, os.path.abspath(__file__), *sys.argv[1:]],
+                  dict(os.environ, PYTHONHASHSEED="0"))
+    # A terminated run still removes its temporary patched copies (the finally in build()).
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     ap = argparse.ArgumentParser(
         description="Dump a trainer flavour's argparse actions to a clawgym flag registry (JSON).")
     ap.add_argument("flavour", choices=sorted(PRESETS), help="trainer flavour to generate")
