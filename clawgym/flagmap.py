@@ -59,6 +59,8 @@ class Row:
     kind: str
     # Exists only in the ClawGym fork's parser.
     fork_only: bool = False
+    # Exists only in upstream slime's parser (newer than the fork: GLM5's --allgather-cp).
+    upstream_only: bool = False
     # What to emit, when not simply the key's value: None/False = nothing, True = the bare flag,
     # anything else = ``flag value``.
     compute: Optional[Compute] = None
@@ -207,7 +209,8 @@ ROWS: Tuple[Row, ...] = (
     # (--allgather-cp is upstream slime's; the fork's parser lacks it).
     Row("--enable-experimental", _model("enable_experimental"), "switch",
         compute=lambda c, ctx: c["model"].get("enable_experimental")),
-    Row("--allgather-cp", _model("allgather_cp"), "switch", compute=lambda c, ctx: c["model"].get("allgather_cp")),
+    Row("--allgather-cp", _model("allgather_cp"), "switch", upstream_only=True,
+        compute=lambda c, ctx: c["model"].get("allgather_cp")),
     # Checkpoints.
     Row("--megatron-to-hf-mode", "checkpoint.megatron_to_hf_mode", "value", fork_only=True),
     Row("--hf-checkpoint", "paths.hf_checkpoint", "value"),
@@ -294,11 +297,16 @@ SECRET_FLAGS = ("--wandb-key", "--sglang-api-key")
 
 def rows(flavour: str) -> List[Row]:
     """The rows whose flag exists in ``flavour``'s trainer, in emission order."""
-    return [r for r in ROWS if flavour == "clawgym" or not r.fork_only]
+    fork = flavour == "clawgym"
+    return [r for r in ROWS if not (r.fork_only and not fork) and not (r.upstream_only and fork)]
 
 
 def fork_only_rows() -> List[Row]:
     return [r for r in ROWS if r.fork_only]
+
+
+def upstream_only_rows() -> List[Row]:
+    return [r for r in ROWS if r.upstream_only]
 
 
 def owners(flavour: str = "clawgym") -> Dict[str, Owner]:

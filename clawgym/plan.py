@@ -135,6 +135,9 @@ def trainer_argv(c: Mapping[str, Any], *, use_wandb: bool) -> List[str]:
         value = row.emitted(c, ctx)
         if value is None or value is False:
             continue
+        if row.upstream_only and flavour == "clawgym":
+            # Validation refuses this first (trainer-flag-upstream-only).
+            raise ValueError(f"{row.flag} ({row.key}) exists only in upstream slime, not in trainer={flavour}")
         if row.fork_only and flavour != "clawgym":
             # Validation refuses this first (trainer-flag-fork-only); never emit a flag the trainer lacks.
             raise ValueError(f"{row.flag} ({row.key}) exists only in the ClawGym fork, not in trainer={flavour}")

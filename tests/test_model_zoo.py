@@ -43,7 +43,9 @@ def overrides_for(option: str) -> List[str]:
     """The option on the default layout, with a TP its heads split over (14-head Qwen2.5-0.5B needs TP 2)."""
     heads = model_of(option)["num_attention_heads"]
     tp = next(t for t in (4, 2, 1) if heads % t == 0)
-    return [f"model={option}"] + ([f"perf.tensor_parallel={tp}"] if tp != 4 else [])
+    # GLM5's --allgather-cp exists in upstream slime only.
+    trainer = ["trainer=slime"] if model_of(option)["allgather_cp"] else []
+    return [f"model={option}", *trainer] + ([f"perf.tensor_parallel={tp}"] if tp != 4 else [])
 
 
 @functools.lru_cache(maxsize=None)

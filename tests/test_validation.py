@@ -111,6 +111,8 @@ CASES: Dict[str, Case] = {
                          {"model.multi_latent_attention": True, "model.v_head_dim": None}),
     "spec-module-and-function": Case(["model=glm4_9b", "model.spec=[slime_plugins.models.glm4]"], ["model.spec"],
                                      {"model.spec": ["slime_plugins.models.glm4"]}),
+    "trainer-flag-upstream-only": Case(["model=glm5_744b_a40b"], ["model.allgather_cp", "trainer.flavour"],
+                                       {"model.allgather_cp": True, "trainer.flavour": "clawgym"}),
     "docker-needs-image": Case(["sandbox.image=''"], ["sandbox.backend", "sandbox.image"], {"sandbox.image": ""}),
     "container-prefix-nonempty": Case(["sandbox.container_prefix=''"], ["sandbox.container_prefix"],
                                       {"sandbox.container_prefix": ""}),
