@@ -59,13 +59,16 @@ def extra(*tokens: str) -> str:
 
 
 def good_args(data: Path) -> List[str]:
-    return ["--prompt-data", str(data), "--input-key", "prompt", "--label-key", "label",
-            "--custom-rm-path", "math_reward.reward"]
+    return ["--prompt-data", str(data), "--input-key", "prompt", "--label-key", "label"]
+
+
+#: The user's reward hook, through its key (--custom-rm-path is owned by it, so not in extra_args).
+RM = "rollout.reward_function_path=math_reward.reward"
 
 
 def preflight(root: Path, *overrides: str) -> Tuple[Any, Any]:
     """(Report or PreflightError, plan) of sandbox=none on checkout ``root``."""
-    cfg = compose(["sandbox=none", f"paths.root={root}", f"skip_checks=[{','.join(OFF)}]", *overrides])
+    cfg = compose(["sandbox=none", f"paths.root={root}", f"skip_checks=[{','.join(OFF)}]", RM, *overrides])
     found = violations(cfg)
     assert found == [], [v.format() for v in found]
     plan = build_plan(cfg, environ={}, timestamp="20260101_000000")
@@ -256,14 +259,13 @@ def test_custom_function_path_from_extra_args_must_resolve(checkout, data, flag)
 
 
 def test_custom_function_path_missing_attribute_fails(checkout, data):
-    args = good_args(data)
-    args[args.index("--custom-rm-path") + 1] = "math_reward.score"
-    text = failed(preflight(checkout, extra(*args))[0], "functions")
-    assert "--custom-rm-path=math_reward.score" in text and "defines no top-level score" in text
+    text = failed(preflight(checkout, "rollout.reward_function_path=math_reward.score", extra(*good_args(data)))[0],
+                  "functions")
+    assert "rollout.reward_function_path=math_reward.score" in text and "defines no top-level score" in text
 
 
 def test_function_set_by_a_config_key_is_named_by_the_key(checkout, data):
-    text = failed(preflight(checkout, "rollout.reward_function_path=nowhere.rm", extra(*good_args(data)[:6]))[0],
+    text = failed(preflight(checkout, "rollout.reward_function_path=nowhere.rm", extra(*good_args(data)))[0],
                   "functions")
     assert "rollout.reward_function_path=nowhere.rm: module nowhere" in text
 
@@ -278,7 +280,7 @@ def test_prompt_data_run_needs_no_docker_engine_or_rootfs(checkout, data, tmp_pa
         from clawgym.plan import build_plan
         from clawgym.preflight import cleanup_leftovers, run_preflight
         from clawgym.validate import validate
-        cfg = compose({["sandbox=none", f"paths.root={checkout}", "skip_checks=[gpus,ports,cluster]",
+        cfg = compose({["sandbox=none", f"paths.root={checkout}", "skip_checks=[gpus,ports,cluster]", RM,
                         extra(*good_args(data))]!r})
         validate(cfg)
         plan = build_plan(cfg, environ={{}}, timestamp="t")
