@@ -424,7 +424,9 @@ def submit(cluster: Cluster, plan: LaunchPlan, *, secrets: Mapping[str, str], cf
         if opt_in:
             print(f"[clawgym] WARNING: passing {', '.join(sorted(secrets))} in the job's runtime env "
                   f"(ray.pass_secrets_in_runtime_env=true): Ray keeps the runtime env in the job's metadata, "
-                  f"readable by anyone with access to the cluster's dashboard", file=sys.stderr, flush=True)
+                  f"readable by anyone with access to the cluster's dashboard, and writes it in plain text to "
+                  f"the cluster's runtime_env_agent.log (<ray temp dir>/session_*/logs/ on the node that runs "
+                  f"the job)", file=sys.stderr, flush=True)
             runtime_env.setdefault("env_vars", {}).update(secrets)
         else:
             print(f"[clawgym] note: {', '.join(sorted(secrets))} not passed to the existing cluster; the cluster's "
@@ -503,7 +505,9 @@ def launch_single(cfg: Any, plan: LaunchPlan) -> Any:
     try:
         rc = _launch(cfg, plan)
     except (LaunchError, ray_head.HeadError) as err:
-        print(f"clawgym: {err}", file=sys.stderr, flush=True)
+        from clawgym.secrets import redact
+
+        print(redact(f"clawgym: {err}"), file=sys.stderr, flush=True)
         sys.exit(1)
     except KeyboardInterrupt:
         # Before a head or job existed (later interrupts are handled where they can stop things).

@@ -712,6 +712,10 @@ def run_sweep(*, hydra_context: HydraContext, task_function: TaskFunction, confi
         return session.run()
     except SweepRefused as err:
         print(str(err), file=sys.stderr, flush=True)
+        from clawgym.app import discard_own_output_dir
+
+        # Nothing ran: the sweep dir this command created (multirun.yaml only) goes too.
+        discard_own_output_dir()
         sys.exit(EXIT_REFUSED)
     except KeyboardInterrupt:
         # Before the first submission (later ones are handled where jobs run).

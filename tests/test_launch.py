@@ -177,6 +177,8 @@ def test_existing_cluster_secrets_stay_out_unless_opted_in(clawgym_checkout, ray
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert record_of(clawgym_checkout, run)["env"]["SGLANG_API_KEY"] == secret
     assert "WARNING" in proc.stderr and "job's metadata" in proc.stderr
+    # Ray also logs the runtime env, secrets included, on the node: the warning says where.
+    assert "runtime_env_agent.log" in proc.stderr
     assert secret not in proc.stdout + proc.stderr
 
 

@@ -55,7 +55,10 @@ class CheckResult:
             line += f": {self.detail}"
         if self.status == FAILED and self.fix:
             line += f"\n               fix: {self.fix}"
-        return line
+        from clawgym.secrets import redact
+
+        # A detail may quote a config value or a tool's output: never a secret's value.
+        return redact(line)
 
 
 @dataclass
@@ -97,7 +100,9 @@ class PreflightError(Exception):
         self.check = failed.name if failed else ""
         summary = (f"preflight check '{failed.name}' failed: {failed.detail}\n  fix: {failed.fix}"
                    if failed else "preflight failed")
-        super().__init__(summary)
+        from clawgym.secrets import redact
+
+        super().__init__(redact(summary))
 
     def report(self) -> str:
         failed = self.checklist.failed
