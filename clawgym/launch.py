@@ -563,7 +563,7 @@ def _launch(cfg: Any, plan: LaunchPlan) -> int:
         # Our own leftovers go first, so the preflight port checks see the machine as the launch will.
         reusable = ray_head.settle(plan.ray_start, plan.ray_start_env, secrets)
     from clawgym.preflight import PreflightError
-    from clawgym.snapshot import SnapshotError
+    from clawgym.snapshot import SnapshotError, discard_unsubmitted, mark_submitted
 
     try:
         snapshot = prepare(cfg, plan, local_head=plan.ray_start is not None and reusable is None)
@@ -585,6 +585,7 @@ def _launch(cfg: Any, plan: LaunchPlan) -> int:
     with _sigterm_as_interrupt():
         try:
             cluster, handle = _connect_and_submit(plan, secrets, cfg)
+            mark_submitted(snapshot, handle.submission_id, address=cluster.address)
             if detach:
                 print(_detach_message(handle, cluster), flush=True)
                 return 0
@@ -601,6 +602,9 @@ def _launch(cfg: Any, plan: LaunchPlan) -> int:
             rc = EXIT_STOPPED
         finally:
             with _uninterruptible():
+                if handle is None:
+                    # Stopped before the job was submitted: its snapshot records no launch.
+                    discard_unsubmitted(snapshot)
                 if watcher is not None:
                     watcher.stop()
                 if cluster is not None:
