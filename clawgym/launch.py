@@ -568,12 +568,11 @@ def _launch(cfg: Any, plan: LaunchPlan) -> int:
     try:
         snapshot = prepare(cfg, plan, local_head=plan.ray_start is not None and reusable is None)
     except PreflightError as err:
-        # run_preflight already printed the checklist with the failing line and its fix.
+        # run_preflight already printed the checklist with the failing lines and their fixes.
+        from clawgym.preflight.core import failure_line
+
         sys.stdout.flush()
-        check = getattr(err, "check", "")
-        hint = f", or skip the check with 'skip_checks=[{check}]' if it does not apply" \
-            if check and check != "skip_checks" else ""
-        print(f"preflight failed at '{check}': nothing was started; fix it{hint}", file=sys.stderr, flush=True)
+        print(failure_line(err), file=sys.stderr, flush=True)
         return 2
     except SnapshotError as err:
         print(str(err), file=sys.stderr, flush=True)

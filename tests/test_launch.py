@@ -413,7 +413,7 @@ def test_failed_preflight_starts_nothing_and_names_the_fix(clawgym_checkout, sta
                  f"paths.slime={tmp_path / 'no-slime-here'}"]
     proc = run_train(overrides, tmp_path, launcher_env(state_dir))
     assert proc.returncode == 2, proc.stdout + proc.stderr
-    assert "preflight failed at 'checkout': nothing was started" in proc.stderr
+    assert "preflight failed at 'checkout' (1 check): nothing was started" in proc.stderr
     assert "Traceback" not in proc.stderr
     assert "starting a Ray head" not in proc.stdout
     assert head_processes(dport) == [] and ray_head.load_record(dport) is None
