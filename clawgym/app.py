@@ -27,6 +27,8 @@ _HYDRA_FILES = {".hydra/config.yaml", ".hydra/hydra.yaml", ".hydra/overrides.yam
 
 # The output dir (hydra.run.dir / hydra.sweep.dir) this invocation created, if it did.
 _CREATED_OUTPUT_DIR: Optional[Path] = None
+# True once ClawGymCallback validated this single run's config (the task function need not again).
+_VALIDATED_RUN = False
 
 
 def timestamp() -> str:
@@ -128,6 +130,8 @@ class ClawGymCallback(Callback):
             print(ConfigError(found).report(), file=sys.stderr)
             sys.exit(EXIT_REFUSED)
         _prepare_output_dir("hydra.run.dir", str(config.hydra.run.dir))
+        global _VALIDATED_RUN
+        _VALIDATED_RUN = True
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         from clawgym.config import is_clawgym_config
@@ -199,10 +203,11 @@ def _run(cfg: DictConfig) -> Any:
         resolved: Any = to_plain(cfg)
     except OmegaConfBaseException:
         resolved = cfg
-    try:
-        validate(resolved)
-    except ConfigError as err:
-        fail(err)
+    if not (_VALIDATED_RUN and _single_run()):
+        try:
+            validate(resolved)
+        except ConfigError as err:
+            fail(err)
     plan = build_plan_from_dict(resolved, environ=os.environ, timestamp=timestamp())
     if cfg.dry_run:
         print(format_plan(plan))
