@@ -724,7 +724,9 @@ def run_sweep(*, hydra_context: HydraContext, task_function: TaskFunction, confi
         session.check_all()
         return session.run()
     except SweepRefused as err:
-        print(str(err), file=sys.stderr, flush=True)
+        from clawgym.secrets import redact
+
+        print(redact(str(err)), file=sys.stderr, flush=True)
         session.discard_unsubmitted()
         from clawgym.app import discard_own_output_dir
 

@@ -130,3 +130,35 @@ def test_stamped_copy_in_a_checkpoint_is_verified_too(tmp_path, capsys):
     assert cli(["show", str(save / "iter_0000001")]) == 2
     assert "altered" in capsys.readouterr().err
     shutil.rmtree(stamped)
+
+
+@pytest.mark.parametrize("stop", [KeyboardInterrupt, "refused"])
+def test_launch_stopped_before_submission_leaves_no_snapshot(clawgym_checkout, tmp_path, monkeypatch, stop):
+    """The real launch path: preflight and snapshot, then the cluster step fails or Ctrl-C."""
+    from clawgym import launch
+    from clawgym.config import compose
+    from clawgym.plan import build_plan
+    from tests.fixtures.checkout import checkout_overrides
+
+    save = tmp_path / "run"
+    cfg = compose([*checkout_overrides(clawgym_checkout, skip_checks=["docker", "image", "gpus", "ports", "cluster"]),
+                   f"paths.save={save}", "sandbox.cleanup_leftovers=false", "ray.address=http://127.0.0.1:1"])
+    plan = build_plan(cfg, environ={}, timestamp="20260101_000000")
+    written = []
+    real_prepare = launch.prepare
+
+    def prepare(*args, **kwargs):
+        written.append(real_prepare(*args, **kwargs))
+        return written[-1]
+
+    def cluster_step(*args, **kwargs):
+        if stop == "refused":
+            raise launch.LaunchError("no Ray dashboard answers at http://127.0.0.1:1")
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(launch, "prepare", prepare)
+    monkeypatch.setattr(launch, "_connect_and_submit", cluster_step)
+    with pytest.raises(SystemExit):
+        launch.launch_single(cfg, plan)
+    assert written, "the snapshot was never written: the test did not reach the step it checks"
+    assert not list((save / SNAPSHOTS_RELPATH).iterdir())
