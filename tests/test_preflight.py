@@ -405,6 +405,8 @@ def test_preflight_only_failure_exits_nonzero_with_the_fix(checkout, tmp_path):
     assert out.returncode == 1, out.stdout + out.stderr
     assert "✗ checkpoint" in out.stdout and "set model.rotary_base=1000000" in out.stdout
     assert "preflight failed at 'checkpoint' (1 check)" in out.stderr and "Traceback" not in out.stderr
+    # Refused before anything started: the output dir this command created is gone again.
+    assert not (tmp_path / "run").exists()
 
 
 def test_clawgym_preflight_subcommand_composes_overrides(clawgym_checkout, tmp_path):
