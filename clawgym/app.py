@@ -105,6 +105,21 @@ def _overrides_with_secrets(overrides: Any) -> list:
     return out
 
 
+def _task_config(config: DictConfig) -> DictConfig:
+    """The task config as the task function will get it (Hydra's node removed), with
+    HydraConfig set so ``${hydra:...}`` interpolations resolve as they will in the job."""
+    import copy
+
+    from hydra.core.hydra_config import HydraConfig
+    from omegaconf import open_dict, read_write
+
+    HydraConfig.instance().set_config(config)
+    task = copy.deepcopy(config)
+    with read_write(task), open_dict(task):
+        del task["hydra"]
+    return task
+
+
 class ClawGymCallback(Callback):
     """Checks that run before Hydra creates the output dir or writes ``.hydra/*.yaml``.
 
@@ -125,7 +140,8 @@ class ClawGymCallback(Callback):
         from clawgym.validate import violations
 
         found = _overrides_with_secrets(config.hydra.overrides.task)
-        found += [v for v in violations(config) if not (found and v.code == "no-secret-values-in-config")]
+        found += [v for v in violations(_task_config(config))
+                  if not (found and v.code == "no-secret-values-in-config")]
         if found:
             print(ConfigError(found).report(), file=sys.stderr)
             sys.exit(EXIT_REFUSED)

@@ -127,3 +127,19 @@ def test_valid_dry_run_still_writes_its_output_dir(tmp_path):
     proc = train([f"hydra.run.dir={run_dir}", "dry_run=true"], tmp_path, env={"WANDB_API_KEY": ""})
     assert proc.returncode == 0, proc.stderr
     assert (run_dir / "launch_plan.json").is_file() and (run_dir / ".hydra" / "config.yaml").is_file()
+
+
+def test_hydra_callback_refuses_before_the_output_dir_exists(tmp_path, monkeypatch):
+    """The check runs in on_run_start, which Hydra calls before run_job creates the output dir
+    and dumps .hydra/*.yaml (hydra/_internal/hydra.py: Hydra.run)."""
+    from clawgym.app import ClawGymCallback
+
+    monkeypatch.setenv("WANDB_API_KEY", SECRET)
+    out = tmp_path / "out"
+    for bad in (["exp_name=.."], ["+extra_env.FOO=${oc.env:WANDB_API_KEY}"], [f"wandb.project={SECRET}"]):
+        cfg = compose([*bad, f"hydra.run.dir={out}"], return_hydra_config=True)
+        with pytest.raises(SystemExit) as exit_:
+            ClawGymCallback().on_run_start(config=cfg)
+        assert exit_.value.code == 2 and not out.exists()
+    ClawGymCallback().on_run_start(config=compose([f"hydra.run.dir={out}"], return_hydra_config=True))
+    assert out.is_dir()
