@@ -15,6 +15,7 @@ from hydra.experimental.callback import Callback
 
 from clawgym.config import to_plain
 from clawgym.plan import LaunchPlan, build_plan_from_dict, format_plan
+from clawgym.registry import RegistryError
 from clawgym.secrets import env_secrets, redact
 from clawgym.validate import ConfigError, Violation, validate
 
@@ -140,8 +141,13 @@ class ClawGymCallback(Callback):
         from clawgym.validate import violations
 
         found = _overrides_with_secrets(config.hydra.overrides.task)
-        found += [v for v in violations(_task_config(config))
-                  if not (found and v.code == "no-secret-values-in-config")]
+        try:
+            found += [v for v in violations(_task_config(config))
+                      if not (found and v.code == "no-secret-values-in-config")]
+        except RegistryError as err:
+            # A missing or broken flag registry is a broken install: say so without a traceback.
+            print(f"clawgym: {err}", file=sys.stderr)
+            sys.exit(EXIT_REFUSED)
         if found:
             print(ConfigError(found).report(), file=sys.stderr)
             sys.exit(EXIT_REFUSED)
@@ -224,6 +230,10 @@ def _run(cfg: DictConfig) -> Any:
             validate(resolved)
         except ConfigError as err:
             fail(err)
+        except RegistryError as err:
+            # A missing or broken flag registry is a broken install: say so without a traceback.
+            print(f"clawgym: {err}", file=sys.stderr)
+            sys.exit(2)
     plan = build_plan_from_dict(resolved, environ=os.environ, timestamp=timestamp())
     if cfg.dry_run:
         print(format_plan(plan))

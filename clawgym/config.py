@@ -42,7 +42,8 @@ def help_groups(choices: object = None) -> str:
     chosen = dict(choices) if choices is not None and hasattr(choices, "items") else {}  # type: ignore[call-overload]
     lines = []
     for group, schema in GROUPS.items():
-        doc = (schema.__doc__ or "").strip().splitlines()[0]
+        # The docstring's first paragraph says what the group decides.
+        doc = " ".join((schema.__doc__ or "").strip().split("\n\n")[0].split())
         options = [f"{o}*" if o == chosen.get(group) else o for o in group_options(group)]
         lines.append(f"{group}: {doc}")
         lines.append(f"    {', '.join(options) or '(set its keys directly)'}")
@@ -53,7 +54,11 @@ def help_groups(choices: object = None) -> str:
 def register_configs() -> None:
     """Store the root schema and one ``base_<group>`` schema per group."""
     cs = ConfigStore.instance()
-    cs.store(name="base_config", node=ClawGymConfig, provider="clawgym")
+    root = OmegaConf.structured(ClawGymConfig)
+    # ``args`` holds trainer flags by dest; it is not struct so ``args.lr_warmup_iters=10``
+    # needs no ``+`` (the registry, not the schema, knows its keys: see validate.py).
+    OmegaConf.set_struct(root.args, False)
+    cs.store(name="base_config", node=root, provider="clawgym")
     for group, schema in GROUPS.items():
         cs.store(group=group, name=f"base_{group}", node=schema, provider="clawgym")
 

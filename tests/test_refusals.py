@@ -99,9 +99,9 @@ def test_sweep_with_a_secret_value_writes_nothing(tmp_path, overrides):
 
 
 def test_every_report_masks_a_secret_typed_into_extra_args():
-    # extra-args-not-generated prints extra_args, which also holds a --wandb-key value.
-    found = violations(compose([f"extra_args=[--lr,'1e-5',--wandb-key,{SECRET}]"]), environ={})
-    assert {"extra-args-not-generated", "no-secrets-in-argv"} <= {v.code for v in found}
+    # The value given after --wandb-key also turns up in another key, whose rule prints it.
+    found = violations(compose([f"extra_args=[--wandb-key,{SECRET}]", f"exp_name=runs/{SECRET}"]), environ={})
+    assert {"names-are-folder-names", "no-secrets-in-argv"} <= {v.code for v in found}
     report = ConfigError(found).report()
     assert SECRET not in report and "<redacted>" in report
 
