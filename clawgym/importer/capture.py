@@ -253,12 +253,16 @@ def _git_toplevel(path: Path) -> Optional[Path]:
 
 def repository_of(script: Path, slime_root: Optional[Path]) -> Path:
     """The repository a script belongs to: its git toplevel; else the slime root when the
-    script lies inside it; else the script's own directory."""
+    script lies inside it; else the nearest folder above it that holds ``scripts/models/``
+    (a slime checkout); else the script's own directory."""
     top = _git_toplevel(script.parent)
     if top is not None:
         return top
     if slime_root is not None and _inside(script, slime_root):
         return slime_root
+    for folder in script.parents:
+        if (folder / "scripts" / "models").is_dir():
+            return folder
     return script.parent
 
 

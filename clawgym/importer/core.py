@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import yaml
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
 from clawgym.importer import parity
@@ -85,6 +85,8 @@ class ImportResult:
     violations: List[str] = field(default_factory=list)
     notes: List[str] = field(default_factory=list)
     command: str = ""
+    # Compared with an existing experiment (--check) instead of writing one.
+    checked: bool = False
 
     @property
     def ok(self) -> bool:
@@ -426,10 +428,10 @@ class Importer:
         refused: Dict[str, str] = {}
         for key, value in overrides.items():
             try:
-                if key.startswith("extra_env."):
-                    cfg.extra_env[key.split(".", 1)[1]] = value
-                elif key.startswith("args."):
-                    cfg.args[key.split(".", 1)[1]] = value
+                if key.startswith(("extra_env.", "args.")):
+                    group, name = key.split(".", 1)
+                    with open_dict(cfg[group]):
+                        cfg[group][name] = value
                 else:
                     OmegaConf.update(cfg, key, value, merge=False)
             except (OmegaConfBaseException, ValueError, TypeError) as exc:
@@ -655,8 +657,12 @@ def choose_flavour(capture: Capture, submit: Submit, requested: Optional[str]) -
 
 def import_script(script: Path, *, name: Optional[str] = None, trainer: Optional[str] = None,
                   out_dir: Optional[Path] = None, slime_root: Optional[Path] = None,
-                  env: Optional[Mapping[str, str]] = None, force: bool = False) -> ImportResult:
-    """Import ``script``; write ``out_dir/experiment/<name>.yaml``; verify it (see module doc)."""
+                  env: Optional[Mapping[str, str]] = None, force: bool = False,
+                  check: bool = False) -> ImportResult:
+    """Import ``script``; write ``out_dir/experiment/<name>.yaml``; verify it (see module doc).
+
+    ``check``: write nothing; compare the script with the existing experiment ``name``
+    (e.g. after editing it by hand)."""
     from clawgym.config import compose, config_dir
     from clawgym.validate import violations
 
@@ -667,8 +673,11 @@ def import_script(script: Path, *, name: Optional[str] = None, trainer: Optional
                             "and the +experiment= value)")
     out_dir = Path(out_dir) if out_dir is not None else Path("conf")
     target = out_dir / "experiment" / f"{name}.yaml"
-    if target.exists() and not force:
-        raise ImportFailure(f"{target} exists; choose another --name or pass --force to replace it")
+    if check and not target.is_file():
+        raise ImportFailure(f"--check: {target} not found; import the script first (without --check)")
+    if target.exists() and not force and not check:
+        raise ImportFailure(f"{target} exists; choose another --name, pass --force to replace it, "
+                            "or --check to compare the script with it")
     try:
         capture = run_script(script, slime_root=slime_root, env=env)
     except CaptureError as exc:
@@ -685,6 +694,9 @@ def import_script(script: Path, *, name: Optional[str] = None, trainer: Optional
     if len(entry) < 2 or os.path.basename(entry[0]) not in INTERPRETERS or not entry[1].endswith(".py"):
         raise ImportFailure(f"the job's entrypoint `{' '.join(entry[:4])} ...` is not `python3 <trainer>.py FLAGS`; "
                             "clawgym launches slime's train.py / train_async.py only")
+    if check and not trainer:
+        written = compose([*_searchpath_override(out_dir), f"+experiment={name}"])
+        trainer = str(OmegaConf.select(written, "trainer.flavour", default=None) or "clawgym")
     flavour = choose_flavour(capture, submit, trainer)
     result = ImportResult(script=script.resolve(), flavour=flavour, name=name, path=None, choices={}, body={})
     if capture.returncode != 0:
@@ -692,7 +704,6 @@ def import_script(script: Path, *, name: Optional[str] = None, trainer: Optional
     if len(submits) > 1:
         result.inexpressible.append(f"the script submits {len(submits)} jobs; an experiment is one job "
                                     "(the last was imported)")
-    save = None
     imp = Importer(capture, submit, flavour, result)
     save = imp.script.parsed.values.get("save")
     for kind, text in classify(capture, [os.path.join(save, "logs")] if save else []):
@@ -707,7 +718,24 @@ def import_script(script: Path, *, name: Optional[str] = None, trainer: Optional
     if not capture.head_starts and submit.options.get("--address"):
         result.notes.append(f"the script submits to an existing cluster at {submit.options['--address']}")
 
-    # Choose options, solve, write.
+    if check:
+        result.path, result.checked = target, True
+    else:
+        _solve_and_write(imp, result, capture, submit, target)
+    # Verify from the file, as train.py will compose it.
+    cfg = compose([*_searchpath_override(out_dir), f"+experiment={name}"])
+    result.violations = [v.format() for v in violations(cfg)]
+    diffs, deliberate, _ = imp.differences(cfg)
+    result.differences = diffs
+    result.deliberate = deliberate
+    extra = " ".join(_searchpath_override(out_dir))
+    result.command = f"python train.py {extra + ' ' if extra else ''}+experiment={name}"
+    return result
+
+
+def _solve_and_write(imp: "Importer", result: ImportResult, capture: Capture, submit: Submit, target: Path) -> None:
+    """Choose the options, solve for the overrides, write the experiment file."""
+    flavour = result.flavour
     choices = imp.choose_options()
     base = imp.base_config(choices)
     if not capture.head_starts and submit.options.get("--address"):
@@ -725,16 +753,6 @@ def import_script(script: Path, *, name: Optional[str] = None, trainer: Optional
     text = render_experiment(choices, body, script=result.script, flags=flags, header=header)
     _write_atomic(target, text)
     result.path = target
-
-    # Verify from the file, as train.py will compose it.
-    cfg = compose([*_searchpath_override(out_dir), f"+experiment={name}"])
-    result.violations = [v.format() for v in violations(cfg)]
-    diffs, deliberate, _ = imp.differences(cfg)
-    result.differences = diffs
-    result.deliberate = deliberate
-    extra = " ".join(_searchpath_override(out_dir))
-    result.command = f"python train.py {extra + ' ' if extra else ''}+experiment={name}"
-    return result
 
 
 def _solve_with(imp: Importer, base: DictConfig, fixed: Mapping[str, Any]) -> Dict[str, Any]:
@@ -772,11 +790,13 @@ def _comments(imp: Importer, overrides: Mapping[str, Any]) -> Dict[str, str]:
 
 
 def format_result(result: ImportResult) -> str:
-    out = [f"imported {result.script}", f"  trainer flavour: {result.flavour}",
-           "  options: " + (", ".join(f"{g}={o}" for g, o in result.choices.items()) or "(defaults)"),
-           f"  wrote:   {result.path}" if result.path else "  wrote:   nothing"]
-    n_keys = len(_flatten(result.body))
-    out.append(f"  keys set: {n_keys}")
+    out = [f"{'checked' if result.checked else 'imported'} {result.script}", f"  trainer flavour: {result.flavour}"]
+    if not result.checked:
+        out.append("  options: " + (", ".join(f"{g}={o}" for g, o in result.choices.items()) or "(defaults)"))
+    if result.checked:
+        out.append(f"  against: {result.path}")
+    else:
+        out += [f"  wrote:   {result.path}", f"  keys set: {len(_flatten(result.body))}"]
     if result.ignored:
         out += ["", "ignored (cleanup and probes clawgym replaces with its own ownership of what it starts):"]
         out += [f"  - {t}" for t in result.ignored]
