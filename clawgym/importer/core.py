@@ -518,22 +518,48 @@ class Importer:
         return out
 
     def prune(self, base: DictConfig, overrides: Dict[str, Any]) -> Dict[str, Any]:
-        """Drop overrides that change nothing parity sees, and those equal to the composed value."""
+        """Drop every override whose key would resolve to the same value without it.
+
+        Without an override a key falls back to what the composed options give it, which
+        may be an interpolation of other keys (``perf.tensor_parallel`` follows
+        ``gpu_layout.actor_gpus``): that expression is put back and resolved in the final
+        config; when it yields the override's value, the override goes (and the key keeps
+        following its source, as the options meant)."""
         cfg, _ = self.apply(base, overrides)
-        target, _, _ = self.differences(cfg)
-        target_names = {(d.what, d.name) for d in target}
         kept = dict(overrides)
         for key in list(overrides):
-            if key == "paths.root":
+            if key == "paths.root" or key.startswith(("args.", "extra_env.")):
                 continue
-            trial = {k: v for k, v in kept.items() if k != key}
-            cfg, refused = self.apply(base, trial)
-            if refused:
+            raw_value = _raw(base, key)
+            if raw_value is MISSING_VALUE:
                 continue
-            diffs, _, _ = self.differences(cfg)
-            if {(d.what, d.name) for d in diffs} <= target_names:
-                kept = trial
+            trial = copy.deepcopy(cfg)
+            try:
+                OmegaConf.update(trial, key, raw_value, merge=False)
+                fallback = OmegaConf.select(trial, key)
+            except OmegaConfBaseException:
+                continue
+            if parity.same(_plain(fallback), _plain(overrides[key])) or fallback == overrides[key]:
+                cfg = trial
+                kept.pop(key)
         return kept
+
+
+def _raw(cfg: DictConfig, key: str) -> Any:
+    """A key's value as composed, interpolations unresolved."""
+    node: Any = cfg
+    parts = key.split(".")
+    for part in parts[:-1]:
+        node = node._get_node(part) if hasattr(node, "_get_node") else None
+        if node is None:
+            return MISSING_VALUE
+    leaf = node._get_node(parts[-1]) if hasattr(node, "_get_node") else None
+    if leaf is None:
+        return MISSING_VALUE
+    value = leaf._value()
+    if isinstance(value, (dict, list)) or hasattr(value, "_get_node"):
+        return MISSING_VALUE
+    return value
 
 
 def _plain(value: Any) -> Any:
