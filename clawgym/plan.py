@@ -200,7 +200,7 @@ def job_env(c: Mapping[str, Any]) -> Dict[str, str]:
         "SERVED_MODEL_NAME": s["served_model_name"],
         "HOST": s["api_host"],
         "PORT": str(s["api_port"]),
-        "TOOL_CALL_PARSER": s["tool_call_parser"],
+        "TOOL_CALL_PARSER": s["tool_call_parser"] or "",
         "REASONING_PARSER": s["reasoning_parser"] or "",
     })
     return env

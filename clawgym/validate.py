@@ -144,7 +144,7 @@ def rule_temperature_positive(v: _Collector) -> None:
 
 def rule_context_exceeds_response(v: _Collector) -> None:
     r = v.c["rollout"]
-    if r["max_context_len"] <= r["max_response_len"]:
+    if r["max_context_len"] is not None and r["max_context_len"] <= r["max_response_len"]:
         v.add("context-exceeds-response", ["rollout.max_context_len", "rollout.max_response_len"],
               "the context window must be larger than one response (it also holds the prompt and history)",
               "raise rollout.max_context_len or lower rollout.max_response_len")
@@ -327,7 +327,8 @@ def rule_sglang_tp_fits(v: _Collector) -> None:
 
 def rule_context_lengths(v: _Collector) -> None:
     s, r = v.c["sglang"], v.c["rollout"]
-    if s["context_length"] < r["max_context_len"]:
+    if s["context_length"] is not None and r["max_context_len"] is not None and \
+            s["context_length"] < r["max_context_len"]:
         v.add("sglang-context-holds-rollout-context", ["sglang.context_length", "rollout.max_context_len"],
               "SGLang must accept the longest rollout context, or long conversations are rejected with 400",
               "raise sglang.context_length to at least rollout.max_context_len (or leave it unset to follow it)")

@@ -377,6 +377,8 @@ class Importer:
         self.overrides: Dict[str, Any] = {}
         # Keys the schema refused, with why.
         self.refused: Dict[str, str] = {}
+        # The composed options the overrides apply to (set by solve).
+        self.base: Any = None
 
     # -- choosing options
 
@@ -392,9 +394,8 @@ class Importer:
     def choose_options(self) -> Dict[str, str]:
         wanted = self.wanted_keys()
         choices: Dict[str, str] = {}
-        if "trainer" in _group_options("trainer") or _group_exists("trainer"):
-            if self.flavour in _group_options("trainer"):
-                choices["trainer"] = self.flavour
+        if self.flavour in _group_options("trainer"):
+            choices["trainer"] = self.flavour
         hint = _norm_model_hint(self.capture.model_files[-1]) if self.capture.model_files else ""
         model, score = _pick_option("model", wanted, hint)
         if model:
@@ -462,11 +463,15 @@ class Importer:
                 value = self.script.parsed.values.get(dest, self.reg.by_dest(dest).default
                                                       if self.reg.by_dest(dest) else None)
                 key, v, why = self.owners.key_value(dest, value)
+                action = self.reg.by_dest(dest)
+                at_default = action is not None and parity.same(value, action.default)
                 if key is None:
                     if has_args:
-                        want[f"args.{dest}"] = _plain(value)
+                        # At the trainer's default: no flag at all (args.<dest> left out).
+                        want[f"args.{dest}"] = None if at_default else _plain(value)
                 elif why is None:
-                    want[key] = _plain(v)
+                    # At the trainer's default, an optional key is left empty so nothing is emitted.
+                    want[key] = None if at_default and v == value and _optional(self.base, key) else _plain(v)
             elif d.what == "env":
                 if d.script is MISSING_VALUE:
                     continue
@@ -492,6 +497,7 @@ class Importer:
     def solve(self, base: DictConfig) -> Dict[str, Any]:
         from clawgym.config import to_plain
 
+        self.base = base
         has_args = "args" in base
         env_owners = probe_env_owners(to_plain(base))
         overrides: Dict[str, Any] = dict(self.initial_overrides(base))
@@ -527,7 +533,11 @@ class Importer:
         following its source, as the options meant)."""
         cfg, _ = self.apply(base, overrides)
         kept = dict(overrides)
+        base_args = base.get("args") or {}
         for key in list(overrides):
+            if key.startswith("args.") and overrides[key] is None and key.split(".", 1)[1] not in base_args:
+                kept.pop(key)  # an unset flag that no option sets either
+                continue
             if key == "paths.root" or key.startswith(("args.", "extra_env.")):
                 continue
             raw_value = _raw(base, key)
@@ -543,6 +553,16 @@ class Importer:
                 cfg = trial
                 kept.pop(key)
         return kept
+
+
+def _optional(cfg: DictConfig, key: str) -> bool:
+    """The schema lets ``key`` be None."""
+    node: Any = cfg
+    for part in key.split("."):
+        node = node._get_node(part) if hasattr(node, "_get_node") else None
+        if node is None:
+            return False
+    return bool(node._is_optional())
 
 
 def _raw(cfg: DictConfig, key: str) -> Any:

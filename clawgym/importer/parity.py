@@ -127,6 +127,32 @@ def strip_secrets(argv: Sequence[str]) -> Tuple[List[str], List[str]]:
     return out, removed
 
 
+#: Dests the trainer fills in itself after parsing when they are left unset (None), from
+#: those it derives them from: slime's ``slime_validate_args`` and Megatron's ``validate_args``.
+#: Both sides are compared after these rewrites, so ``--eps-clip-high 0.2`` equals no flag
+#: when ``--eps-clip`` is 0.2. Each entry: dest -> function of the parsed values (None: no rewrite).
+TRAINER_REWRITES: Dict[str, Callable[[Mapping[str, Any]], Any]] = {
+    # slime: eps_clip_high defaults to eps_clip.
+    "eps_clip_high": lambda v: v.get("eps_clip"),
+    # slime: the eval hook defaults to the rollout hook.
+    "eval_function_path": lambda v: v.get("rollout_function_path"),
+    # slime: colocated rollout engines get the actor's GPUs.
+    "rollout_num_gpus": lambda v: (v.get("actor_num_gpus_per_node") or 0) * (v.get("actor_num_nodes") or 1)
+    if v.get("colocate") else None,
+    # Megatron: the expert tensor-parallel size defaults to the tensor-parallel size.
+    "expert_tensor_parallel_size": lambda v: v.get("tensor_model_parallel_size"),
+}
+
+
+def effective(values: Mapping[str, Any]) -> Dict[str, Any]:
+    """Parsed values after the trainer's own rewrites of unset dests (:data:`TRAINER_REWRITES`)."""
+    out = dict(values)
+    for dest, rule in TRAINER_REWRITES.items():
+        if dest in out and out[dest] is None:
+            out[dest] = rule(values)
+    return out
+
+
 def parse_argv(parser: _Parser, reg: Any, argv: Sequence[str]) -> Parsed:
     written: Dict[str, str] = {}
     for tok in argv:
@@ -139,7 +165,7 @@ def parse_argv(parser: _Parser, reg: Any, argv: Sequence[str]) -> Parsed:
     except ParseFailure as exc:
         return Parsed({}, [], str(exc), written)
     unknown = [t.split("=", 1)[0] for t in rest if t.startswith("-") and not _is_number(t)]
-    return Parsed(vars(ns), unknown, None, written)
+    return Parsed(effective(vars(ns)), unknown, None, written)
 
 
 def _is_number(tok: str) -> bool:
