@@ -205,8 +205,8 @@ class PerfConfig:
     log_probs_chunk_size: Optional[int] = 1024
     accumulate_allreduce_grads_in_fp32: bool = True
     attention_softmax_in_fp32: bool = True
-    # Megatron attention kernel (flash, fused, unfused, local, auto).
-    attention_backend: str = "flash"
+    # Megatron attention kernel (flash, fused, unfused, local, auto); None leaves Megatron's default.
+    attention_backend: Optional[str] = "flash"
 
 
 @dataclass

@@ -166,10 +166,18 @@ def test_upstream_scripts_import_as_trainer_slime_without_sandbox(slime_checkout
     assert result.choices["model"] == "qwen3_30b_a3b"
     if "none" in _options("sandbox"):
         assert result.choices["sandbox"] == "none"
+    assert result.choices["gpu_layout"] == "split_4_4"
     # Flags no group owns go through args.<dest>, typed.
+    from clawgym.registry import load_registry
+
+    reg = load_registry("slime")
     args = result.body.get("args", {})
-    assert args["sglang_cuda_graph_bs"] == [1, 2, 4, 8, 16, 24, 32, 40, 48, 56, 64]
-    assert args["sglang_ep_size"] == 8 and args["use_tis"] is True
+    assert args[reg.by_option("--sglang-cuda-graph-bs").dest] == [1, 2, 4, 8, 16, 24, 32, 40, 48, 56, 64]
+    assert args[reg.by_option("--sglang-ep-size").dest] == 4
+    assert args[reg.by_option("--sglang-enable-dp-attention").dest] is True and args["use_tis"] is True
+    # Custom function paths go to the keys that own them, or args.
+    assert result.body["rollout"]["reward_function_path"] == "my_rewards.math_reward"
+    assert args["dynamic_sampling_filter_path"] == "my_filters.keep_nonzero_std"
 
 
 def _options(group):
@@ -214,8 +222,8 @@ def test_a_changed_experiment_prints_the_difference_table(slime_checkout, tmp_pa
     assert code == 0, out
     path = out_dir / "experiment" / "colo.yaml"
     text = path.read_text()
-    assert "\nrollout:\n" in text
-    path.write_text(text.replace("\nrollout:\n", "\nrollout:\n  batch_size: 3\n", 1))
+    assert "\n  batch_size: 16\n" in text
+    path.write_text(text.replace("\n  batch_size: 16\n", "\n  batch_size: 3\n", 1))
     code, out = run_cli([script, "--out", str(out_dir), "--name", "colo", "--check"], capsys)
     assert code == 1, out
     assert "differences (1):" in out

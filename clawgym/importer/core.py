@@ -54,6 +54,9 @@ ADDED_ENV = {
     "RAY_health_check_timeout_ms": "Ray head tuning (ray.health_check_timeout_ms)",
     "RAY_num_heartbeats_timeout": "Ray head tuning (ray.num_heartbeats_timeout)",
 }
+#: W&B settings clawgym gives a job with W&B on (run tags, notes, its config file): metadata of
+#: the W&B run, not of the training.
+ADDED_WANDB_ENV = ("WANDB_TAGS", "WANDB_NOTES", "WANDB_SWEEP_PARAM_PATH")
 #: Wildcard bind addresses: clawgym binds loopback unless asked (sglang.api_host).
 WILDCARDS = ("0.0.0.0", "::", "")
 
@@ -335,6 +338,9 @@ def compare(script: Launch, ours: Launch, reg: Any, secret_targets: Sequence[str
         if d.script is MISSING_VALUE and d.name in ADDED_ENV:
             d.note = ADDED_ENV[d.name]
             deliberate.append(d)
+        elif d.script is MISSING_VALUE and d.name in ADDED_WANDB_ENV:
+            d.note = "clawgym's W&B run metadata"
+            deliberate.append(d)
         elif d.name == "HOST" and d.script in WILDCARDS and d.experiment in ("127.0.0.1", "localhost", "::1"):
             d.note = "clawgym binds loopback unless asked: sglang.api_host=0.0.0.0"
             deliberate.append(d)
@@ -471,7 +477,13 @@ class Importer:
                         want[f"args.{dest}"] = None if at_default else _plain(value)
                 elif why is None:
                     # At the trainer's default, an optional key is left empty so nothing is emitted.
-                    want[key] = None if at_default and v == value and _optional(self.base, key) else _plain(v)
+                    if at_default and v == value and _optional(self.base, key):
+                        want[key] = None
+                    elif _non_json(v):
+                        self.refused[key] = (f"the script leaves {d.name.split(' ')[0]} at the trainer's default "
+                                             f"{str(v)[len('<non-json: '):-1]}, which {key} cannot hold")
+                    else:
+                        want[key] = _plain(v)
             elif d.what == "env":
                 if d.script is MISSING_VALUE:
                     continue
@@ -514,7 +526,23 @@ class Importer:
             if not want:
                 break
             overrides.update(want)
-        return self.prune(base, overrides)
+        overrides = self.prune(base, overrides)
+        return self.name_run(base, overrides)
+
+    def name_run(self, base: DictConfig, overrides: Dict[str, Any]) -> Dict[str, Any]:
+        """Name the run after the experiment (``exp_name``: W&B tags, the run name) when that
+        moves nothing the script sets (e.g. a save dir derived from the name)."""
+        if "exp_name" not in base or self.result.name == base.exp_name:
+            return overrides
+        cfg, _ = self.apply(base, overrides)
+        before, _, _ = self.differences(cfg)
+        trial = {**overrides, "exp_name": self.result.name}
+        cfg, refused = self.apply(base, trial)
+        if refused:
+            return overrides
+        after, _, _ = self.differences(cfg)
+        keys = lambda ds: {(d.what, d.name) for d in ds}  # noqa: E731
+        return trial if keys(after) <= keys(before) else overrides
 
     def initial_overrides(self, base: DictConfig) -> Dict[str, Any]:
         """Where the script's files are: its repository is the ClawGym-RL checkout (fork) ."""
@@ -582,6 +610,11 @@ def _raw(cfg: DictConfig, key: str) -> Any:
     return value
 
 
+def _non_json(value: Any) -> bool:
+    """A registry default that was not JSON (``"<non-json: repr>"``): not a value to write."""
+    return isinstance(value, str) and value.startswith("<non-json:")
+
+
 def _plain(value: Any) -> Any:
     if isinstance(value, tuple):
         return list(value)
@@ -601,9 +634,19 @@ def _typed_like(text: str, current: Any) -> Any:
 # ---------------------------------------------------------------- writing
 
 
+def _order(key: str) -> Tuple[int, str]:
+    """Experiment keys in the schema's group order, then args, then extra_env; by name within."""
+    from clawgym.schema import GROUPS
+
+    order = [*PICKED_GROUPS, *GROUPS, "args", "extra_env"]
+    top = key.split(".", 1)[0]
+    return (order.index(top) if top in order else len(order), key)
+
+
 def _nest(overrides: Mapping[str, Any]) -> Dict[str, Any]:
     tree: Dict[str, Any] = {}
-    for key, value in overrides.items():
+    for key in sorted(overrides, key=_order):
+        value = overrides[key]
         if key.startswith("extra_env."):
             tree.setdefault("extra_env", {})[key.split(".", 1)[1]] = value
             continue
@@ -790,7 +833,8 @@ def _solve_and_write(imp: "Importer", result: ImportResult, capture: Capture, su
         imp_overrides = {}
     overrides = imp.solve(base) if not imp_overrides else _solve_with(imp, base, imp_overrides)
     for key, why in imp.refused.items():
-        result.inexpressible.append(f"{key}: the script needs a value this key cannot take ({why})")
+        result.inexpressible.append(f"{key}: the script needs a value this key cannot take ({why})"
+                                    if not why.startswith("the script") else f"{key}: {why}")
     result.choices = choices
     body = _nest(overrides)
     result.body = body
@@ -812,18 +856,26 @@ def _comments(imp: Importer, overrides: Mapping[str, Any]) -> Dict[str, str]:
     """A comment per written key: the script flag or variable it reproduces."""
     out: Dict[str, str] = {}
     by_key: Dict[str, str] = {}
+    written = imp.script.parsed.written or {}
     for dest in imp.script.parsed.values:
         for action, owner in imp.owners.for_dest(dest):
-            by_key.setdefault(owner.key, imp.script.parsed.written.get(dest) or action.flag)
+            if owner.kind == "derived":
+                continue
+            by_key.setdefault(owner.key, written[dest] if dest in written else
+                              f"{action.flag}: not in the script (the trainer's own value)")
     for key in overrides:
         if key.startswith("args."):
             dest = key.split(".", 1)[1]
             f = imp.reg.by_dest(dest)
-            out[key] = (imp.script.parsed.written or {}).get(dest) or (f.flag if f else dest)
+            out[key] = written.get(dest) or (f"{f.flag}: not in the script (the trainer's own value)" if f else dest)
         elif key.startswith("extra_env."):
             out[key] = f"${key.split('.', 1)[1]} of the job"
         elif key in by_key:
             out[key] = by_key[key]
+        elif key == "exp_name":
+            out[key] = "the experiment's name (run name, W&B tags)"
+        elif key == "ray.address":
+            out[key] = "ray job submit --address (a cluster that already runs)"
         elif key == "paths.root":
             out[key] = "the script's checkout (its working dir and paths derive from it)"
         elif key == "paths.slime":

@@ -87,9 +87,11 @@ def build_parser(reg: Any) -> _Parser:
                     kwargs["nargs"] = f.nargs
                 if f.choices is not None and known:
                     kwargs["choices"] = list(f.choices)
-                action = kind if kind in ("append", "extend") else "store"
-                if action == "store" and f.nargs == 0:
+                if f.nargs == 0:
+                    # A custom action that takes no value: a switch.
+                    parser.add_argument(*opts, action="store_const", const=True, **common)
                     continue
+                action = kind if kind in ("append", "extend") else "store"
                 parser.add_argument(*opts, action=action, **kwargs)
         except (argparse.ArgumentError, ValueError, TypeError):
             # An option string registered twice (parsers of different parts) keeps its first owner.
