@@ -9,8 +9,10 @@ import`` maps a script's flags back to keys through :func:`owners`.
 ``kind`` says how a flag relates to its key, so it can be inverted:
 
 - ``value``: the flag's value is the key's value (``--lr 1e-6`` <- ``optimizer.lr``);
-- ``switch``: a store_true flag, present when the key is true;
-- ``inverse_switch``: present when the key is false (``--disable-rollout-global-dataset``);
+- ``switch``: a flag without a value, present when the key is true (``--colocate``; also
+  ``--disable-bias-linear``, a store_false action, from ``model.disable_bias_linear``);
+- ``inverse_switch``: present when the key is false (``--disable-rollout-global-dataset`` from
+  ``rollout.global_dataset``);
 - ``derived``: computed from several keys, not invertible key by key.
 
 Fork-only rows (``fork_only=True``) exist in the ClawGym fork's parser only; under

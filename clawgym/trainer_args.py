@@ -138,6 +138,22 @@ def takes_list(flag: Flag) -> bool:
                                         and flag.nargs > 1)
 
 
+def lookup(reg: Registry, name: str) -> Optional[Flag]:
+    """The action an ``args`` key names: its dest (``sglang_expert_parallel_size``) or, as users
+    know flags by their option strings, the underscore form of one of them (``sglang_ep_size``
+    for ``--sglang-ep-size``)."""
+    flag = reg.by_dest(name)
+    if flag is not None:
+        return flag
+    return reg.by_option("--" + name.replace("_", "-"))
+
+
+def _option_for(flag: Flag, name: str) -> str:
+    """The option string to emit: the one the user's key names, else the primary one."""
+    named = "--" + name.replace("_", "-")
+    return named if named in flag.option_strings else flag.flag
+
+
 def pick_action(reg: Registry, dest: str, value: Any) -> Optional[Flag]:
     """The action that sets ``dest`` to ``value``: for booleans among several actions of one
     dest (``--x`` store_true / ``--no-x`` store_false), the one producing that value."""
@@ -155,9 +171,12 @@ def pick_action(reg: Registry, dest: str, value: Any) -> Optional[Flag]:
     return reg.by_dest(dest)
 
 
-def check_arg(reg: Registry, dest: str, value: Any) -> Optional[Problem]:
-    """Whether ``args.<dest>=value`` is a valid setting of the registry's trainer (the dest is known)."""
-    key = f"args.{dest}"
+def check_arg(reg: Registry, name: str, value: Any) -> Optional[Problem]:
+    """Whether ``args.<name>=value`` is a valid setting of the registry's trainer (the name is known)."""
+    key = f"args.{name}"
+    named = lookup(reg, name)
+    assert named is not None, name
+    dest = named.dest
     flag = pick_action(reg, dest, value)
     assert flag is not None, dest
     if value is None:
@@ -165,6 +184,15 @@ def check_arg(reg: Registry, dest: str, value: Any) -> Optional[Problem]:
     action = flag.action
     if action in NOT_SETTINGS:
         return Problem("not-settable", f"{flag.flag} is argparse's {action}, not a setting", f"remove {key}")
+    if action == "DeprecatedAction":
+        return Problem("not-settable", f"{flag.flag} is deprecated: the trainer's parser refuses it "
+                       f"({(flag.help or '').strip()[:100]})", f"remove {key}")
+    if flag.type == "bool" and action == "store":
+        # argparse's bool type makes any non-empty text True: only true can be passed.
+        if value is not True:
+            return Problem("type", f"{flag.flag} uses argparse's bool type: any text is True, so only true "
+                           "can be passed", f"set {key}=true, or remove it to keep the default")
+        return None
     if action in ("store_true", "store_false", "BooleanOptionalAction") or (
             action not in ("store", "append", "extend", "count", "store_const", "append_const") and flag.nargs == 0):
         if not isinstance(value, bool):
@@ -218,15 +246,17 @@ def check_arg(reg: Registry, dest: str, value: Any) -> Optional[Problem]:
     return _check_scalar(flag, key, value)
 
 
-def render_arg(reg: Registry, dest: str, value: Any) -> List[str]:
-    """argv tokens setting ``dest`` to ``value`` (empty when nothing needs emitting)."""
+def render_arg(reg: Registry, name: str, value: Any) -> List[str]:
+    """argv tokens setting the dest ``name`` names to ``value`` (empty when nothing needs emitting)."""
     if value is None:
         return []
-    flag = pick_action(reg, dest, value)
-    if flag is None:
-        raise ValueError(f"args.{dest}: no such flag in trainer={reg.flavour}")
+    named = lookup(reg, name)
+    if named is None:
+        raise ValueError(f"args.{name}: no such flag in trainer={reg.flavour}")
+    flag = pick_action(reg, named.dest, value)
+    assert flag is not None
     action = flag.action
-    opt = flag.flag
+    opt = _option_for(flag, name)
     if action == "BooleanOptionalAction":
         if value:
             return [opt]
@@ -302,8 +332,10 @@ def check_extra_values(flag: Flag, occurrence: ExtraFlag) -> Optional[Problem]:
     values = occurrence.values
     action = flag.action
     opt = occurrence.option
-    if action in NOT_SETTINGS:
-        return Problem("not-settable", f"{opt} is argparse's {action}, not a setting", f"remove {opt} from extra_args")
+    if action in NOT_SETTINGS or action == "DeprecatedAction":
+        what = "deprecated: the trainer's parser refuses it" if action == "DeprecatedAction" \
+            else f"argparse's {action}, not a setting"
+        return Problem("not-settable", f"{opt} is {what}", f"remove {opt} from extra_args")
     bare = action in BARE_ACTIONS or flag.nargs == 0
     if bare:
         if values:

@@ -387,7 +387,12 @@ def _other_flavour_has(flavour: str, *, dest: str = "", option: str = "") -> boo
             reg = load_registry(other)
         except RegistryError:
             continue
-        if (dest and reg.by_dest(dest) is not None) or (option and reg.by_option(option) is not None):
+        if dest:
+            from clawgym.trainer_args import lookup
+
+            if lookup(reg, dest) is not None:
+                return True
+        if option and reg.by_option(option) is not None:
             return True
     return False
 
@@ -425,7 +430,7 @@ def rule_curated_flags_exist_in_trainer(v: _Collector) -> None:
 def rule_args(v: _Collector) -> None:
     """``args.<dest>``: a real flag of the flavour, not owned by a key, with a value of its type."""
     from clawgym.flagmap import SECRET_FLAGS, owned_dests
-    from clawgym.trainer_args import check_arg
+    from clawgym.trainer_args import check_arg, lookup
 
     user_args = v.c.get("args") or {}
     if not user_args:
@@ -436,20 +441,30 @@ def rule_args(v: _Collector) -> None:
     flavour = reg.flavour
     owned = owned_dests(flavour)
     secret_dests = {f.lstrip("-").replace("-", "_") for f in SECRET_FLAGS}
+    named_by: Dict[str, str] = {}
     for dest, value in user_args.items():
         key = f"args.{dest}"
-        if dest in secret_dests:
+        flag = lookup(reg, dest)
+        if flag is not None and flag.dest in named_by:
+            first = named_by[flag.dest]
+            v.add("args-set-twice", [f"args.{first}", key],
+                  f"args.{first} and {key} both set {flag.dest} ({', '.join(flag.option_strings)})",
+                  f"keep one of args.{first} and {key}")
+            continue
+        if flag is not None:
+            named_by[flag.dest] = dest
+        if dest in secret_dests or (flag is not None and flag.flag in SECRET_FLAGS):
             v.add("no-secrets-in-argv", [key], "secrets never travel in argv (slime copies argv into W&B)",
                   f"remove {key} and export WANDB_API_KEY / SGLANG_API_KEY in the launcher's environment instead",
                   redact=True)
             continue
-        if dest in owned:
-            owner = owned[dest]
+        if flag is not None and flag.dest in owned:
+            owner = owned[flag.dest]
             how = "is derived from" if owner.kind == "derived" else "is set from"
             v.add("args-owned-by-key", [key], f"the trainer flag of {dest} {how} {owner.key}; one setting per flag",
                   f"remove {key} and set {owner.key} instead")
             continue
-        if reg.by_dest(dest) is None:
+        if flag is None:
             if flavour == "slime" and _other_flavour_has(flavour, dest=dest):
                 v.add("trainer-flag-fork-only", [key, "trainer.flavour"],
                       f"{dest} exists only in the ClawGym fork; upstream slime (trainer=slime) has no such flag",
@@ -501,7 +516,13 @@ def rule_extra_args(v: _Collector) -> None:
         return
     flavour = reg.flavour
     owned = owners(flavour)
-    user_args = v.c.get("args") or {}
+    from clawgym.trainer_args import lookup
+
+    arg_dests = {}
+    for name in v.c.get("args") or {}:
+        named = lookup(reg, name)
+        if named is not None:
+            arg_dests[named.dest] = name
     seen: Dict[str, int] = {}
     for occ in occurrences:
         opt = occ.option
@@ -530,10 +551,11 @@ def rule_extra_args(v: _Collector) -> None:
                   f"{opt} is generated from {owner.key}; passing it again would be silently overridden",
                   f"remove {opt} from extra_args and set {owner.key} instead")
             continue
-        if flag.dest in user_args:
-            v.add("extra-args-set-in-args", ["extra_args", f"args.{flag.dest}"],
-                  f"{opt} sets {flag.dest}, which args.{flag.dest} sets too; one setting per flag",
-                  f"remove {opt} from extra_args (args.{flag.dest} is the typed way)")
+        if flag.dest in arg_dests:
+            name = arg_dests[flag.dest]
+            v.add("extra-args-set-in-args", ["extra_args", f"args.{name}"],
+                  f"{opt} sets {flag.dest}, which args.{name} sets too; one setting per flag",
+                  f"remove {opt} from extra_args (args.{name} is the typed way)")
             continue
         problem = check_extra_values(flag, occ)
         if problem is not None:
