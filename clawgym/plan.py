@@ -140,6 +140,10 @@ def trainer_argv(c: Mapping[str, Any], *, use_wandb: bool) -> List[str]:
             raise ValueError(f"{row.flag} ({row.key}) exists only in the ClawGym fork, not in trainer={flavour}")
         if value is True:
             a.switch(row.flag, True)
+        elif isinstance(value, (list, tuple)):
+            # nargs flags (e.g. --spec MODULE FUNCTION): one token per item.
+            a._mark(row.flag)
+            a.args += [row.flag, *[_num(v) for v in value]]
         else:
             a.opt(row.flag, value)
     user_args = c.get("args") or {}

@@ -108,7 +108,8 @@ def rule_model_sizes_positive(v: _Collector) -> None:
 
 def rule_query_groups_divide_heads(v: _Collector) -> None:
     m = v.c["model"]
-    if m["num_query_groups"] > 0 and m["num_attention_heads"] % m["num_query_groups"]:
+    # None: no GQA (multi-latent attention), nothing to divide.
+    if m["num_query_groups"] and m["num_query_groups"] > 0 and m["num_attention_heads"] % m["num_query_groups"]:
         v.add("query-groups-divide-heads", ["model.num_attention_heads", "model.num_query_groups"],
               "attention heads must be a multiple of the query groups",
               "use the checkpoint's num_key_value_heads for model.num_query_groups")
@@ -297,7 +298,9 @@ def rule_tp_divides_actor_gpus(v: _Collector) -> None:
 
 def rule_tp_fits_heads(v: _Collector) -> None:
     m, tp = v.c["model"], v.c["perf"]["tensor_parallel"]
-    heads, groups = m["num_attention_heads"], m["num_query_groups"]
+    # Without GQA every head is its own group (Megatron sets num_query_groups = heads).
+    heads = m["num_attention_heads"]
+    groups = m["num_query_groups"] if m["num_query_groups"] is not None else heads
     if tp <= 0 or heads <= 0 or groups <= 0:
         return
     if heads % tp:
