@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import copy
 import datetime as _dt
+import functools
 import os
 import re
 from dataclasses import dataclass, field
@@ -137,23 +138,33 @@ def _group_options(group: str) -> List[str]:
     return group_options(group) if _group_exists(group) else []
 
 
+@functools.lru_cache(maxsize=None)
+def _schema_defaults(group: str) -> Dict[str, Any]:
+    """A group's schema defaults as a plain dict (interpolations unresolved)."""
+    from clawgym.schema import GROUPS
+
+    schema = GROUPS.get(group)
+    if schema is None:
+        return {}
+    return OmegaConf.to_container(OmegaConf.structured(schema), resolve=False)  # type: ignore[return-value]
+
+
 def _option_values(group: str, option: str) -> Dict[str, Any]:
     """The resolved values of one group option over its schema's defaults (no Hydra compose)."""
     from clawgym.config import config_dir
-    from clawgym.schema import GROUPS
 
-    raw = OmegaConf.load(config_dir() / group / f"{option}.yaml")
-    container = OmegaConf.to_container(raw, resolve=False) or {}
+    with open(config_dir() / group / f"{option}.yaml", encoding="utf-8") as fh:
+        container = yaml.safe_load(fh) or {}
     if isinstance(container, dict) and group in container and isinstance(container[group], dict):
         container = container[group]  # a `# @package _global_` option
-    container = {k: v for k, v in (container or {}).items() if k != "defaults"}
-    schema = GROUPS.get(group)
-    node = OmegaConf.structured(schema) if schema is not None else OmegaConf.create({})
-    try:
-        merged = OmegaConf.merge(node, container)
-        return OmegaConf.to_container(merged, resolve=True, throw_on_missing=False)  # type: ignore[return-value]
-    except OmegaConfBaseException:
-        return {}
+    merged = {**_schema_defaults(group), **{k: v for k, v in container.items() if k != "defaults"}}
+    # Sibling interpolations (``actor_gpus: ${.num_gpus}``) are all that options use for scoring;
+    # anything else stays unresolved and simply matches nothing.
+    for k, v in list(merged.items()):
+        m = re.fullmatch(r"\$\{\.([A-Za-z_][A-Za-z0-9_]*)\}", v) if isinstance(v, str) else None
+        if m and m.group(1) in merged:
+            merged[k] = merged[m.group(1)]
+    return merged
 
 
 def _pick_option(group: str, wanted: Mapping[str, Any], hint: str = "") -> Tuple[Optional[str], int]:
@@ -249,6 +260,7 @@ def probe_env_owners(plain: Mapping[str, Any]) -> Dict[str, List[Tuple[str, Any]
         return {**(plan.ray_start_env if plan.ray_start is not None else {}), **plan.runtime_env["env_vars"]}
 
     base = env_of(plain)
+    trial = copy.deepcopy(dict(plain))
     found: Dict[str, List[Tuple[str, Any]]] = {}
     for key, value in _flatten({k: v for k, v in plain.items()
                                 if k not in NOT_SETTINGS + ("args", "extra_env", "extra_args")}).items():
@@ -262,7 +274,6 @@ def probe_env_owners(plain: Mapping[str, Any]) -> Dict[str, List[Tuple[str, Any]
             probe = "clawgym-import-probe"
         else:
             continue
-        trial = copy.deepcopy(dict(plain))
         node = trial
         parts = key.split(".")
         for part in parts[:-1]:
@@ -272,6 +283,8 @@ def probe_env_owners(plain: Mapping[str, Any]) -> Dict[str, List[Tuple[str, Any]
             env = env_of(trial)
         except Exception:  # noqa: BLE001 - a probe the plan cannot take owns nothing
             continue
+        finally:
+            node[parts[-1]] = value
         for var, new in env.items():
             old = base.get(var)
             if new == old:
@@ -571,15 +584,16 @@ class Importer:
             raw_value = _raw(base, key)
             if raw_value is MISSING_VALUE:
                 continue
-            trial = copy.deepcopy(cfg)
             try:
-                OmegaConf.update(trial, key, raw_value, merge=False)
-                fallback = OmegaConf.select(trial, key)
+                OmegaConf.update(cfg, key, raw_value, merge=False)
+                fallback = OmegaConf.select(cfg, key)
             except OmegaConfBaseException:
-                continue
-            if parity.same(_plain(fallback), _plain(overrides[key])) or fallback == overrides[key]:
-                cfg = trial
+                fallback = MISSING_VALUE
+            if fallback is not MISSING_VALUE and (parity.same(_plain(fallback), _plain(overrides[key]))
+                                                  or fallback == overrides[key]):
                 kept.pop(key)
+            else:
+                OmegaConf.update(cfg, key, overrides[key], merge=False)
         return kept
 
 
