@@ -314,6 +314,26 @@ def _action_name(action):
     return ACTION_NAMES.get(type(action), type(action).__name__)
 
 
+def _cli_spelling(action, value):
+    """The command-line string that the action's own type turns into `value`, if one exists.
+
+    Choices and defaults that are not JSON (Megatron's enums) are recorded as
+    "<non-json: repr>"; this finds what a user types for them, checked against the
+    trainer's real type callable."""
+    if action.type is None:
+        return None
+    candidates = [getattr(value, "name", None), str(value), str(getattr(value, "value", ""))]
+    for text in candidates:
+        if not text:
+            continue
+        try:
+            if action.type(text) == value:
+                return text
+        except Exception:
+            continue
+    return None
+
+
 def _serialise(parser, action, source, parser_name):
     type_name, type_ref = _type_name(action.type)
     nargs = action.nargs
@@ -335,6 +355,16 @@ def _serialise(parser, action, source, parser_name):
     }
     if type_ref is not None:
         entry["type_ref"] = type_ref
+    # Optional: what to type for choices/defaults that JSON cannot hold (enum members).
+    if entry["choices"] is not None and any(isinstance(c, str) and c.startswith("<non-json: ")
+                                            for c in entry["choices"]):
+        spelled = [_cli_spelling(action, c) for c in action.choices]
+        if all(x is not None for x in spelled):
+            entry["cli_choices"] = spelled
+    if isinstance(entry["default"], str) and entry["default"].startswith("<non-json: "):
+        spelled = _cli_spelling(action, action.default)
+        if spelled is not None:
+            entry["cli_default"] = spelled
     return entry
 
 
@@ -712,6 +742,15 @@ def _environment(ns, stand_ins):
     return env
 
 
+def _dumps(registry) -> str:
+    """meta indented for reading; one compact line per action, so the file stays small
+    (fast to load) and a regeneration diffs flag by flag."""
+    meta = json.dumps(registry["meta"], indent=1, ensure_ascii=False)
+    lines = [json.dumps(a, ensure_ascii=False, separators=(",", ":")) for a in registry["actions"]]
+    body = ",\n".join(lines)
+    return '{"meta": ' + meta + ',\n"actions": [\n' + body + "\n]}\n"
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(
         description="Dump a trainer flavour's argparse actions to a clawgym flag registry (JSON).")
@@ -738,8 +777,7 @@ def main(argv=None):
     tmp = ns.out + ".tmp"
     os.makedirs(os.path.dirname(os.path.abspath(ns.out)), exist_ok=True)
     with open(tmp, "w") as f:
-        json.dump(registry, f, indent=1, sort_keys=False)
-        f.write("\n")
+        f.write(_dumps(registry))
     os.replace(tmp, ns.out)
     meta = registry["meta"]
     print(f"{ns.flavour}: {meta['option_string_count']} option strings in {meta['action_count']} actions "
