@@ -320,12 +320,12 @@ def format_plan(plan: LaunchPlan) -> str:
     args = plan.entrypoint[2:]
     i = 0
     while i < len(args):
-        if i + 1 < len(args) and not args[i + 1].startswith("--"):
-            out.append(f"  {args[i]} {args[i + 1]}")
-            i += 2
-        else:
-            out.append(f"  {args[i]}")
-            i += 1
+        # A flag with every value that follows it (nargs flags take several).
+        j = i + 1
+        while j < len(args) and not args[j].startswith("--"):
+            j += 1
+        out.append("  " + " ".join(args[i:j]))
+        i = j
     out += ["", "job environment:"]
     out += [f"  {k}={v}" for k, v in plan.runtime_env.get("env_vars", {}).items()]
     if plan.ray_start is not None:

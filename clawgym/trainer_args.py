@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import dataclass
 from typing import Any, List, Optional, Sequence, Tuple
 
@@ -81,8 +82,27 @@ def _a(flag: Flag) -> str:
     return f"an {name}" if name[:1] in "aeiou" else f"a {name}"
 
 
+_NON_JSON_ENUM = re.compile(r"^<non-json: <\w+\.(\w+): .*>>$")
+
+
+def choice_texts(flag: Flag) -> Optional[List[str]]:
+    """The choices as a user types them; enum members the registry could only store as a repr
+    (``<non-json: <AttnBackend.flash: 1>>``) by their names."""
+    if flag.choices is None:
+        return None
+    if flag.cli_choices is not None:
+        return [str(c) for c in flag.cli_choices]
+    out = []
+    for choice in flag.choices:
+        m = _NON_JSON_ENUM.match(choice) if isinstance(choice, str) else None
+        out.append(m.group(1) if m else str(choice))
+    return out
+
+
 def _in_choices(flag: Flag, converted: Any, text: str) -> bool:
     if flag.choices is None:
+        return True
+    if text in (choice_texts(flag) or []):
         return True
     for choice in flag.choices:
         if choice == converted or (isinstance(choice, str) and choice == text):
@@ -100,14 +120,14 @@ def check_token(flag: Flag, text: str) -> Optional[Problem]:
         return Problem("type", f"{flag.flag} takes {_type_name(flag)} values; {text!r} does not parse as one",
                        f"give {flag.flag} {_a(flag)}")
     if not _in_choices(flag, converted, text):
-        choices = ", ".join(str(c) for c in flag.choices or ())
+        choices = ", ".join(choice_texts(flag) or ())
         return Problem("choices", f"{flag.flag} accepts only: {choices}", f"use one of {choices}")
     return None
 
 
 def _check_scalar(flag: Flag, key: str, value: Any) -> Optional[Problem]:
     if isinstance(value, bool) and flag.type in (None, "str", "int", "float") and not (
-            flag.choices and cli_text(value) in [str(c) for c in flag.choices]):
+            flag.choices and cli_text(value) in (choice_texts(flag) or [])):
         return Problem("type", f"{flag.flag} takes {_type_name(flag)} values, not a boolean",
                        f"set {key} to {_a(flag)}" + (" (quote it for a string: 'true')"
                                                                 if _type_name(flag) == "str" else ""))
@@ -117,7 +137,7 @@ def _check_scalar(flag: Flag, key: str, value: Any) -> Optional[Problem]:
     if problem and problem.code == "type":
         problem.fix = f"set {key} to {_a(flag)}"
     elif problem:
-        problem.fix = f"set {key} to one of {', '.join(str(c) for c in flag.choices or ())}"
+        problem.fix = f"set {key} to one of {', '.join(choice_texts(flag) or ())}"
     return problem
 
 

@@ -400,8 +400,20 @@ def _other_flavour_has(flavour: str, *, dest: str = "", option: str = "") -> boo
     return False
 
 
-def _suggest(names: Sequence[str], prefix: str = "") -> str:
-    return ", ".join(f"{prefix}{n}" for n in names)
+def _suggest(reg: Any, names: Sequence[str], *, as_args: bool) -> str:
+    """Suggested names, each as the user would set it: ``args.<name>`` (or the flag), or the
+    group key that owns it (``sglang.mem_fraction_static``)."""
+    from clawgym.flagmap import owned_dests
+    from clawgym.trainer_args import lookup
+
+    owned = owned_dests(reg.flavour)
+    out = []
+    for name in names:
+        flag = reg.by_option(name) if name.startswith("-") else lookup(reg, name)
+        owner = owned.get(flag.dest) if flag is not None else None
+        shown = f"args.{name}" if as_args else name
+        out.append(f"{owner.key} ({flag.flag})" if owner else shown)
+    return ", ".join(dict.fromkeys(out))
 
 
 def rule_trainer_flavour_known(v: _Collector) -> None:
@@ -478,7 +490,7 @@ def rule_args(v: _Collector) -> None:
                       f"remove {key}, or choose trainer=slime")
             else:
                 near = reg.closest(dest)
-                hint = f"did you mean {_suggest(near, 'args.')}? " if near else ""
+                hint = f"did you mean {_suggest(reg, near, as_args=True)}? " if near else ""
                 v.add("args-unknown-flag", [key], f"trainer={flavour} has no flag with dest {dest!r}",
                       f"{hint}`clawgym flags --trainer {flavour} PATTERN` lists the real ones; fix or remove {key}")
             continue
@@ -544,7 +556,7 @@ def rule_extra_args(v: _Collector) -> None:
                 near = prefixed[:3] if len(prefixed) == 1 else reg.closest(opt)
                 what = "is an abbreviation; clawgym takes whole flag names only" if len(prefixed) == 1 \
                     else f"is not a flag of trainer={flavour}"
-                hint = f"did you mean {_suggest(near)}? " if near else ""
+                hint = f"did you mean {_suggest(reg, near, as_args=False)}? " if near else ""
                 v.add("extra-args-unknown-flag", ["extra_args"], f"{opt} {what}",
                       f"{hint}`clawgym flags --trainer {flavour} PATTERN` lists the real ones; fix extra_args")
             continue

@@ -31,6 +31,11 @@ UPDATE = os.environ.get("CLAWGYM_UPDATE_GOLDEN") == "1"
 GOLDENS: Dict[str, List[str]] = {
     "defaults": [],
     "colocate_8": ["gpu_layout=colocate_8"],
+    # args.<dest> of several parts and actions (int, alias option, store_true, nargs '+', store_false,
+    # BooleanOptionalAction, choices) after the curated flags, then checked extra_args.
+    "args": ["args.lr_warmup_iters=10", "args.sglang_ep_size=8", "args.moe_enable_deepep=true",
+             "args.eval_prompt_data=[aime,/data/aime.jsonl]", "args.gradient_accumulation_fusion=false",
+             "args.offload_train=false", "args.transformer_impl=local", "extra_args=[--seed,7]"],
 }
 
 SECRETS = {"WANDB_API_KEY": "wandb-api-secret-1234567890", "WANDB_KEY": "wandb-key-secret-0987654321",

@@ -23,7 +23,7 @@ from clawgym.config import compose, to_plain
 from clawgym.flagmap import KINDS, ROWS, Owner, fork_only_rows, owned_dests, owners
 from clawgym.plan import build_plan
 from clawgym.registry import FLAVOURS, Flag, load_registry
-from clawgym.trainer_args import check_arg, lookup, render_arg
+from clawgym.trainer_args import check_arg, choice_texts, lookup, render_arg
 from clawgym.validate import violations
 from tests.conftest import ROOT
 
@@ -156,7 +156,8 @@ def registry_parser(flavour: str) -> argparse.ArgumentParser:
                 kw["nargs"] = a.nargs
             kw["type"] = types.get(a.type or "", str)
             if a.choices is not None:
-                kw["choices"] = list(a.choices)
+                # Enum choices (stored as reprs) are checked by the trainer's own type; keep the names.
+                kw["choices"] = choice_texts(a) if a.type == "lambda" else list(a.choices)
             if kw["nargs"] == 0 if "nargs" in kw else False:
                 kw = {"dest": a.dest, "action": "store_true"}
         parser.add_argument(*a.option_strings, **kw)
@@ -221,7 +222,8 @@ def test_args_render_each_action_as_argparse_reads_it(flavour: str):
             value = flag.choices[-1]
         assert check_arg(reg, flag.dest, value) is None, (flag, value)
         tokens = render_arg(reg, flag.dest, value)
-        ns, unknown = parser.parse_known_args(tokens)
+        # --rollout-batch-size is required by the trainer's parser.
+        ns, unknown = parser.parse_known_args([*tokens, "--rollout-batch-size", "8"])
         assert unknown == [] and getattr(ns, flag.dest) == value, (flag.flag, tokens, getattr(ns, flag.dest))
     # A switch left at its default emits nothing.
     switch = cases[2][0]
@@ -383,3 +385,13 @@ def test_resume_refuses_to_switch_the_trainer_flavour():
     cfg = compose([])
     with pytest.raises(ResumeError, match="trainer"):
         apply_overrides(cfg, ["trainer=slime"])
+
+
+@pytest.mark.parametrize("flavour", FLAVOURS)
+def test_abbreviated_flag_is_refused_naming_the_whole_flag(flavour: str):
+    # Upstream's SGLang parser (allow_abbrev=True) would take this as --sglang-mem-fraction-static.
+    found = violations(compose([f"trainer={flavour}", "extra_args=[--sglang-mem-fraction,0.5]"]))
+    assert [v.code for v in found] == ["extra-args-unknown-flag"]
+    assert "abbreviation" in found[0].rule
+    # The whole flag is owned by a group key: the fix names that key.
+    assert "sglang.mem_fraction_static (--sglang-mem-fraction-static)" in found[0].fix

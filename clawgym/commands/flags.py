@@ -4,7 +4,8 @@ Lists every flag of a trainer flavour's parser (Megatron, slime, ``--sglang-*``,
 with its dest (the key of ``args.<dest>``), type, default, choices, the first line of its help,
 and the clawgym key that owns it when a config group sets it (set that key, not ``args``).
 PATTERN filters by option string or dest: a substring (``-`` and ``_`` are the same), or a
-glob such as ``'--sglang-*-size'``. ``--json`` prints a JSON list instead of the table.
+glob such as ``'sglang-*-size'`` (leading dashes are optional; a pattern that starts with one
+goes after ``--``). ``--json`` prints a JSON list instead of the table.
 
     clawgym flags warmup
     clawgym flags --trainer slime 'sglang-ep*' --json
@@ -82,11 +83,14 @@ def format_table(reg: Registry, records: List[Dict[str, Any]]) -> str:
         if len(help_text) > MAX_HELP:
             help_text = help_text[:MAX_HELP - 1] + "…"
         flag = ", ".join(r["option_strings"])
-        rows.append((flag, r["dest"], kind, _short(r["default"]), _short(r["choices"]), help_text or "-",
+        # Enum-valued flags: show what is typed on the command line, not the object's repr.
+        default = r["cli_default"] if r.get("cli_default") is not None else r["default"]
+        choices = r["cli_choices"] if r.get("cli_choices") is not None else r["choices"]
+        rows.append((flag, r["dest"], kind, _short(default), _short(choices), help_text or "-",
                      r["owner"] or "args." + r["dest"]))
     meta = reg.meta
     head = (f"trainer={reg.flavour}: {len(records)} of {len(reg.actions)} flags"
-            f" ({meta.get('option_string_count', '?')} option strings; {meta.get('description', '')})")
+            f" ({meta.get('option_string_count', '?')} option strings; {str(meta.get('description', '')).split(';')[0]})")
     if not rows:
         return head + "\n  (no flag matches)"
     return "\n".join([head, render_table(("flag", "dest", "type", "default", "choices", "help", "set with"), rows)])

@@ -15,7 +15,6 @@ per process; it is pure stdlib so ``import clawgym`` stays light.
 
 from __future__ import annotations
 
-import difflib
 import functools
 import json
 from dataclasses import dataclass, fields
@@ -66,6 +65,10 @@ class Flag:
     parser: str
     # First line of the help text.
     help: Optional[str]
+    # Choices and default as typed on the command line, when the parser's are objects the JSON
+    # can only hold as reprs (enum members: ``--attention-backend flash``); else None.
+    cli_choices: Optional[Tuple[Any, ...]] = None
+    cli_default: Any = None
 
     @property
     def flag(self) -> str:
@@ -91,41 +94,66 @@ class Flag:
             source=data.get("source") or "",
             parser=data.get("parser") or "",
             help=data.get("help"),
+            cli_choices=tuple(data["cli_choices"]) if data.get("cli_choices") is not None else None,
+            cli_default=data.get("cli_default"),
         )
 
     def to_json(self) -> Dict[str, Any]:
         out = {f.name: getattr(self, f.name) for f in fields(self)}
         out["option_strings"] = list(self.option_strings)
         out["choices"] = list(self.choices) if self.choices is not None else None
+        out["cli_choices"] = list(self.cli_choices) if self.cli_choices is not None else None
         return out
 
 
 class Registry:
-    """The flags of one trainer flavour, indexed by option string and by dest."""
+    """The flags of one trainer flavour, indexed by option string and by dest.
 
-    def __init__(self, flavour: str, meta: Dict[str, Any], actions: List[Flag], path: Optional[Path] = None):
+    Built from the parsed JSON without creating a :class:`Flag` per action: a Flag is made
+    when first asked for (validation touches a handful; ``clawgym flags`` all of them).
+    """
+
+    def __init__(self, flavour: str, meta: Dict[str, Any], actions: List[Any], path: Optional[Path] = None):
         self.flavour = flavour
         self.meta = meta
-        self.actions = actions
         self.path = path
-        self._by_option: Dict[str, Flag] = {}
-        self._by_dest: Dict[str, List[Flag]] = {}
-        for action in actions:
-            for opt in action.option_strings:
-                self._by_option[opt] = action
-            self._by_dest.setdefault(action.dest, []).append(action)
+        self._raw: List[Any] = list(actions)
+        self._flags: List[Optional[Flag]] = [a if isinstance(a, Flag) else None for a in self._raw]
+        self._by_option: Dict[str, int] = {}
+        self._by_dest: Dict[str, List[int]] = {}
+        for i, action in enumerate(self._raw):
+            opts = action.option_strings if isinstance(action, Flag) else action["option_strings"]
+            dest = action.dest if isinstance(action, Flag) else action["dest"]
+            for opt in opts:
+                self._by_option[opt] = i
+            self._by_dest.setdefault(dest, []).append(i)
+
+    def _flag(self, i: int) -> Flag:
+        flag = self._flags[i]
+        if flag is None:
+            flag = self._flags[i] = Flag.from_json(self._raw[i])
+        return flag
 
     def __repr__(self) -> str:
-        return f"<Registry {self.flavour}: {len(self.actions)} actions, {len(self._by_option)} option strings>"
+        return f"<Registry {self.flavour}: {len(self._raw)} actions, {len(self._by_option)} option strings>"
+
+    def __len__(self) -> int:
+        return len(self._raw)
+
+    @property
+    def actions(self) -> List[Flag]:
+        """Every action, in parser order."""
+        return [self._flag(i) for i in range(len(self._raw))]
 
     def by_option(self, option: str) -> Optional[Flag]:
         """The action with this option string (exact: no abbreviations), or None."""
-        return self._by_option.get(option)
+        i = self._by_option.get(option)
+        return None if i is None else self._flag(i)
 
     def by_dest(self, dest: str) -> Optional[Flag]:
         """The action that sets ``dest``; when several do (e.g. ``--x`` and ``--no-x``), the
         one taking a value, else the first."""
-        found = self._by_dest.get(dest)
+        found = self.all_by_dest(dest)
         if not found:
             return None
         for action in found:
@@ -135,7 +163,7 @@ class Registry:
 
     def all_by_dest(self, dest: str) -> List[Flag]:
         """Every action that sets ``dest``, in parser order."""
-        return list(self._by_dest.get(dest, ()))
+        return [self._flag(i) for i in self._by_dest.get(dest, ())]
 
     @property
     def option_strings(self) -> List[str]:
@@ -147,10 +175,14 @@ class Registry:
 
     def closest(self, name: str, n: int = 3) -> List[str]:
         """Closest real names to a misspelled one: option strings for ``--name``, dests otherwise."""
+        import difflib
+
         if name.startswith("-"):
-            pool = self._by_option.keys()
+            pool: Any = self._by_option.keys()
         else:
-            pool = self._by_dest.keys()
+            # Dests, and option strings in underscore form (``sglang_ep_size`` for the alias
+            # ``--sglang-ep-size`` of dest ``sglang_expert_parallel_size``).
+            pool = set(self._by_dest) | {o[2:].replace("-", "_") for o in self._by_option if o.startswith("--")}
         found = difflib.get_close_matches(name, pool, n=n, cutoff=0.6)
         if not found:
             # Looser match for short or heavily mangled names.
@@ -178,12 +210,10 @@ def load_registry(flavour: str = "clawgym") -> Registry:
         raise RegistryError(f"flag registry {path} is not valid JSON ({exc}); "
                             "regenerate it with tools/gen_flag_registry.py") from None
     try:
-        actions = [Flag.from_json(a) for a in data["actions"]]
-        meta = dict(data["meta"])
+        return Registry(flavour, dict(data["meta"]), data["actions"], path)
     except (KeyError, TypeError) as exc:
         raise RegistryError(f"flag registry {path} does not have the registry layout ({exc!r}); "
                             "regenerate it with tools/gen_flag_registry.py") from None
-    return Registry(flavour, meta, actions, path)
 
 
 def other_flavours(flavour: str) -> List[str]:
