@@ -183,9 +183,10 @@ def job_env(c: Mapping[str, Any]) -> Dict[str, str]:
         "MASTER_ADDR": node_ip,
         "no_proxy": f"127.0.0.1,{node_ip}",
     }
-    if not (c.get("trainer") or {}).get("agent_env", True):
+    if not (c.get("trainer") or {}).get("agent_env", True) or sb["backend"] == "none":
+        # No agent sandbox, or upstream slime: no OpenClaw gateways and no ClawGymRL API server
+        # to configure. Otherwise, the fork's rollout and API-server hooks read this environment.
         return env
-    # The ClawGym-RL agent environment: the fork's rollout and API-server hooks read it.
     env.update({
         "OPENCLAW_TRAIN_TASKS": paths["train_tasks"],
         "OPENCLAW_EVAL_TASKS": paths["eval_tasks"],
@@ -250,7 +251,8 @@ def dashboard_address(c: Mapping[str, Any]) -> str:
 
 def secret_env(c: Mapping[str, Any], *, use_wandb: bool) -> Dict[str, List[str]]:
     """Secrets the job needs: target variable -> launcher variables to read, first set wins."""
-    names: Dict[str, List[str]] = {SGLANG_KEY_ENV: [SGLANG_KEY_ENV]}
+    # The SGLang key is the ClawGymRL API server's; without a sandbox there is no server.
+    names: Dict[str, List[str]] = {} if c["sandbox"]["backend"] == "none" else {SGLANG_KEY_ENV: [SGLANG_KEY_ENV]}
     if use_wandb:
         names[WANDB_KEY_TARGET] = list(c["wandb"]["key_env"])
     return names

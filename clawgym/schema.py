@@ -352,7 +352,8 @@ class SglangConfig:
 class SandboxConfig:
     """Where each OpenClaw agent runs during rollouts."""
 
-    # "docker": one container per task from ``image``; "chroot": a chroot into ``rootfs``.
+    # "docker": one container per task from ``image``; "chroot": a chroot into ``rootfs``;
+    # "none": no agent sandbox (prompt-data RL, SFT, distillation; conf/sandbox/none.yaml).
     backend: str = "docker"
     # Gateway image (docker backend; still passed to the job as OPENCLAW_GATEWAY_IMAGE).
     image: str = "clawgym-rl:v0.1"

@@ -219,9 +219,22 @@ def rule_sglang(v: _Collector) -> None:
 
 def rule_sandbox(v: _Collector) -> None:
     s = v.c["sandbox"]
-    if s["backend"] not in ("docker", "chroot"):
-        v.add("sandbox-backend-known", ["sandbox.backend"], "the sandbox is docker or chroot",
-              "choose sandbox=docker or sandbox=chroot")
+    if s["backend"] not in ("docker", "chroot", "none"):
+        v.add("sandbox-backend-known", ["sandbox.backend"], "the sandbox is docker, chroot or none",
+              "choose sandbox=docker, sandbox=chroot or sandbox=none")
+    if s["backend"] == "none":
+        # The ClawGym-RL hooks drive OpenClaw gateways: without a sandbox they cannot run.
+        from clawgym.schema import RolloutConfig
+
+        openclaw = {RolloutConfig.function_path, RolloutConfig.generate_function_path,
+                    RolloutConfig.reward_function_path}
+        for key in ("rollout.function_path", "eval.function_path", "rollout.generate_function_path",
+                    "rollout.reward_function_path"):
+            if _get(v.c, key) in openclaw:
+                v.add("sandbox-none-without-openclaw-hooks", ["sandbox.backend", key],
+                      "sandbox=none runs no OpenClaw gateway, but this hook is the ClawGym-RL one that drives them",
+                      f"leave {key} at sandbox=none's value (slime's own), or set your hook, "
+                      "or pick sandbox=docker/chroot")
     if s["backend"] == "chroot" and not s["rootfs"]:
         v.add("chroot-needs-rootfs", ["sandbox.backend", "sandbox.rootfs"],
               "the chroot sandbox needs the path of an OpenClaw rootfs",

@@ -193,12 +193,13 @@ class _Compare:
             return
         self.same(key, to_hf(effective(self.m, key)), hf_key, want, from_hf(want))
 
-    def same(self, key: str, have_hf: Any, hf_key: str, want: Any, fix: Any) -> None:
+    def same(self, key: str, have_hf: Any, hf_key: str, want: Any, fix: Any, *, shown: Any = None) -> None:
+        """Agree when the model's value in HF terms equals ``want``; else report ``shown`` (default want)."""
         if _same(have_hf, want):
             if key not in self.agree:
                 self.agree.append(key)
             return
-        self.problems.append(f"{self.show(key)} but config.json {hf_key}={_num(want)}")
+        self.problems.append(f"{self.show(key)} but config.json {hf_key}={_num(want if shown is None else shown)}")
         self.fixes.append(f"model.{key}={_num(fix)}")
 
 
@@ -233,7 +234,11 @@ def compare(hf: Mapping[str, Any], m: Mapping[str, Any]) -> Tuple[List[str], Lis
     if moe or hf_experts:
         c.pair(EXPERT_KEYS, "num_experts")
         c.pair(("num_experts_per_tok",), "moe_router_topk")
-        c.pair(("moe_intermediate_size",), "moe_ffn_hidden_size")
+        if "moe_intermediate_size" not in hf and "num_local_experts" in hf:
+            # MiniMax/Mixtral-style configs give the expert width as intermediate_size.
+            c.pair(("intermediate_size",), "moe_ffn_hidden_size")
+        else:
+            c.pair(("moe_intermediate_size",), "moe_ffn_hidden_size")
         _shared(c)
         _layer_pattern(c)
         c.pair(("routed_scaling_factor",), "moe_router_topk_scaling_factor")
@@ -241,8 +246,9 @@ def compare(hf: Mapping[str, Any], m: Mapping[str, Any]) -> Tuple[List[str], Lis
         c.pair(("topk_group",), "moe_router_group_topk")
         c.pair(("scoring_func",), "moe_router_score_function")
         if "topk_method" in hf:
+            # DeepSeek's aux-loss-free routing (noaux_tc) is the per-expert bias.
             c.same("moe_router_enable_expert_bias", bool(m.get("moe_router_enable_expert_bias")), "topk_method",
-                   hf["topk_method"], hf["topk_method"] == "noaux_tc")
+                   hf["topk_method"] == "noaux_tc", hf["topk_method"] == "noaux_tc", shown=hf["topk_method"])
         c.pair(("use_routing_bias",), "moe_router_enable_expert_bias", to_hf=bool)
     c.pair(("tie_word_embeddings",), "untie_embeddings_and_output_weights", to_hf=lambda v: not v,
            from_hf=lambda v: not v)
@@ -307,10 +313,14 @@ def _rope_scaling(c: _Compare) -> None:
     name, block = _rope_block(c.hf)
     m = c.m
     if name is None:
+        if m.get("use_rope_scaling"):
+            c.same("use_rope_scaling", True, "rope_scaling", False, False, shown=None)
         return
     kind = block.get("rope_type", block.get("type"))
-    if kind == "llama3":
-        c.same("use_rope_scaling", bool(m.get("use_rope_scaling")), f"{name}.rope_type", kind, True)
+    # Megatron's --use-rope-scaling is Llama 3's scheme; other kinds (yarn) come from the MLA fields.
+    if kind == "llama3" or m.get("use_rope_scaling"):
+        c.same("use_rope_scaling", bool(m.get("use_rope_scaling")), f"{name}.rope_type", kind == "llama3",
+               kind == "llama3", shown=kind)
     if block.get("factor") is not None:
         c.same("rotary_scaling_factor", m.get("rotary_scaling_factor"), f"{name}.factor", block["factor"],
                block["factor"])
