@@ -886,19 +886,20 @@ def _comments(imp: Importer, overrides: Mapping[str, Any]) -> Dict[str, str]:
             out[key] = f"${key.split('.', 1)[1]} of the job"
         elif key in by_key:
             out[key] = by_key[key]
-        elif key == "exp_name":
-            out[key] = "the experiment's name (run name, W&B tags)"
-        elif key == "ray.address":
-            out[key] = "ray job submit --address (a cluster that already runs)"
-        elif key == "paths.root":
-            out[key] = "the script's checkout (its working dir and paths derive from it)"
-        elif key == "paths.slime":
-            out[key] = "the job's working dir"
-        elif key == "ray.num_gpus":
-            out[key] = "ray start --num-gpus"
-        elif key == "gpu_layout.trainer_script":
-            out[key] = "the trainer script of the entrypoint"
+        elif key in KEY_SOURCES:
+            out[key] = KEY_SOURCES[key]
     return out
+
+
+#: What in the script a key that no trainer flag owns reproduces (the comment above it).
+KEY_SOURCES = {
+    "exp_name": "the experiment's name (run name, W&B tags)",
+    "ray.address": "ray job submit --address (a cluster that already runs)",
+    "paths.root": "the script's checkout (its working dir and paths derive from it)",
+    "paths.slime": "the job's working dir",
+    "ray.num_gpus": "ray start --num-gpus",
+    "gpu_layout.trainer_script": "the trainer script of the entrypoint",
+}
 
 
 def format_result(result: ImportResult) -> str:
