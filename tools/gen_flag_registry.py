@@ -35,6 +35,7 @@ import io
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -306,12 +307,16 @@ def _option_strings(parser):
 
 
 def _action_name(action):
-    for cls in type(action).__mro__:
-        if cls in ACTION_NAMES:
-            if cls is type(action):
-                return ACTION_NAMES[cls]
-            break
+    """argparse's name for its own action classes, else the custom class's name."""
     return ACTION_NAMES.get(type(action), type(action).__name__)
+
+
+def _action_base(action):
+    """For a custom Action class, the argparse action it derives from (its command-line syntax)."""
+    for cls in type(action).__mro__[1:]:
+        if cls in ACTION_NAMES:
+            return ACTION_NAMES[cls]
+    return None
 
 
 def _cli_spelling(action, value):
@@ -334,6 +339,20 @@ def _cli_spelling(action, value):
     return None
 
 
+def _choices(action):
+    """Choices as a JSON list; string choices sorted.
+
+    argparse only tests membership, and some choices come from unordered sources whose
+    order changes from run to run (Python sets; the router's Rust extension for
+    --router-tool-call-parser), so sorting keeps regenerations comparable."""
+    if action.choices is None:
+        return None
+    values = [_jsonable(c) for c in action.choices]
+    if all(isinstance(v, str) for v in values) and not any(v.startswith("<non-json: ") for v in values):
+        values.sort()
+    return values
+
+
 def _serialise(parser, action, source, parser_name):
     type_name, type_ref = _type_name(action.type)
     nargs = action.nargs
@@ -344,7 +363,7 @@ def _serialise(parser, action, source, parser_name):
         "dest": action.dest,
         "type": type_name,
         "nargs": nargs,
-        "choices": None if action.choices is None else [_jsonable(c) for c in action.choices],
+        "choices": _choices(action),
         "default": _jsonable(action.default),
         "required": bool(action.required),
         "action": _action_name(action),
@@ -355,6 +374,9 @@ def _serialise(parser, action, source, parser_name):
     }
     if type_ref is not None:
         entry["type_ref"] = type_ref
+    if type(action) not in ACTION_NAMES:
+        # e.g. SGLang's DeprecatedStoreTrueAction is a store_true: it takes no value.
+        entry["action_base"] = _action_base(action)
     # Optional: what to type for choices/defaults that JSON cannot hold (enum members).
     if entry["choices"] is not None and any(isinstance(c, str) and c.startswith("<non-json: ")
                                             for c in entry["choices"]):
@@ -431,12 +453,14 @@ class _Placeholder:
         return f"<stand-in {self._name}>"
 
 
-def _stand_in(name):
+def _stand_in(name, version=None):
     """A stand-in module registered under `name` (for modules that parsing never uses)."""
     module = types.ModuleType(name)
     module.__path__ = []  # a package, so submodule imports resolve to further stand-ins
     module.__spec__ = importlib.machinery.ModuleSpec(name, None, is_package=True)
     module.__clawgym_stand_in__ = True
+    if version is not None and "." not in name:
+        module.__version__ = version
 
     def __getattr__(attr):
         if attr.startswith("__") and attr.endswith("__"):
@@ -447,21 +471,51 @@ def _stand_in(name):
     return module
 
 
+def _settle_availability_probes(names):
+    """Let transformers decide, before any stand-in exists, that these modules are not installed.
+
+    transformers caches ``is_<name>_available()`` once; asked after SGLang's unconditional
+    ``import torchvision`` has pulled in a stand-in, it would take the stand-in for a real
+    install and ask for its version.  Asked first, it sees the truth (not installed) and
+    keeps to its code path for environments without the module."""
+    try:
+        from transformers.utils import import_utils
+    except ImportError:
+        return
+    for name in names:
+        probe = getattr(import_utils, f"is_{name}_available", None)
+        if callable(probe):
+            probe()
+
+
 class _StandInFinder:
     """Meta-path finder that serves stand-ins for the given top-level names and their submodules."""
 
-    def __init__(self, names):
-        self.names = set(names)
+    def __init__(self, specs):
+        # "name" or "name==version"
+        self.versions = {}
+        for spec in specs:
+            name, _, version = spec.partition("==")
+            self.versions[name] = version or None
+        self.names = set(self.versions)
         self.served = set()
 
     def find_spec(self, fullname, path=None, target=None):
-        if fullname.split(".")[0] in self.names:
-            self.served.add(fullname)
-            return importlib.machinery.ModuleSpec(fullname, self, is_package=True)
-        return None
+        top = fullname.split(".")[0]
+        if top not in self.names:
+            return None
+        # Feature probes (importlib.util.find_spec, as transformers' is_torchvision_available
+        # does) see what is installed: nothing, unless the stand-in was given a version
+        # because the importing code refuses to run without the module (tools/README.md).
+        caller = sys._getframe(2)
+        if self.versions[top] is None and caller.f_code.co_name == "find_spec" and \
+                caller.f_code.co_filename.endswith(os.path.join("importlib", "util.py")):
+            return None
+        self.served.add(fullname)
+        return importlib.machinery.ModuleSpec(fullname, self, is_package=True)
 
     def create_module(self, spec):
-        return _stand_in(spec.name)
+        return _stand_in(spec.name, self.versions[spec.name.split(".")[0]])
 
     def exec_module(self, module):
         return None
@@ -506,6 +560,9 @@ def build(ns) -> dict:
         stand_ins = _StandInFinder(ns.stand_in or [])
         if ns.stand_in:
             sys.meta_path.insert(0, stand_ins)
+            unversioned = [n for n, v in stand_ins.versions.items() if v is None]
+            if unversioned:
+                _settle_availability_probes(unversioned)
 
         rec = _Recorder(roots={
             os.path.join(os.path.realpath(router_dir), "sglang_router") + os.sep: "router",
@@ -729,7 +786,8 @@ def _record_versions(sources, ns, sglang_dir, megatron_root, slime_root, router_
 def _environment(ns, stand_ins):
     import torch
 
-    env = {"python": sys.version.split()[0], "torch": torch.__version__,
+    env = {"python": sys.version.split()[0], "pythonhashseed": os.environ.get("PYTHONHASHSEED"),
+           "torch": torch.__version__,
            "torch_cuda": getattr(torch.version, "cuda", None)}
     for dist in ("triton", "transformers"):
         try:
@@ -752,6 +810,13 @@ def _dumps(registry) -> str:
 
 
 def main(argv=None):
+    # Some choices lists are built from sets (SGLang's backends, the router's parsers); a fixed
+    # hash seed keeps their order, so regenerating from the same sources gives the same file.
+    if argv is None and os.environ.get("PYTHONHASHSEED") != "0":
+        os.execve(sys.executable, [sys.executable, os.path.abspath(__file__), *sys.argv[1:]],
+                  dict(os.environ, PYTHONHASHSEED="0"))
+    # A terminated run still removes its temporary patched copies (the finally in build()).
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     ap = argparse.ArgumentParser(
         description="Dump a trainer flavour's argparse actions to a clawgym flag registry (JSON).")
     ap.add_argument("flavour", choices=sorted(PRESETS), help="trainer flavour to generate")
@@ -763,9 +828,11 @@ def main(argv=None):
                     help="patch applied, in order, to a temporary copy of sglang (repeatable)")
     ap.add_argument("--megatron-patch", action="append", default=[],
                     help="patch applied to a temporary copy of Megatron-LM's megatron/ (repeatable)")
-    ap.add_argument("--stand-in", action="append", default=[], metavar="MODULE",
+    ap.add_argument("--stand-in", action="append", default=[], metavar="MODULE[==VERSION]",
                     help="serve an empty stand-in for MODULE (and submodules) when the real one cannot "
-                         "be imported on CPU and parsing never uses it; recorded in meta.environment")
+                         "be imported on CPU and parsing never uses it; with ==VERSION it reports that "
+                         "version and shows as installed to availability probes; recorded in "
+                         "meta.environment")
     ap.add_argument("--slime-ref", help="record this slime revision instead of the preset's")
     ap.add_argument("--megatron-ref", help="record this Megatron revision instead of the preset's")
     ap.add_argument("--allow-version-mismatch", action="store_true",
