@@ -157,7 +157,7 @@ def registry_parser(flavour: str) -> argparse.ArgumentParser:
             kw["type"] = types.get(a.type or "", str)
             if a.choices is not None:
                 # Enum choices (stored as reprs) are checked by the trainer's own type; keep the names.
-                kw["choices"] = choice_texts(a) if a.type == "lambda" else list(a.choices)
+                kw["choices"] = choice_texts(a) if a.cli_choices is not None else list(a.choices)
             if kw["nargs"] == 0 if "nargs" in kw else False:
                 kw = {"dest": a.dest, "action": "store_true"}
         parser.add_argument(*a.option_strings, **kw)
