@@ -129,6 +129,22 @@ def rule_moe_complete(v: _Collector) -> None:
               "the router cannot pick more experts than exist", "lower model.moe_router_topk")
 
 
+def rule_model_family_fields(v: _Collector) -> None:
+    m = v.c["model"]
+    if m.get("multi_latent_attention"):
+        for k in ("kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim"):
+            if m.get(k) is None:
+                v.add("mla-complete", ["model.multi_latent_attention", f"model.{k}"],
+                      "multi-latent attention needs its KV rank and head dims",
+                      f"set model.{k} from the checkpoint's config.json (kv_lora_rank, qk_nope_head_dim, "
+                      "qk_rope_head_dim, v_head_dim)")
+    spec = m.get("spec")
+    if spec is not None and (len(spec) != 2 or not all(spec)):
+        v.add("spec-module-and-function", ["model.spec"],
+              "--spec takes the module and the function that builds the layer spec",
+              "set model.spec=[slime_plugins.models.<module>,<function>] or null")
+
+
 def rule_rollout_sizes_positive(v: _Collector) -> None:
     v.positive("rollout-sizes-positive",
                [f"rollout.{k}" for k in ("num_rollout", "batch_size", "n_samples_per_prompt", "max_response_len",
@@ -268,7 +284,8 @@ def rule_ray(v: _Collector) -> None:
 
 LOCAL_RULES: List[Rule] = [
     rule_gpu_counts_positive, rule_trainer_matches_colocation, rule_model_sizes_positive,
-    rule_query_groups_divide_heads, rule_moe_complete, rule_rollout_sizes_positive, rule_temperature_positive,
+    rule_query_groups_divide_heads, rule_moe_complete, rule_model_family_fields, rule_rollout_sizes_positive,
+    rule_temperature_positive,
     rule_context_exceeds_response, rule_eps_clip_order, rule_kl_choices, rule_perf_sizes_positive,
     rule_dynamic_batch_needs_max_tokens, rule_recompute_consistent, rule_optimizer, rule_eval, rule_sglang,
     rule_sandbox, rule_names, rule_ray,

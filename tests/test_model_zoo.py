@@ -309,3 +309,21 @@ def test_checkpoint_check_reads_the_written_config_json(option, tmp_path):
         check_checkpoint(Context(c=c, plan=None, local_head=False))
     assert f"model.hidden_size={m['hidden_size']} but config.json hidden_size={m['hidden_size'] + 64}" in \
         err.value.problem
+
+
+def test_layer_spec_module_must_exist_in_the_slime_checkout(tmp_path):
+    """A family's --spec (slime_plugins) is looked up like any hook: older slime checkouts lack newer plugins."""
+    from clawgym.preflight.checkout import check_functions
+    from tests.fixtures.checkout import build_checkout
+
+    root = build_checkout(tmp_path / "rl")
+    cfg = compose([*overrides_for("glm4_9b"), f"paths.root={root}"])
+    ctx = Context(c=to_plain(cfg), plan=build_plan(cfg, environ={}, timestamp="t"), local_head=False)
+    with pytest.raises(CheckFailed) as err:
+        check_functions(ctx)
+    assert "model.spec=slime_plugins.models.glm4.get_glm_spec: module slime_plugins.models.glm4 is not" in \
+        err.value.problem
+    plugin = root / "slime" / "slime_plugins" / "models"
+    plugin.mkdir(parents=True)
+    (plugin / "glm4.py").write_text("def get_glm_spec(args, config, vp_stage=None):\n    return None\n")
+    assert "slime_plugins.models.glm4.get_glm_spec" in check_functions(ctx)

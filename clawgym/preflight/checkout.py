@@ -209,13 +209,18 @@ def check_functions(ctx: Context) -> str:
     # The job runs ``python3 <script>`` in the working dir, so that dir is on sys.path too.
     search = [p for p in env.get("PYTHONPATH", "").split(":") if p] + [plan.working_dir]
     flags = plan_flags(plan)
-    checked: Dict[str, str] = {}
+    targets: List[Tuple[str, str]] = []
     for flag in FUNCTION_PATH_FLAGS:
         values = flags.get(flag)
-        if not values:
-            continue
-        target = values[-1]
-        key = _source(c, flag, target)
+        if values:
+            targets.append((_source(c, flag, values[-1]), values[-1]))
+    spec = flags.get("--spec")
+    if spec and len(spec) == 2:
+        # A model's layer spec (slime_plugins.models...): the plugin must exist in this slime checkout.
+        source = "model.spec" if list(c["model"].get("spec") or []) == spec else "--spec"
+        targets.append((source, ".".join(spec)))
+    checked: Dict[str, str] = {}
+    for key, target in targets:
         if target in checked:
             continue
         module, _, attr = target.rpartition(".")
