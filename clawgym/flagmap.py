@@ -17,6 +17,7 @@ import`` maps a script's flags back to keys through :func:`owners`.
 
 Fork-only rows (``fork_only=True``) exist in the ClawGym fork's parser only; under
 ``trainer=slime`` they are not emitted, and a config that would emit one is refused.
+Upstream-only rows (``upstream_only=True``) are the converse under ``trainer=clawgym``.
 """
 
 from __future__ import annotations
@@ -59,6 +60,8 @@ class Row:
     kind: str
     # Exists only in the ClawGym fork's parser.
     fork_only: bool = False
+    # Exists only in upstream slime's parser (newer than the fork), e.g. --allgather-cp.
+    upstream_only: bool = False
     # What to emit, when not simply the key's value: None/False = nothing, True = the bare flag,
     # anything else = ``flag value``.
     compute: Optional[Compute] = None
@@ -178,7 +181,7 @@ ROWS: Tuple[Row, ...] = (
     Row("--moe-permute-fusion", _model("moe_permute_fusion"), "switch"),
     Row("--moe-aux-loss-coeff", _model("moe_aux_loss_coeff"), "value"),
     Row("--enable-experimental", _model("enable_experimental"), "switch"),
-    Row("--allgather-cp", _model("allgather_cp"), "switch"),
+    Row("--allgather-cp", _model("allgather_cp"), "switch", upstream_only=True),
     # Checkpoints.
     Row("--megatron-to-hf-mode", "checkpoint.megatron_to_hf_mode", "value", fork_only=True),
     Row("--hf-checkpoint", "paths.hf_checkpoint", "value"),
@@ -265,11 +268,15 @@ SECRET_FLAGS = ("--wandb-key", "--sglang-api-key")
 
 def rows(flavour: str) -> List[Row]:
     """The rows whose flag exists in ``flavour``'s trainer, in emission order."""
-    return [r for r in ROWS if flavour == "clawgym" or not r.fork_only]
+    return [r for r in ROWS if not (r.fork_only and flavour != "clawgym") and not (r.upstream_only and flavour == "clawgym")]
 
 
 def fork_only_rows() -> List[Row]:
     return [r for r in ROWS if r.fork_only]
+
+
+def upstream_only_rows() -> List[Row]:
+    return [r for r in ROWS if r.upstream_only]
 
 
 def owners(flavour: str = "clawgym") -> Dict[str, Owner]:

@@ -138,6 +138,8 @@ def trainer_argv(c: Mapping[str, Any], *, use_wandb: bool) -> List[str]:
         if row.fork_only and flavour != "clawgym":
             # Validation refuses this first (trainer-flag-fork-only); never emit a flag the trainer lacks.
             raise ValueError(f"{row.flag} ({row.key}) exists only in the ClawGym fork, not in trainer={flavour}")
+        if row.upstream_only and flavour == "clawgym":
+            raise ValueError(f"{row.flag} ({row.key}) exists only in upstream slime, not in trainer={flavour}")
         if value is True:
             a.switch(row.flag, True)
         elif isinstance(value, (list, tuple)):

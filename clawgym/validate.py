@@ -457,8 +457,16 @@ def rule_trainer_flavour_known(v: _Collector) -> None:
 
 def rule_curated_flags_exist_in_trainer(v: _Collector) -> None:
     """Under upstream slime, a curated key must not emit a flag only the ClawGym fork has."""
-    from clawgym.flagmap import Context, fork_only_rows
+    from clawgym.flagmap import Context, fork_only_rows, upstream_only_rows
 
+    if (v.c.get("trainer") or {}).get("flavour", "clawgym") == "clawgym":
+        for row in upstream_only_rows():
+            value = row.emitted(v.c, Context(use_wandb=True))
+            if value is None or value is False:
+                continue
+            v.add("trainer-flag-upstream-only", [row.key, "trainer.flavour"],
+                  f"{row.flag} (from {row.key}) exists only in upstream slime; the ClawGym fork "
+                  "(trainer=clawgym) has no such flag", f"set {row.key}=false, or choose trainer=slime")
     if (v.c.get("trainer") or {}).get("flavour", "clawgym") != "slime":
         return
     for row in fork_only_rows():
