@@ -47,11 +47,12 @@ ROUND_TRIP = ["run-qwen3-4B-colocate.sh", "run-qwen3-30B-A3B-async.sh", "run-glm
 
 @pytest.fixture(scope="module")
 def slime_checkout(tmp_path_factory) -> Path:
-    """A fixture slime checkout that is a git repository (the importer's default --slime-root)."""
+    """A fixture slime checkout, a git repository when git is installed (the importer's default
+    --slime-root is the script's git toplevel, else the folder above it holding scripts/models/)."""
     root = build_slime_checkout(Path(os.path.realpath(tmp_path_factory.mktemp("slime"))))
     git = shutil.which("git")
-    assert git, "git is needed to make the fixture checkout a repository"
-    subprocess.run([git, "init", "-q", str(root)], check=True, timeout=60)
+    if git:
+        subprocess.run([git, "init", "-q", str(root)], check=True, timeout=60)
     return root
 
 
