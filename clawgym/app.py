@@ -11,12 +11,25 @@ from typing import Any, Optional
 from omegaconf import DictConfig
 from omegaconf.errors import OmegaConfBaseException
 
+from hydra.experimental.callback import Callback
+
 from clawgym.config import to_plain
 from clawgym.plan import LaunchPlan, build_plan_from_dict, format_plan
 from clawgym.registry import RegistryError
-from clawgym.validate import ConfigError, validate
+from clawgym.secrets import env_secrets, redact
+from clawgym.validate import ConfigError, Violation, validate
 
 PLAN_FILE = "launch_plan.json"
+#: Exit status of a command refused before anything started (config errors, preflight).
+EXIT_REFUSED = 2
+#: Files Hydra writes into an output dir by itself (and clawgym's plan): what a refused
+#: command may remove from an output dir it created.
+_HYDRA_FILES = {".hydra/config.yaml", ".hydra/hydra.yaml", ".hydra/overrides.yaml", "multirun.yaml", PLAN_FILE}
+
+# The output dir (hydra.run.dir / hydra.sweep.dir) this invocation created, if it did.
+_CREATED_OUTPUT_DIR: Optional[Path] = None
+# True once ClawGymCallback validated this single run's config (the task function need not again).
+_VALIDATED_RUN = False
 
 
 def timestamp() -> str:
@@ -45,23 +58,182 @@ def write_plan(plan: LaunchPlan, directory: Path) -> Path:
 def fail(err: ConfigError) -> None:
     """Report a config error without a traceback and exit non-zero."""
     print(err.report(), file=sys.stderr)
-    sys.exit(2)
+    discard_own_output_dir()
+    sys.exit(EXIT_REFUSED)
+
+
+# ---------------------------------------------------------------- before Hydra writes anything
+
+def _prepare_output_dir(key: str, path: str) -> None:
+    """Create the output dir Hydra is about to use, recording that this invocation did;
+    a dir that cannot be created is a clear error (exit 2), not a traceback."""
+    global _CREATED_OUTPUT_DIR
+    target = Path(path)
+    existed = target.exists()
+    try:
+        target.mkdir(parents=True, exist_ok=True)
+        probe = target / f".clawgym-write-probe-{os.getpid()}"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as exc:
+        print(f"clawgym: cannot use {key}={path}: {exc.strerror or exc}\n"
+              f"  rule: Hydra writes the run's .hydra/ config and log into {key} (and a dry run its "
+              f"{PLAN_FILE})\n"
+              f"  fix:  set {key} to a writable folder, e.g. {key}=/tmp/clawgym-outputs", file=sys.stderr)
+        sys.exit(EXIT_REFUSED)
+    if not existed:
+        _CREATED_OUTPUT_DIR = target
+
+
+def _overrides_with_secrets(overrides: Any) -> list:
+    """Violations for command-line overrides that hold the value of a secret the launcher sees
+    (Hydra stores the overrides in .hydra/overrides.yaml and hydra.yaml, whatever key they set)."""
+    from omegaconf import ListConfig, OmegaConf
+
+    secrets = env_secrets(os.environ)
+    out = []
+    # As written (Hydra stores them unresolved): an interpolation is checked once resolved, by validation.
+    items = OmegaConf.to_container(overrides, resolve=False) if isinstance(overrides, ListConfig) else overrides
+    for o in [str(x) for x in items or []]:
+        names = [n for n, v in secrets.items() if v in o]
+        if names:
+            key = o.split("=", 1)[0].lstrip("+~")
+            out.append(Violation([key], {key: "<redacted>"},
+                                 f"the override of {key} holds the value of ${', $'.join(names)}; Hydra writes "
+                                 f"every override into .hydra/overrides.yaml",
+                                 f"remove it; clawgym reads {', '.join(names)} from the environment at launch",
+                                 "no-secret-values-in-config"))
+    return out
+
+
+def _task_config(config: DictConfig) -> DictConfig:
+    """The task config as the task function will get it (Hydra's node removed), with
+    HydraConfig set so ``${hydra:...}`` interpolations resolve as they will in the job."""
+    import copy
+
+    from hydra.core.hydra_config import HydraConfig
+    from omegaconf import open_dict, read_write
+
+    HydraConfig.instance().set_config(config)
+    task = copy.deepcopy(config)
+    with read_write(task), open_dict(task):
+        del task["hydra"]
+    return task
+
+
+class ClawGymCallback(Callback):
+    """Checks that run before Hydra creates the output dir or writes ``.hydra/*.yaml``.
+
+    ``on_run_start`` runs before Hydra's ``run_job`` (which makes the output dir, dumps
+    ``.hydra/{config,hydra,overrides}.yaml`` and opens the job log): a config that fails
+    validation, or holds a secret value anywhere, is refused there, so nothing is
+    written. ``on_multirun_start`` refuses overrides holding a secret value before the
+    sweeper writes ``multirun.yaml``; each job is validated by the sweep before any job
+    dir exists, and a refused sweep removes the sweep dir it created
+    (:func:`discard_own_output_dir`).
+    """
+
+    def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
+        from clawgym.config import is_clawgym_config
+
+        if not is_clawgym_config(config):
+            return
+        from clawgym.validate import violations
+
+        found = _overrides_with_secrets(config.hydra.overrides.task)
+        try:
+            found += [v for v in violations(_task_config(config))
+                      if not (found and v.code == "no-secret-values-in-config")]
+        except RegistryError as err:
+            # A missing or broken flag registry is a broken install: say so without a traceback.
+            print(f"clawgym: {err}", file=sys.stderr)
+            sys.exit(EXIT_REFUSED)
+        if found:
+            print(ConfigError(found).report(), file=sys.stderr)
+            sys.exit(EXIT_REFUSED)
+        _prepare_output_dir("hydra.run.dir", str(config.hydra.run.dir))
+        global _VALIDATED_RUN
+        _VALIDATED_RUN = True
+
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        from clawgym.config import is_clawgym_config
+
+        if not is_clawgym_config(config):
+            return
+        found = _overrides_with_secrets(config.hydra.overrides.task)
+        if found:
+            print(ConfigError(found, context="sweep").report(), file=sys.stderr)
+            sys.exit(EXIT_REFUSED)
+        _prepare_output_dir("hydra.sweep.dir", str(config.hydra.sweep.dir))
+
+
+def discard_own_output_dir() -> Optional[Path]:
+    """Remove the output dir this invocation created, when it holds only what Hydra and a
+    refused command wrote (``.hydra/*.yaml``, the job log, ``multirun.yaml``); returns it.
+
+    Called when a command is refused before anything started, so a refused command
+    leaves no output dir of its own. A dir that existed before, or that holds any other
+    file, is left alone.
+    """
+    global _CREATED_OUTPUT_DIR
+    target = _CREATED_OUTPUT_DIR
+    if target is None or not target.is_dir():
+        return None
+    import logging
+    import shutil
+
+    files = [p for p in target.rglob("*") if not p.is_dir()]
+    ours = all(str(p.relative_to(target)).split("/", 1)[-1] in _HYDRA_FILES
+               or str(p.relative_to(target)) in _HYDRA_FILES or p.suffix == ".log" for p in files)
+    if not ours:
+        return None
+    # Hydra's job log handler holds <dir>/<job>.log open: close it before removing the dir.
+    for handler in list(logging.getLogger().handlers):
+        if isinstance(handler, logging.FileHandler) and Path(handler.baseFilename).is_relative_to(target):
+            handler.close()
+            logging.getLogger().removeHandler(handler)
+    shutil.rmtree(target, ignore_errors=True)
+    _CREATED_OUTPUT_DIR = None
+    return target
 
 
 def run(cfg: DictConfig) -> Any:
+    """The task function: validate, plan, then dry-run, preflight or launch.
+
+    A single run refused before anything started (exit 2, or a failed ``preflight_only``)
+    removes the output dir this invocation created (:func:`discard_own_output_dir`).
+    """
+    try:
+        return _run(cfg)
+    except SystemExit as exc:
+        if exc.code == EXIT_REFUSED or (exc.code not in (0, None) and cfg.get("preflight_only")):
+            if _single_run():
+                discard_own_output_dir()
+        raise
+
+
+def _single_run() -> bool:
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    return HydraConfig.initialized() and HydraConfig.get().mode == RunMode.RUN
+
+
+def _run(cfg: DictConfig) -> Any:
     # Resolve once for validation and plan (a config that does not resolve is reported by validate).
     try:
         resolved: Any = to_plain(cfg)
     except OmegaConfBaseException:
         resolved = cfg
-    try:
-        validate(resolved)
-    except ConfigError as err:
-        fail(err)
-    except RegistryError as err:
-        # A missing or broken flag registry is a broken install: say so without a traceback.
-        print(f"clawgym: {err}", file=sys.stderr)
-        sys.exit(2)
+    if not (_VALIDATED_RUN and _single_run()):
+        try:
+            validate(resolved)
+        except ConfigError as err:
+            fail(err)
+        except RegistryError as err:
+            # A missing or broken flag registry is a broken install: say so without a traceback.
+            print(f"clawgym: {err}", file=sys.stderr)
+            sys.exit(2)
     plan = build_plan_from_dict(resolved, environ=os.environ, timestamp=timestamp())
     if cfg.dry_run:
         print(format_plan(plan))

@@ -31,6 +31,24 @@ def register_resolvers() -> None:
         OmegaConf.register_new_resolver("cg.pick", _pick)
     if not OmegaConf.has_resolver("cg.cwd"):
         OmegaConf.register_new_resolver("cg.cwd", lambda: os.getcwd())
+    if not OmegaConf.has_resolver("cg.help_groups"):
+        OmegaConf.register_new_resolver("cg.help_groups", help_groups)
+
+
+def help_groups(choices: object = None) -> str:
+    """The config groups for ``--help``: what each decides and its YAML options, the chosen
+    one marked ``*`` (the ``base_<group>`` schema entries are not options a user picks, so
+    they are left out)."""
+    chosen = dict(choices) if choices is not None and hasattr(choices, "items") else {}  # type: ignore[call-overload]
+    lines = []
+    for group, schema in GROUPS.items():
+        # The docstring's first paragraph says what the group decides.
+        doc = " ".join((schema.__doc__ or "").strip().split("\n\n")[0].split())
+        options = [f"{o}*" if o == chosen.get(group) else o for o in group_options(group)]
+        lines.append(f"{group}: {doc}")
+        lines.append(f"    {', '.join(options) or '(set its keys directly)'}")
+    # string.Template runs on the result: a literal $ must be doubled.
+    return "\n".join(lines).replace("$", "$$")
 
 
 def register_configs() -> None:

@@ -424,7 +424,9 @@ def submit(cluster: Cluster, plan: LaunchPlan, *, secrets: Mapping[str, str], cf
         if opt_in:
             print(f"[clawgym] WARNING: passing {', '.join(sorted(secrets))} in the job's runtime env "
                   f"(ray.pass_secrets_in_runtime_env=true): Ray keeps the runtime env in the job's metadata, "
-                  f"readable by anyone with access to the cluster's dashboard", file=sys.stderr, flush=True)
+                  f"readable by anyone with access to the cluster's dashboard, and writes it in plain text to "
+                  f"the cluster's runtime_env_agent.log (<ray temp dir>/session_*/logs/ on the node that runs "
+                  f"the job)", file=sys.stderr, flush=True)
             runtime_env.setdefault("env_vars", {}).update(secrets)
         else:
             print(f"[clawgym] note: {', '.join(sorted(secrets))} not passed to the existing cluster; the cluster's "
@@ -503,7 +505,9 @@ def launch_single(cfg: Any, plan: LaunchPlan) -> Any:
     try:
         rc = _launch(cfg, plan)
     except (LaunchError, ray_head.HeadError) as err:
-        print(f"clawgym: {err}", file=sys.stderr, flush=True)
+        from clawgym.secrets import redact
+
+        print(redact(f"clawgym: {err}"), file=sys.stderr, flush=True)
         sys.exit(1)
     except KeyboardInterrupt:
         # Before a head or job existed (later interrupts are handled where they can stop things).
@@ -559,17 +563,16 @@ def _launch(cfg: Any, plan: LaunchPlan) -> int:
         # Our own leftovers go first, so the preflight port checks see the machine as the launch will.
         reusable = ray_head.settle(plan.ray_start, plan.ray_start_env, secrets)
     from clawgym.preflight import PreflightError
-    from clawgym.snapshot import SnapshotError
+    from clawgym.snapshot import SnapshotError, discard_unsubmitted, mark_submitted
 
     try:
         snapshot = prepare(cfg, plan, local_head=plan.ray_start is not None and reusable is None)
     except PreflightError as err:
-        # run_preflight already printed the checklist with the failing line and its fix.
+        # run_preflight already printed the checklist with the failing lines and their fixes.
+        from clawgym.preflight.core import failure_line
+
         sys.stdout.flush()
-        check = getattr(err, "check", "")
-        hint = f", or skip the check with 'skip_checks=[{check}]' if it does not apply" \
-            if check and check != "skip_checks" else ""
-        print(f"preflight failed at '{check}': nothing was started; fix it{hint}", file=sys.stderr, flush=True)
+        print(failure_line(err), file=sys.stderr, flush=True)
         return 2
     except SnapshotError as err:
         print(str(err), file=sys.stderr, flush=True)
@@ -581,6 +584,7 @@ def _launch(cfg: Any, plan: LaunchPlan) -> int:
     with _sigterm_as_interrupt():
         try:
             cluster, handle = _connect_and_submit(plan, secrets, cfg)
+            mark_submitted(snapshot, handle.submission_id, address=cluster.address)
             if detach:
                 print(_detach_message(handle, cluster), flush=True)
                 return 0
@@ -597,6 +601,9 @@ def _launch(cfg: Any, plan: LaunchPlan) -> int:
             rc = EXIT_STOPPED
         finally:
             with _uninterruptible():
+                if handle is None:
+                    # Stopped before the job was submitted: its snapshot records no launch.
+                    discard_unsubmitted(snapshot)
                 if watcher is not None:
                     watcher.stop()
                 if cluster is not None:

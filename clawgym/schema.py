@@ -209,14 +209,15 @@ class RolloutConfig:
     n_samples_per_prompt: int = 8
     # Max tokens of one model generation (also OPENCLAW_MAX_TOKENS).
     max_response_len: int = 8192
-    # Max context of a conversation (also OPENCLAW_CONTEXT_WINDOW).
-    max_context_len: int = 65536
+    # Max context of a conversation (also OPENCLAW_CONTEXT_WINDOW); None leaves slime's default (no limit).
+    max_context_len: Optional[int] = 65536
     # Sampling temperature; GRPO needs sample diversity, so > 0.
     temperature: float = 0.7
     # Key of the reward dict used as the scalar score; None when the reward is a scalar.
     reward_key: Optional[str] = "score"
-    # Gradient updates per rollout (1 = standard online GRPO).
-    num_steps_per_rollout: int = 1
+    # Gradient updates per rollout (1 = standard online GRPO); None when args.global_batch_size sizes
+    # the steps instead (slime refuses both when they disagree).
+    num_steps_per_rollout: Optional[int] = 1
     # Concurrent OpenClaw containers during training rollouts.
     train_num_workers: int = 64
     # User messages sent to the gateway per training task.
@@ -275,12 +276,12 @@ class PerfConfig:
     use_dynamic_batch_size: bool = True
     # Token budget per GPU micro-batch (needed by dynamic batch size).
     max_tokens_per_gpu: Optional[int] = 65536
-    # Chunk size of log-prob computation (guards against OOM).
-    log_probs_chunk_size: int = 1024
+    # Chunk size of log-prob computation (guards against OOM); None leaves slime's default (no chunks).
+    log_probs_chunk_size: Optional[int] = 1024
     accumulate_allreduce_grads_in_fp32: bool = True
     attention_softmax_in_fp32: bool = True
-    # Megatron attention kernel (flash, fused, unfused, local, auto).
-    attention_backend: str = "flash"
+    # Megatron attention kernel (flash, fused, unfused, local, auto); None leaves Megatron's default.
+    attention_backend: Optional[str] = "flash"
 
 
 @dataclass
@@ -328,14 +329,15 @@ class SglangConfig:
 
     # GPUs per SGLang engine (tensor parallel); slime's --rollout-num-gpus-per-engine.
     tp: int = 1
-    # SGLang tool-call parser for the model's chat format.
-    tool_call_parser: str = "qwen25"
+    # SGLang tool-call parser for the model's chat format; None for runs without tool calls.
+    tool_call_parser: Optional[str] = "qwen25"
     # Chain-of-thought parser; None leaves it off.
     reasoning_parser: Optional[str] = None
     # Share of GPU memory SGLang reserves (weights + KV cache).
     mem_fraction_static: float = 0.8
-    # Must hold the longest rollout context, or long conversations are rejected with 400.
-    context_length: int = "${rollout.max_context_len}"  # type: ignore[assignment]
+    # Must hold the longest rollout context, or long conversations are rejected with 400;
+    # None leaves SGLang's default (the checkpoint's config.json).
+    context_length: Optional[int] = "${rollout.max_context_len}"  # type: ignore[assignment]
     # Model name the API server reports to the OpenClaw gateways.
     served_model_name: str = "qwen3-4b-instruct"
     # API server bind address; loopback unless the gateways run elsewhere.

@@ -10,11 +10,22 @@ Layout (``<save>`` is ``paths.save``)::
         launch_plan.json       argv, runtime env (no secret), submission id
         meta.json              versions, git commits, host, time, secret *names*,
                                and the checkpoints present at launch
+        manifest.json          size and sha256 of every file above; written last
+        submitted.json         the Ray submission, added once the job was submitted
     <save>/clawgym/wandb_config.yaml            the W&B run config of the latest launch
     <save>/iter_0000009/clawgym_snapshot/       copy of the snapshot of the run that wrote it
 
 A snapshot is written into a hidden temp dir and renamed into place, so a crash leaves
 either a whole snapshot or none (hidden ``.tmp-*`` leftovers are never listed).
+Its ``manifest.json`` (written last) records the size and sha256 of every file:
+``show``, ``diff``, ``resume`` and ``stamp`` refuse a snapshot whose files are missing,
+truncated or altered (:func:`verify_snapshot`), rather than read a partial config.
+
+A snapshot is written before the job is submitted. The launch then calls
+:func:`mark_submitted` once Ray accepted the job, or :func:`discard_unsubmitted` when
+it stops before submitting (a refused cluster, Ctrl-C). A snapshot without the mark
+(a launcher killed in between) is not a launch: ``show`` lists it apart, and
+``resume``, ``diff``, ``stamp`` and the checkpoint assignment ignore it.
 
 Placing snapshots into checkpoints: slime has no post-save hook, so
 :class:`CheckpointWatcher` runs in the launcher while it follows the job. It polls
@@ -72,8 +83,8 @@ SNAPSHOTS_RELPATH = "clawgym/snapshots"
 STAMP_DIRNAME = "clawgym_snapshot"
 #: Megatron's tracker of the newest complete checkpoint.
 TRACKER_FILE = "latest_checkpointed_iteration.txt"
-#: Format version of meta.json.
-FORMAT_VERSION = 1
+#: Format version of meta.json (2: with manifest.json).
+FORMAT_VERSION = 2
 
 CONFIG_FILE = "config.yaml"
 RESOLVED_FILE = "config.resolved.yaml"
@@ -82,11 +93,12 @@ CHOICES_FILE = "choices.yaml"
 PLAN_FILE = "launch_plan.json"
 META_FILE = "meta.json"
 STAMP_FILE = "stamp.json"
+MANIFEST_FILE = "manifest.json"
+SUBMITTED_FILE = "submitted.json"
+#: Files a snapshot dir may hold beyond those its manifest lists (added after it was written).
+UNLISTED_FILES = (MANIFEST_FILE, SUBMITTED_FILE, STAMP_FILE)
 
-#: Secret variables checked even when the plan does not name them.
-KNOWN_SECRET_ENV = ("WANDB_KEY", "WANDB_API_KEY", "SGLANG_API_KEY")
-#: Shorter values are not searched for (they would match ordinary text such as "1").
-MIN_SECRET_LEN = 8
+from clawgym.secrets import KNOWN_SECRET_ENV, MIN_SECRET_LEN  # noqa: E402,F401  (kept importable from here)
 
 #: Packages whose versions a snapshot records (read from metadata; nothing is imported).
 VERSIONED_PACKAGES = ("clawgym", "hydra-core", "omegaconf", "ray", "wandb")
@@ -298,15 +310,19 @@ def checkpoint_baseline(save_dir: str | os.PathLike) -> Dict[str, Any]:
 def secret_values(plan: Any, environ: Mapping[str, str] = os.environ,
                   extra_names: Sequence[str] = ()) -> Dict[str, str]:
     """Variable name -> value of every secret variable set in ``environ``."""
-    names = set(KNOWN_SECRET_ENV) | set(extra_names)
+    from clawgym.secrets import env_secrets
+
+    names = set(extra_names)
     for sources in (getattr(plan, "secret_env", None) or {}).values():
         names.update(sources)
-    return {n: environ[n] for n in sorted(names) if len(environ.get(n) or "") >= MIN_SECRET_LEN}
+    return env_secrets(environ, names)
 
 
 def find_secrets(text: str, secrets: Mapping[str, str]) -> List[str]:
     """Names of the secrets whose value occurs in ``text``."""
-    return [name for name, value in secrets.items() if value in text]
+    from clawgym.secrets import find_in
+
+    return find_in(text, secrets)
 
 
 # ---------------------------------------------------------------- writing
@@ -445,6 +461,8 @@ def write_launch_snapshot(cfg: Any, plan: Any, *, record: Optional[LaunchRecord]
             tmp.mkdir()
             for fname, text in files.items():
                 _write_file(tmp / fname, text)
+            # Last: a snapshot with a manifest that matches its files is whole.
+            _write_file(tmp / MANIFEST_FILE, manifest_text(files))
             # A same-named snapshot that appeared meanwhile makes the rename fail: never overwrite.
             os.rename(tmp, base / name)
         finally:
@@ -504,13 +522,104 @@ class Snapshot:
 
 
 def is_snapshot_dir(path: Path) -> bool:
-    return (path / META_FILE).is_file() and (path / RESOLVED_FILE).is_file()
+    """True for a folder that is (or was meant to be) a snapshot: it has its meta or manifest."""
+    return (path / META_FILE).is_file() or (path / MANIFEST_FILE).is_file()
+
+
+def _sha256(data: bytes) -> str:
+    import hashlib
+
+    return hashlib.sha256(data).hexdigest()
+
+
+def manifest_text(files: Mapping[str, str]) -> str:
+    """manifest.json for a snapshot's files (name -> text): size and sha256 of each."""
+    entries = {}
+    for name, text in files.items():
+        data = text.encode()
+        entries[name] = {"size": len(data), "sha256": _sha256(data)}
+    return json.dumps({"format_version": FORMAT_VERSION, "files": entries}, indent=2) + "\n"
+
+
+def verify_snapshot(path: str | os.PathLike) -> Dict[str, Any]:
+    """Check a snapshot against its manifest; returns the manifest.
+
+    Raises :class:`SnapshotError` naming the snapshot, what is wrong (no manifest, a file
+    missing, truncated or altered) and what to do.
+    """
+    p = Path(path)
+    fix = ("  fix:  this snapshot cannot be trusted; move it out of the snapshots folder "
+           f"(mv {p} <elsewhere>) to use the launch before it, or launch again")
+    try:
+        manifest = json.loads((p / MANIFEST_FILE).read_text())
+        listed = manifest["files"]
+        assert isinstance(listed, dict) and listed
+    except FileNotFoundError:
+        raise SnapshotError(f"clawgym: snapshot {p} is incomplete: it has no {MANIFEST_FILE} (the last file a "
+                            f"launch writes); it was cut short, or written by a clawgym older than format "
+                            f"{FORMAT_VERSION}\n{fix}") from None
+    except (OSError, ValueError, KeyError, TypeError, AssertionError):
+        raise SnapshotError(f"clawgym: snapshot {p} has an unreadable {MANIFEST_FILE}\n{fix}") from None
+    problems = []
+    for name, want in sorted(listed.items()):
+        try:
+            data = (p / name).read_bytes()
+        except OSError:
+            problems.append(f"{name} is missing")
+            continue
+        if len(data) != want.get("size"):
+            problems.append(f"{name} is {len(data)} bytes, the manifest says {want.get('size')} "
+                            f"({'truncated' if len(data) < (want.get('size') or 0) else 'altered'})")
+        elif _sha256(data) != want.get("sha256"):
+            problems.append(f"{name} was altered (its sha256 differs from the manifest)")
+    extra = sorted(f.name for f in p.iterdir() if f.name not in listed and f.name not in UNLISTED_FILES)
+    problems += [f"{name} is not part of the snapshot" for name in extra]
+    if problems:
+        raise SnapshotError(f"clawgym: snapshot {p} is damaged: {'; '.join(problems)}\n{fix}")
+    return manifest
+
+
+def is_submitted(path: str | os.PathLike) -> bool:
+    """True once the launch that wrote the snapshot submitted its job (:func:`mark_submitted`)."""
+    return (Path(path) / SUBMITTED_FILE).is_file()
+
+
+def mark_submitted(snapshot_dir: str | os.PathLike, submission_id: str, *, address: str = "") -> None:
+    """Record that the job of this snapshot's launch was submitted; call right after Ray
+    accepted it. Until then the snapshot is not listed as a launch."""
+    if not snapshot_dir:
+        return
+    atomic_write_text(Path(snapshot_dir) / SUBMITTED_FILE,
+                      json.dumps({"submission_id": submission_id, "address": address,
+                                  "submitted_unix": time.time()}) + "\n")
+
+
+def discard_unsubmitted(snapshot_dir: Optional[str | os.PathLike]) -> bool:
+    """Remove the snapshot of a launch that stopped before submitting its job; True when removed.
+
+    A snapshot already marked submitted is never removed.
+    """
+    if not snapshot_dir:
+        return False
+    p = Path(snapshot_dir)
+    if not p.is_dir() or is_submitted(p) or p.parent.name not in ("snapshots", "clawgym_snapshots"):
+        return False
+    # Rename first (atomic), so no reader sees a half-removed snapshot.
+    gone = p.parent / f".discarded-{p.name}-{os.getpid()}"
+    try:
+        os.rename(p, gone)
+    except OSError:
+        return False
+    shutil.rmtree(gone, ignore_errors=True)
+    return True
 
 
 def load_snapshot(path: str | os.PathLike) -> Snapshot:
+    """Read a snapshot after checking it against its manifest (:class:`SnapshotError` if damaged)."""
     p = Path(path)
     if not is_snapshot_dir(p):
-        raise SnapshotError(f"clawgym: {p} is not a clawgym snapshot (no {META_FILE} / {RESOLVED_FILE})")
+        raise SnapshotError(f"clawgym: {p} is not a clawgym snapshot (no {META_FILE} / {MANIFEST_FILE})")
+    verify_snapshot(p)
     try:
         return Snapshot(
             path=p,
@@ -525,19 +634,36 @@ def load_snapshot(path: str | os.PathLike) -> Snapshot:
         raise SnapshotError(f"clawgym: snapshot {p} is unreadable: {exc}") from None
 
 
-def list_snapshots(save_dir: str | os.PathLike) -> List[Snapshot]:
-    """Every complete snapshot of a save dir, oldest first (temp dirs are skipped)."""
+def snapshot_dirs(save_dir: str | os.PathLike) -> List[Path]:
+    """Every snapshot dir of a save dir, whatever its state (temp dirs are skipped), by name."""
     base = Path(save_dir) / SNAPSHOTS_RELPATH
     try:
-        entries = [e for e in base.iterdir() if not e.name.startswith(".") and is_snapshot_dir(e)]
+        return sorted(e for e in base.iterdir() if not e.name.startswith(".") and e.is_dir() and is_snapshot_dir(e))
     except OSError:
         return []
-    snaps = [load_snapshot(e) for e in entries]
+
+
+def unsubmitted_snapshots(save_dir: str | os.PathLike) -> List[Path]:
+    """Snapshot dirs of launches that never submitted their job (interrupted in between)."""
+    return [p for p in snapshot_dirs(save_dir) if not is_submitted(p)]
+
+
+def list_snapshots(save_dir: str | os.PathLike) -> List[Snapshot]:
+    """Every launch of a save dir, oldest first: its submitted snapshots.
+
+    Snapshots never submitted are left out (:func:`unsubmitted_snapshots`); a damaged
+    submitted one raises :class:`SnapshotError`, since which launch wrote which
+    checkpoint depends on all of them.
+    """
+    snaps = [load_snapshot(p) for p in snapshot_dirs(save_dir) if is_submitted(p)]
     return sorted(snaps, key=lambda s: (s.created, s.id))
 
 
 def find_snapshot(target: str | os.PathLike) -> Tuple[Snapshot, Optional[Path]]:
-    """(snapshot, save dir or None) for a save dir (its latest), snapshot dir or checkpoint dir."""
+    """(snapshot, save dir or None) for a save dir (its latest launch), snapshot dir or checkpoint dir.
+
+    Raises :class:`SnapshotError` for a damaged snapshot (see :func:`verify_snapshot`).
+    """
     p = Path(target).expanduser()
     if not p.exists():
         raise SnapshotError(f"clawgym: {p} does not exist")
@@ -547,6 +673,10 @@ def find_snapshot(target: str | os.PathLike) -> Tuple[Snapshot, Optional[Path]]:
     if is_snapshot_dir(p / STAMP_DIRNAME):
         return load_snapshot(p / STAMP_DIRNAME), p.parent
     snaps = list_snapshots(p)
+    if not snaps and unsubmitted_snapshots(p):
+        raise SnapshotError(f"clawgym: {p} holds no launch: its only snapshot(s) "
+                            f"({', '.join(x.name for x in unsubmitted_snapshots(p))}) belong to launches stopped "
+                            "before their job was submitted\n  fix:  launch the run (python train.py ...)")
     if not snaps:
         raise SnapshotError(f"clawgym: no clawgym snapshot in {p} (looked for {p / SNAPSHOTS_RELPATH}/*/{META_FILE}); "
                             "it is not a save dir of a clawgym launch, a snapshot dir or a checkpoint dir")
@@ -563,6 +693,7 @@ def place_snapshot(snapshot_dir: str | os.PathLike, checkpoint_dir: str | os.Pat
     snapshot unless ``replace`` (the current run rewrote that checkpoint).
     """
     src, ckpt = Path(snapshot_dir), Path(checkpoint_dir)
+    verify_snapshot(src)  # a damaged snapshot is never copied into checkpoints
     target = ckpt / STAMP_DIRNAME
     my_id = (_read_json(src / META_FILE) or {}).get("id")
     existing = _read_json(target / META_FILE)

@@ -474,6 +474,7 @@ class SweepSession:
                 finally:
                     launch.set_active_session(None)
         finally:
+            self.discard_unsubmitted()
             with launch._uninterruptible():
                 # A head we started goes with the sweep: kept when asked, or while detached jobs run on it.
                 detached = detach and any(j.handle is not None for j in jobs)
@@ -493,6 +494,15 @@ class SweepSession:
                 _say(f"  job #{j.num}: follow: clawgym jobs logs {j.submission_id} --follow --address {addr}"
                      f"   stop: clawgym jobs stop {j.submission_id} --address {addr}")
             _say(f"  the Ray head keeps running; when done: clawgym jobs stop-head --address {addr}")
+
+    def discard_unsubmitted(self) -> None:
+        """Remove the snapshots of jobs that were never submitted (refused, interrupted, queued)."""
+        from clawgym.snapshot import discard_unsubmitted
+
+        for j in self.jobs:
+            if j.handle is None and j.snapshot:
+                discard_unsubmitted(j.snapshot)
+                j.snapshot = None
 
     def _refuse_unfit(self, jobs: Sequence[SweepJob], detach: bool) -> None:
         big = [j for j in jobs if j.plan.gpus_required > self.total_gpus]
@@ -532,6 +542,9 @@ class SweepSession:
             j.plan = plan
         j.handle = launch.submit(self.cluster, j.plan, secrets=j.secrets, cfg=cfg)
         j.submission_id = j.handle.submission_id
+        from clawgym.snapshot import mark_submitted
+
+        mark_submitted(j.snapshot, j.submission_id, address=self.cluster.address)
         j.log_file = j.handle.log_file
         j.watcher = launch._start_watcher(j.plan, j.snapshot)
         return j.submission_id
@@ -711,9 +724,17 @@ def run_sweep(*, hydra_context: HydraContext, task_function: TaskFunction, confi
         session.check_all()
         return session.run()
     except SweepRefused as err:
-        print(str(err), file=sys.stderr, flush=True)
+        from clawgym.secrets import redact
+
+        print(redact(str(err)), file=sys.stderr, flush=True)
+        session.discard_unsubmitted()
+        from clawgym.app import discard_own_output_dir
+
+        # Nothing ran: the sweep dir this command created (multirun.yaml only) goes too.
+        discard_own_output_dir()
         sys.exit(EXIT_REFUSED)
     except KeyboardInterrupt:
         # Before the first submission (later ones are handled where jobs run).
+        session.discard_unsubmitted()
         print("\n[sweep] interrupted before any job was submitted", file=sys.stderr, flush=True)
         sys.exit(EXIT_INTERRUPTED)

@@ -8,14 +8,18 @@ process is started or file written.
 
 from __future__ import annotations
 
+import os
 import re
+import socket
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Mapping, Sequence
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 
 from omegaconf import DictConfig
 from omegaconf.errors import OmegaConfBaseException
 
 from clawgym.config import to_plain
+from clawgym.secrets import argv_secrets, env_secrets, known_secrets, redact, redact_value, remember
 
 
 @dataclass
@@ -51,7 +55,8 @@ class ConfigError(Exception):
         head = f"clawgym: invalid configuration{' (' + self.context + ')' if self.context else ''}: " \
                f"{n} problem{'s' if n != 1 else ''}"
         body = [f"  {i}. {v.format()}" for i, v in enumerate(self.violations, 1)]
-        return "\n".join([head, *body])
+        # Values are masked where collected; this pass also catches secrets inside rule or fix texts.
+        return redact("\n".join([head, *body]))
 
 
 def _get(c: Mapping[str, Any], path: str) -> Any:
@@ -62,13 +67,19 @@ def _get(c: Mapping[str, Any], path: str) -> Any:
 
 
 class _Collector:
-    def __init__(self, c: Mapping[str, Any]):
+    def __init__(self, c: Mapping[str, Any], environ: Mapping[str, str] = os.environ):
         self.c = c
+        self.environ = environ
+        # Secret variable -> value, from the launcher's environment (memory only).
+        self.env_secrets = env_secrets(environ, _key_env(c))
+        # Every value a report must mask: the environment's and those typed into the config.
+        self.secrets = known_secrets(c, environ)
         self.out: List[Violation] = []
 
     def add(self, code: str, keys: Sequence[str], rule: str, fix: str, *, redact: bool = False) -> None:
-        # A key that holds a secret is named but its value never echoed (reports reach logs).
-        values = {k: "<redacted>" if redact else _get(self.c, k) for k in keys}
+        # A key that holds a secret is named but its value never echoed (reports reach logs);
+        # any other value is shown with every known secret value masked in it.
+        values = {k: "<redacted>" if redact else redact_value(_get(self.c, k), self.secrets) for k in keys}
         self.out.append(Violation(list(keys), values, rule, fix, code))
 
     def positive(self, code: str, keys: Sequence[str], what: str) -> None:
@@ -79,6 +90,13 @@ class _Collector:
 
 
 Rule = Callable[[_Collector], None]
+
+
+def _key_env(c: Mapping[str, Any]) -> List[str]:
+    try:
+        return [str(n) for n in c["wandb"]["key_env"] or []]
+    except (KeyError, TypeError):
+        return []
 
 
 # ---------------------------------------------------------------- stage one: per group
@@ -161,7 +179,7 @@ def rule_temperature_positive(v: _Collector) -> None:
 
 def rule_context_exceeds_response(v: _Collector) -> None:
     r = v.c["rollout"]
-    if r["max_context_len"] <= r["max_response_len"]:
+    if r["max_context_len"] is not None and r["max_context_len"] <= r["max_response_len"]:
         v.add("context-exceeds-response", ["rollout.max_context_len", "rollout.max_response_len"],
               "the context window must be larger than one response (it also holds the prompt and history)",
               "raise rollout.max_context_len or lower rollout.max_response_len")
@@ -264,12 +282,72 @@ def rule_sandbox(v: _Collector) -> None:
               "set sandbox.container_prefix, e.g. clawgym-rl-")
 
 
+#: Longest file name most filesystems take, in bytes (Linux NAME_MAX).
+NAME_MAX = 255
+#: The widest launch timestamp clawgym puts into submission ids (``%Y%m%d_%H%M%S``).
+_TIMESTAMP_WIDTH = len("20260101_000000")
+#: Room for the ``.<n>`` suffix that keeps same-second snapshot names apart.
+_UNIQUE_SUFFIX_WIDTH = len(".99")
+#: Room for a process id in temp names.
+_PID_WIDTH = 7
+
+
+def longest_derived_name(run_name: str, hostname: Optional[str] = None) -> str:
+    """The longest file name clawgym derives from a run name: the temp dir its launch
+    snapshot is written to (``.tmp-<submission id>.<n>-<host>-<pid>``; the submission id
+    is ``clawgym-<run_name>-<timestamp>``)."""
+    from clawgym.plan import submission_id
+
+    sid = re.sub(r"[^A-Za-z0-9_.-]+", "-", submission_id(run_name, "0" * _TIMESTAMP_WIDTH))
+    host = socket.gethostname() if hostname is None else hostname
+    return f".tmp-{sid}{'9' * _UNIQUE_SUFFIX_WIDTH}-{host}-{'9' * _PID_WIDTH}"
+
+
+def name_problem(name: Any) -> Optional[str]:
+    """Why ``name`` cannot be one folder name, or None."""
+    if not isinstance(name, str) or not name:
+        return "it is empty"
+    if name in (".", ".."):
+        return f"{name!r} names the current or parent folder, not a folder of its own"
+    if "/" in name:
+        return "it contains '/', which would make it several nested folders"
+    if "\0" in name:
+        return "it contains a NUL character, which no path can hold"
+    if name.strip() != name:
+        return "it has surrounding spaces"
+    return None
+
+
 def rule_names(v: _Collector) -> None:
+    """exp_name and run_name become folder names (the save dir, snapshot dirs): one safe component each."""
     for k in ("exp_name", "run_name"):
         name = v.c[k]
-        if not name or "/" in name or name.strip() != name:
-            v.add("names-are-folder-names", [k], "names become folder names: non-empty, no '/', no surrounding spaces",
-                  f"set {k} to a plain name")
+        if k == "run_name" and name == v.c["exp_name"]:
+            continue  # derived from exp_name: reported there
+        why = name_problem(name)
+        if why is not None:
+            v.add("names-are-folder-names", [k],
+                  f"names become folder names (the save dir <paths.root>/exp/<run_name>, snapshot dirs): "
+                  f"one plain name, not '.' or '..', no '/', no NUL, no surrounding spaces; here {why}",
+                  f"set {k} to a plain name, e.g. {k}=my-run")
+            continue
+        longest = longest_derived_name(name)
+        size = len(longest.encode())
+        if size > NAME_MAX:
+            room = len(name.encode()) - (size - NAME_MAX)
+            v.add("name-within-name-max", [k],
+                  f"{k} is {len(name.encode())} bytes; the longest folder name clawgym derives from it "
+                  f"(the launch snapshot's temp dir '.tmp-clawgym-<name>-<timestamp>.<n>-<host>-<pid>') "
+                  f"would be {size} bytes, over the filesystem's limit of {NAME_MAX} bytes per name",
+                  f"shorten {k} to at most {max(room, 1)} bytes")
+    save = v.c["paths"]["save"]
+    if isinstance(save, str) and save:
+        long = [p for p in Path(save).parts if len(p.encode()) > NAME_MAX]
+        if long:
+            v.add("name-within-name-max", ["paths.save"],
+                  f"a folder name in paths.save is {len(long[0].encode())} bytes, over the filesystem's limit of "
+                  f"{NAME_MAX} bytes per name",
+                  "shorten that part of paths.save (or run_name, when paths.save derives from it)")
 
 
 def rule_ray(v: _Collector) -> None:
@@ -360,7 +438,8 @@ def rule_sglang_tp_fits(v: _Collector) -> None:
 
 def rule_context_lengths(v: _Collector) -> None:
     s, r = v.c["sglang"], v.c["rollout"]
-    if s["context_length"] < r["max_context_len"]:
+    if s["context_length"] is not None and r["max_context_len"] is not None and \
+            s["context_length"] < r["max_context_len"]:
         v.add("sglang-context-holds-rollout-context", ["sglang.context_length", "rollout.max_context_len"],
               "SGLang must accept the longest rollout context, or long conversations are rejected with 400",
               "raise sglang.context_length to at least rollout.max_context_len (or leave it unset to follow it)")
@@ -464,10 +543,8 @@ def rule_curated_flags_exist_in_trainer(v: _Collector) -> None:
             if value is None or value is False:
                 continue
             v.add("trainer-flag-upstream-only", [row.key, "trainer.flavour"],
-                  f"{row.flag} (from {row.key}) exists only in upstream slime; the ClawGym fork's strict parser "
-                  "would exit on it after the job started",
-                  "choose trainer=slime (upstream slime has this model's plugins and flags)")
-        return
+                  f"{row.flag} (from {row.key}) exists only in upstream slime; the ClawGym fork "
+                  "(trainer=clawgym) has no such flag", f"set {row.key}=false, or choose trainer=slime")
     if (v.c.get("trainer") or {}).get("flavour", "clawgym") != "slime":
         return
     for row in fork_only_rows():
@@ -557,7 +634,8 @@ def rule_extra_args(v: _Collector) -> None:
     if not tokens:
         return
     orphans, occurrences = split_extra_args(tokens)
-    if any(o.option in SECRET_FLAGS for o in occurrences):
+    # Also a secret flag inside one element ('--wandb-key VALUE') or as --flag=VALUE.
+    if any(o.option in SECRET_FLAGS for o in occurrences) or _secret_flags_given(tokens):
         v.add("no-secrets-in-argv", ["extra_args"], "secrets never travel in argv (slime copies argv into W&B)",
               "export WANDB_API_KEY / SGLANG_API_KEY in the launcher's environment instead", redact=True)
         return
@@ -622,20 +700,128 @@ def rule_extra_args(v: _Collector) -> None:
                       f"keep one {opt} in extra_args")
 
 
-def rule_no_secrets_in_extra_env(v: _Collector) -> None:
+def _secret_names(c: Mapping[str, Any]) -> set:
+    """Variables that hold a secret: the job's targets and where the W&B key is read from."""
     from clawgym.plan import SGLANG_KEY_ENV, WANDB_KEY_TARGET
 
-    secret_names = {SGLANG_KEY_ENV, WANDB_KEY_TARGET, *v.c["wandb"]["key_env"]}
-    for name in sorted(secret_names & set(v.c["extra_env"])):
+    return {SGLANG_KEY_ENV, WANDB_KEY_TARGET, *c["wandb"]["key_env"]}
+
+
+def rule_no_secrets_in_extra_env(v: _Collector) -> None:
+    for name in sorted(_secret_names(v.c) & set(v.c["extra_env"])):
         v.add("no-secrets-in-extra-env", [f"extra_env.{name}"],
               "secrets are read from the environment at launch; extra_env is stored in snapshots and job metadata",
               f"remove extra_env.{name} and export {name} in the launcher's environment instead", redact=True)
+
+
+def _secret_flags_given(args: Sequence[Any]) -> bool:
+    """A secret flag anywhere in extra_args: its own element, ``--flag=value`` or inside one element."""
+    from clawgym.secrets import SECRET_FLAGS
+
+    words = [w for a in args for w in str(a).split()]
+    return any(w == f or w.startswith(f + "=") for w in words for f in SECRET_FLAGS)
+
+
+def rule_no_secret_values_in_config(v: _Collector) -> None:
+    """No resolved value holds the value of a secret the launcher can see, whatever its key."""
+    from clawgym.config import iter_leaves
+
+    if not v.env_secrets:
+        return
+    for key, value in iter_leaves({k: val for k, val in v.c.items() if k != "hydra"}):
+        text = str(value)
+        names = [n for n, secret in v.env_secrets.items() if secret in text]
+        if not names or (key.startswith("extra_env.") and key.split(".", 1)[1] in _secret_names(v.c)):
+            continue  # none here, or an extra_env entry named after a secret (no-secrets-in-extra-env)
+        v.add("no-secret-values-in-config", [key],
+              f"{key} holds the value of ${', $'.join(names)}; the config is printed, written to "
+              "launch_plan.json and snapshots, and given to Ray as job metadata",
+              f"remove the value from {key} (and from the overrides); clawgym reads "
+              f"{', '.join(names)} from the environment at launch and passes it to the job itself",
+              redact=True)
+
+
+def _real(path: str) -> Path:
+    """Absolute, normalized, symlinks resolved as far as the path exists."""
+    return Path(os.path.realpath(os.path.expanduser(path)))
+
+
+def _run_save_dir(path: Path) -> bool:
+    """True when ``path`` is the save dir of a clawgym run (it holds launch snapshots)."""
+    from clawgym.snapshot import SNAPSHOTS_RELPATH
+
+    try:
+        return (path / SNAPSHOTS_RELPATH).is_dir()
+    except OSError:
+        return False
+
+
+def runs_below(path: Path, *, depth: int = 3, budget: int = 2000) -> List[Path]:
+    """Save dirs of other runs strictly below ``path`` (breadth-first, at most ``depth``
+    levels and ``budget`` folders looked at; checkpoint and hidden folders are not entered)."""
+    found: List[Path] = []
+    level = [path]
+    for _ in range(depth):
+        nxt: List[Path] = []
+        for d in level:
+            try:
+                entries = [e for e in os.scandir(d) if e.is_dir(follow_symlinks=False)]
+            except OSError:
+                continue
+            for e in entries:
+                if e.name.startswith(".") or e.name.startswith("iter_") or e.name == "clawgym":
+                    continue
+                budget -= 1
+                if budget < 0:
+                    return found
+                child = Path(e.path)
+                if _run_save_dir(child):
+                    found.append(child)
+                else:
+                    nxt.append(child)
+        level = nxt
+    return found
+
+
+def rule_save_dir_placement(v: _Collector) -> None:
+    """The save dir is a folder of its own: not the checkout, not around or inside another run's."""
+    save, root = v.c["paths"]["save"], v.c["paths"]["root"]
+    if not isinstance(save, str) or not save:
+        return
+    s = _real(save)
+    if isinstance(root, str) and root:
+        r = _real(root)
+        if s == r or s in r.parents:
+            v.add("save-dir-not-checkout", ["paths.save", "paths.root"],
+                  f"the save dir resolves to {s}, {'the checkout itself' if s == r else 'a folder above the checkout'}"
+                  " (paths.root): the trainer would write iter_*/, logs/ and clawgym/snapshots/ among its files",
+                  "give paths.save a folder of its own, e.g. leave paths.save at <paths.root>/exp/<run_name> "
+                  "with a plain run_name")
+            return
+    for parent in s.parents:
+        if _run_save_dir(parent):
+            v.add("save-dir-inside-another-run", ["paths.save"],
+                  f"the save dir {s} is inside {parent}, the save dir of another run (it holds clawgym/snapshots); "
+                  "its checkpoints and retention would mix with this run's",
+                  "set paths.save to a folder outside other runs' save dirs (or leave it at "
+                  "<paths.root>/exp/<run_name> and choose another run_name)")
+            return
+    if s.is_dir() and not _run_save_dir(s):
+        below = runs_below(s)
+        if below:
+            more = f" and {len(below) - 1} more" if len(below) > 1 else ""
+            v.add("save-dir-above-another-run", ["paths.save"],
+                  f"the save dir {s} holds the save dir of another run ({below[0]}{more}); "
+                  "this run's checkpoints, logs and snapshots would land around it",
+                  "set paths.save to a folder of its own, not a parent of other runs' save dirs "
+                  "(or leave it at <paths.root>/exp/<run_name>)")
 
 
 CROSS_RULES: List[Rule] = [
     rule_gpus_fit_node, rule_tp_divides_actor_gpus, rule_tp_fits_heads, rule_sglang_tp_fits, rule_context_lengths,
     rule_grpo_needs_group, rule_save_interval_needs_save, rule_experts_divide, rule_no_secrets_in_extra_env,
     rule_trainer_flavour_known, rule_curated_flags_exist_in_trainer, rule_args, rule_extra_args,
+    rule_no_secret_values_in_config, rule_save_dir_placement,
 ]
 
 
@@ -676,17 +862,31 @@ def _unresolved(cfg: DictConfig) -> List[Violation]:
     return out
 
 
-def violations(cfg: DictConfig | Mapping[str, Any]) -> List[Violation]:
-    """Every violation of a composed config: local rules first, then cross-group rules."""
+def violations(cfg: DictConfig | Mapping[str, Any], *, environ: Optional[Mapping[str, str]] = None) -> List[Violation]:
+    """Every violation of a composed config: local rules first, then cross-group rules.
+
+    ``environ`` (default: this process's) is where the secrets come from that no config
+    value may hold; every report masks them.
+    """
+    env = os.environ if environ is None else environ
     if isinstance(cfg, DictConfig):
         try:
             c = to_plain(cfg, resolve=True)
         except OmegaConfBaseException:
             # The rules need resolved values: report what does not resolve, and only that.
-            return _unresolved(cfg)
+            found = _unresolved(cfg)
+            values = known_secrets(None, env)
+            for f in found:
+                f.values = {k: redact_value(val, values) for k, val in f.values.items()}
+            return found
     else:
         c = cfg
-    col = _Collector(c)
+    # Secret values typed into extra_args are masked in every later report of this process too.
+    try:
+        remember(argv_secrets(c["extra_args"]))
+    except (KeyError, TypeError):
+        pass
+    col = _Collector(c, env)
     for rule in LOCAL_RULES:
         rule(col)
     # A cross rule that cannot evaluate a broken group (already reported above) is skipped.
@@ -698,8 +898,9 @@ def violations(cfg: DictConfig | Mapping[str, Any]) -> List[Violation]:
     return col.out
 
 
-def validate(cfg: DictConfig | Mapping[str, Any], *, context: str = "") -> None:
+def validate(cfg: DictConfig | Mapping[str, Any], *, context: str = "",
+             environ: Optional[Mapping[str, str]] = None) -> None:
     """Raise :class:`ConfigError` carrying every violation, if any."""
-    found = violations(cfg)
+    found = violations(cfg, environ=environ)
     if found:
         raise ConfigError(found, context=context)

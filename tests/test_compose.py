@@ -68,8 +68,9 @@ def test_option_composes_validates_and_plans(group: str, option: str):
         assert [(v.code, v.keys) for v in found] == [("chroot-needs-rootfs", ["sandbox.backend", "sandbox.rootfs"])]
         cfg = compose([f"{group}={option}", "sandbox.rootfs=/srv/rootfs"])
         found = violations(cfg)
-    if group == "model" and option.startswith("glm5"):
-        # GLM5 needs upstream slime's --allgather-cp: exactly that is reported, trainer=slime is enough.
+    if (group, option) in (("model", "glm5_744b_a40b"), ("model", "glm5_2_744b_a40b")):
+        # GLM-5 needs --allgather-cp, which only upstream slime has: exactly that is reported under the
+        # default trainer=clawgym, and trainer=slime is enough.
         assert [v.code for v in found] == ["trainer-flag-upstream-only"]
         cfg = compose([f"{group}={option}", "trainer=slime"])
         found = violations(cfg)

@@ -85,3 +85,15 @@ def test_cfg_job_resolve_prints_the_resolved_config(tmp_path):
     assert cfg["paths"]["hf_checkpoint"] == "/r/local/models/Qwen3-4B-Instruct-2507"
     assert cfg["sglang"]["context_length"] == 65536
     assert not list(tmp_path.rglob("launch_plan.json"))
+
+
+def test_help_is_clawgyms_own_page_without_schema_entries():
+    proc = subprocess.run([sys.executable, "train.py", "--help"], cwd=ROOT, capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    assert out.startswith("clawgym:") and "powered by Hydra" not in out
+    # Each group with what it decides and its options, the chosen one marked; no base_<group> schema entries.
+    assert "gpu_layout: How the node's GPUs are split" in out and "split_4_4*" in out and "colocate_1" in out
+    assert "base_" not in out
+    assert "python train.py dry_run=true" in out and "clawgym show" in out and "README.md" in out

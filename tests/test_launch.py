@@ -177,6 +177,8 @@ def test_existing_cluster_secrets_stay_out_unless_opted_in(clawgym_checkout, ray
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert record_of(clawgym_checkout, run)["env"]["SGLANG_API_KEY"] == secret
     assert "WARNING" in proc.stderr and "job's metadata" in proc.stderr
+    # Ray also logs the runtime env, secrets included, on the node: the warning says where.
+    assert "runtime_env_agent.log" in proc.stderr
     assert secret not in proc.stdout + proc.stderr
 
 
@@ -411,7 +413,7 @@ def test_failed_preflight_starts_nothing_and_names_the_fix(clawgym_checkout, sta
                  f"paths.slime={tmp_path / 'no-slime-here'}"]
     proc = run_train(overrides, tmp_path, launcher_env(state_dir))
     assert proc.returncode == 2, proc.stdout + proc.stderr
-    assert "preflight failed at 'checkout': nothing was started" in proc.stderr
+    assert "preflight failed at 'checkout' (1 check): nothing was started" in proc.stderr
     assert "Traceback" not in proc.stderr
     assert "starting a Ray head" not in proc.stdout
     assert head_processes(dport) == [] and ray_head.load_record(dport) is None

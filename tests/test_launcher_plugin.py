@@ -2,9 +2,10 @@
 
 Hydra's ``LauncherTestSuite`` / ``IntegrationTestSuite`` run Hydra's own small apps
 through the launcher (jobs of other apps run in-process, in order). The install tests
-build the package into throw-away venvs (``--system-site-packages``, so only clawgym
-itself is installed) and check ``train.py --info plugins`` lists the launcher, for a
-normal and an editable install.
+build the package into throw-away venvs that see the packages of the environment
+running the tests (so only clawgym itself is installed) and check ``train.py --info
+plugins`` lists the launcher, for a normal and an editable install. That environment may
+be a virtualenv, a conda env or a system install (see :func:`_see_outer_packages`).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import subprocess
 import sys
 import venv
 from pathlib import Path
+from typing import List
 
 import pytest
 from hydra.core.plugins import Plugins
@@ -77,17 +79,56 @@ def _copy_source(dst: Path) -> Path:
     return dst
 
 
+def outer_site_dirs() -> List[str]:
+    """The package dirs of the interpreter running the tests, in its order: a virtualenv's
+    or conda env's site-packages, a system install's site-/dist-packages."""
+    return [p for p in sys.path if p and Path(p).is_dir() and Path(p).name in ("site-packages", "dist-packages")]
+
+
+def _see_outer_packages(python: Path) -> None:
+    """Make a nested venv see the test environment's packages (hydra, ray, ...).
+
+    ``--system-site-packages`` only adds the *base* interpreter's site-packages: run from a
+    virtualenv, that is the interpreter the virtualenv was made from, which lacks what was
+    installed into the virtualenv. A ``.pth`` in the nested venv lists the outer dirs
+    instead; they come after its own site-packages, so its clawgym wins, and their own
+    ``.pth`` files (e.g. the outer editable install of clawgym) are not processed.
+    """
+    site = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    own = Path(site).resolve()
+    dirs = [d for d in outer_site_dirs() if Path(d).resolve() != own]
+    (Path(site) / "_clawgym_test_outer_env.pth").write_text("".join(f"{d}\n" for d in dirs))
+
+
 def _venv_with_clawgym(tmp_path: Path, *, editable: bool) -> Path:
     src = _copy_source(tmp_path / "src")
     env_dir = tmp_path / "venv"
-    venv.EnvBuilder(system_site_packages=True, with_pip=True).create(env_dir)
+    venv.EnvBuilder(system_site_packages=False, with_pip=True).create(env_dir)
     python = env_dir / "bin" / "python"
+    _see_outer_packages(python)
     cmd = [str(python), "-m", "pip", "install", "-q", "--no-deps", "--disable-pip-version-check"]
     cmd += ["-e", str(src)] if editable else [str(src)]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     if proc.returncode != 0:
         pytest.fail(f"pip install failed:\n{proc.stdout}\n{proc.stderr}")
     return python
+
+
+def test_nested_venv_sees_the_packages_of_the_environment_running_the_tests(tmp_path) -> None:
+    """In a virtualenv, conda env or system install alike, the install tests' venv imports
+    the same hydra as this process (not the base interpreter's, nor none)."""
+    import hydra
+
+    env_dir = tmp_path / "venv"
+    venv.EnvBuilder(system_site_packages=False, with_pip=False).create(env_dir)
+    python = env_dir / "bin" / "python"
+    _see_outer_packages(python)
+    out = subprocess.run([str(python), "-c", "import hydra, omegaconf; print(hydra.__file__)"],
+                         capture_output=True, text=True, cwd=tmp_path,
+                         env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == hydra.__file__
 
 
 def _plugins_listed(python: Path, train_py: Path, cwd: Path) -> str:

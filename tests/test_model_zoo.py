@@ -19,6 +19,7 @@ from typing import Any, Dict, Iterator, List, Tuple
 import pytest
 
 from clawgym.config import compose, config_dir, group_options, to_plain
+from clawgym.flagmap import get_key, upstream_only_rows
 from clawgym.plan import build_plan
 from clawgym.preflight.checkpoint import all_moe, check_checkpoint, compare, layer_pattern
 from clawgym.preflight.core import CheckFailed, Context
@@ -40,12 +41,13 @@ NOT_COMPARED = {"architectures", "model_type", "decoder_sparse_step", "low_freq_
 
 
 def overrides_for(option: str) -> List[str]:
-    """The option on the default layout, with a TP its heads split over (14-head Qwen2.5-0.5B needs TP 2)."""
-    heads = model_of(option)["num_attention_heads"]
-    tp = next(t for t in (4, 2, 1) if heads % t == 0)
-    # GLM5's --allgather-cp exists in upstream slime only.
-    trainer = ["trainer=slime"] if model_of(option)["allgather_cp"] else []
-    return [f"model={option}", *trainer] + ([f"perf.tensor_parallel={tp}"] if tp != 4 else [])
+    """The option on the default layout, with a TP its heads split over (14-head Qwen2.5-0.5B needs TP 2);
+    models that need an upstream-only flag (GLM-5's --allgather-cp) under trainer=slime."""
+    m = model_of(option)
+    tp = next(t for t in (4, 2, 1) if m["num_attention_heads"] % t == 0)
+    upstream = any(get_key({"model": m}, row.key) for row in upstream_only_rows() if row.key.startswith("model."))
+    return [f"model={option}"] + ([f"perf.tensor_parallel={tp}"] if tp != 4 else []) + \
+        (["trainer=slime"] if upstream else [])
 
 
 @functools.lru_cache(maxsize=None)

@@ -176,7 +176,40 @@ def test_gpus_fail_when_the_node_shows_fewer_than_the_layout_holds(clawgym_check
     skip = ["docker", "image", "ports"]
     text = failed(preflight(clawgym_checkout, "gpu_layout=split_1_1", skip=skip, local_head=True)[0], "gpus")
     assert "the run needs 2 GPUs (1 actor + 1 rollout) but this node shows 0" in text
-    assert "gpu_layout=split_1_1" in text
+    assert "run on a GPU node" in text
+
+
+def fake_nvidia_smi(bin_dir: Path, gpus: List[Tuple[str, int]]) -> None:
+    """A stand-in nvidia-smi answering -L and the name/memory query for ``gpus`` (name, MiB)."""
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    listing = "\n".join(f"GPU {i}: {name} (UUID: GPU-{i:08d})" for i, (name, _) in enumerate(gpus))
+    query = "\n".join(f"{name}, {mib}" for name, mib in gpus)
+    script = bin_dir / "nvidia-smi"
+    script.write_text(f"""#!/bin/sh
+case "$1" in
+  -L) printf '%s\\n' "{listing}" ;;
+  --query-gpu=name,memory.total) printf '%s\\n' "{query}" ;;
+  *) exit 2 ;;
+esac
+""")
+    script.chmod(0o755)
+
+
+def test_gpus_on_a_one_gpu_node_suggest_a_layout_that_fits_and_name_the_model(clawgym_checkout, tmp_path,
+                                                                              monkeypatch):
+    fake_nvidia_smi(tmp_path / "bin", [("NVIDIA H200", 143771)])
+    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    monkeypatch.setitem(sys.modules, "pynvml", None)  # counted by the stand-in, as without NVML
+    skip = ["docker", "image", "ports"]
+    err = preflight(clawgym_checkout, "gpu_layout=split_1_1", skip=skip, local_head=True)[0]
+    text = failed(err, "gpus")
+    line = err.checklist.by_name()["gpus"]
+    assert "this node shows 1 (1x NVIDIA H200 (140 GiB); nvidia-smi -L)" in line.detail
+    # The fix names the colocated 1-GPU layout, never the layout that just failed.
+    assert "gpu_layout=colocate_1 (1 GPU)" in line.fix and "split_1_1" not in line.fix, text
+    report = passed(preflight(clawgym_checkout, "gpu_layout=colocate_1", skip=skip, local_head=True)[0])
+    assert "1 (1x NVIDIA H200 (140 GiB); nvidia-smi -L) visible" in report.by_name()["gpus"].detail
 
 
 def test_gpus_and_ports_are_not_checked_for_an_existing_cluster(clawgym_checkout, monkeypatch):
@@ -311,14 +344,19 @@ def test_functions_package_module_under_slime_is_found(checkout):
 
 # ---------------------------------------------------------------- order, skips
 
-def test_first_failing_check_stops_the_run(checkout):
+def test_every_check_runs_and_all_failures_are_reported_together(checkout):
     write_config(checkout, "Qwen3-4B-Instruct-2507", {**QWEN3_4B_INSTRUCT_2507_CONFIG, "hidden_size": 1})
     (checkout / "slime" / "train_async.py").unlink()
     err, lines = preflight(checkout)
-    failed(err, "checkpoint")
+    assert isinstance(err, PreflightError)
+    assert err.checks == ["checkpoint", "checkout"] and err.check == "checkpoint"
     names = [r.name for r in err.checklist.results]
-    assert names[-1] == "checkpoint" and "checkout" not in names
-    assert "fix:" in lines[-1]
+    # Checks after the first failure still ran.
+    assert names.index("tasks") > names.index("checkout") and err.checklist.by_name()["tasks"].status == "ok"
+    text = err.report()
+    assert text.count("fix:") == 2
+    assert "preflight failed at 'checkpoint', 'checkout' (2 checks): nothing was started" in text
+    assert "skip_checks=[checkpoint,checkout]" in text
 
 
 def test_skipped_check_is_printed_and_not_run(checkout):
@@ -366,7 +404,9 @@ def test_preflight_only_failure_exits_nonzero_with_the_fix(checkout, tmp_path):
         cwd=tmp_path, env=_cli_env(), capture_output=True, text=True, timeout=120)
     assert out.returncode == 1, out.stdout + out.stderr
     assert "✗ checkpoint" in out.stdout and "set model.rotary_base=1000000" in out.stdout
-    assert "preflight failed at 'checkpoint'" in out.stderr and "Traceback" not in out.stderr
+    assert "preflight failed at 'checkpoint' (1 check)" in out.stderr and "Traceback" not in out.stderr
+    # Refused before anything started: the output dir this command created is gone again.
+    assert not (tmp_path / "run").exists()
 
 
 def test_clawgym_preflight_subcommand_composes_overrides(clawgym_checkout, tmp_path):

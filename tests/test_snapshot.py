@@ -17,8 +17,9 @@ from clawgym import snapshot as snap_mod
 from clawgym.config import compose, config_dir
 from clawgym.plan import build_plan
 from clawgym.schema import GROUPS
-from clawgym.snapshot import (CHOICES_FILE, CONFIG_FILE, META_FILE, OVERRIDES_FILE, PLAN_FILE, RESOLVED_FILE,
-                              LaunchRecord, SnapshotError, find_snapshot, list_snapshots, recorded_launch,
+from clawgym.snapshot import (CHOICES_FILE, CONFIG_FILE, MANIFEST_FILE, META_FILE, OVERRIDES_FILE, PLAN_FILE,
+                              RESOLVED_FILE, SUBMITTED_FILE, LaunchRecord, SnapshotError, find_snapshot,
+                              list_snapshots, recorded_launch,
                               write_launch_snapshot)
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -29,13 +30,17 @@ SNAPSHOT_FILES = {CONFIG_FILE, RESOLVED_FILE, OVERRIDES_FILE, CHOICES_FILE, PLAN
 
 
 def launch_snapshot(save: Path, overrides: Sequence[str] = (), *, timestamp: str = "20260101_000000",
-                    environ: Optional[dict] = None, record: Optional[LaunchRecord] = None):
-    """Compose, plan and snapshot a launch into ``save`` as the launcher does; (cfg, plan, path)."""
+                    environ: Optional[dict] = None, record: Optional[LaunchRecord] = None, submitted: bool = True):
+    """Compose, plan and snapshot a launch into ``save`` as the launcher does, then (unless
+    ``submitted`` is false) mark it submitted as the launcher does once Ray took the job;
+    (cfg, plan, path)."""
     ov = [f"paths.save={save}", *overrides]
     cfg = compose(ov)
     plan = build_plan(cfg, environ=environ if environ is not None else {}, timestamp=timestamp)
     with recorded_launch(record or LaunchRecord(overrides=ov, choices={"model": "qwen3_4b"})):
         path = write_launch_snapshot(cfg, plan)
+    if submitted:
+        snap_mod.mark_submitted(path, plan.submission_id)
     return cfg, plan, path
 
 
@@ -62,7 +67,7 @@ def test_snapshot_holds_config_overrides_choices_plan_and_meta(tmp_path):
     save = tmp_path / "run"
     cfg, plan, path = launch_snapshot(save, ["rollout.temperature=0.9"])
     assert path.parent == save / "clawgym" / "snapshots"
-    assert {p.name for p in path.iterdir()} == SNAPSHOT_FILES
+    assert {p.name for p in path.iterdir()} == SNAPSHOT_FILES | {MANIFEST_FILE, SUBMITTED_FILE}
     unresolved = yaml.safe_load((path / CONFIG_FILE).read_text())
     resolved = yaml.safe_load((path / RESOLVED_FILE).read_text())
     # The unresolved config keeps interpolations; the resolved one holds what the run used.
@@ -219,7 +224,8 @@ def test_hydra_run_records_task_overrides_and_group_choices(tmp_path):
     proc = subprocess.run([sys.executable, str(app), *overrides], capture_output=True, text=True, timeout=120,
                           cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
-    s = find_snapshot(save)[0]
+    # Written, never submitted: read it by its path (the save dir lists no launch).
+    s = find_snapshot(proc.stdout.strip().splitlines()[-1])[0]
     assert s.overrides == overrides[:3]
     assert s.choices["gpu_layout"] == "colocate_8" and s.choices["model"] == "qwen3_4b"
     # Choices of clawgym's groups only (not Hydra's own, such as hydra/launcher).

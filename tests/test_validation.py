@@ -23,6 +23,10 @@ class Case(NamedTuple):
     keys: List[str]
     # The offending values it must report, by key path.
     values: Dict[str, Any]
+    # Folders to create under the test's tmp dir first; "{tmp}" in overrides/values is that dir.
+    makedirs: List[str] = []
+    # Environment variables the launcher sees (e.g. a secret).
+    env: Dict[str, str] = {}
 
 
 #: Rule code -> a config breaking it. Codes are those of clawgym/validate.py.
@@ -111,12 +115,18 @@ CASES: Dict[str, Case] = {
                          {"model.multi_latent_attention": True, "model.v_head_dim": None}),
     "spec-module-and-function": Case(["model=glm4_9b", "model.spec=[slime_plugins.models.glm4]"], ["model.spec"],
                                      {"model.spec": ["slime_plugins.models.glm4"]}),
-    "trainer-flag-upstream-only": Case(["model=glm5_744b_a40b"], ["model.allgather_cp", "trainer.flavour"],
-                                       {"model.allgather_cp": True, "trainer.flavour": "clawgym"}),
     "docker-needs-image": Case(["sandbox.image=''"], ["sandbox.backend", "sandbox.image"], {"sandbox.image": ""}),
     "container-prefix-nonempty": Case(["sandbox.container_prefix=''"], ["sandbox.container_prefix"],
                                       {"sandbox.container_prefix": ""}),
     "names-are-folder-names": Case(["exp_name=a/b"], ["exp_name"], {"exp_name": "a/b"}),
+    "name-within-name-max": Case(["run_name=" + "r" * 240], ["run_name"], {"run_name": "r" * 240}),
+    "save-dir-not-checkout": Case(["exp_name=.."], ["paths.save", "paths.root"], {}),
+    "save-dir-inside-another-run": Case(["paths.save={tmp}/exp/old/sub"], ["paths.save"],
+                                        {"paths.save": "{tmp}/exp/old/sub"}, makedirs=["exp/old/clawgym/snapshots"]),
+    "save-dir-above-another-run": Case(["paths.save={tmp}/exp"], ["paths.save"], {"paths.save": "{tmp}/exp"},
+                                       makedirs=["exp/old/clawgym/snapshots"]),
+    "no-secret-values-in-config": Case(["+extra_env.FOO=${oc.env:WANDB_API_KEY}"], ["extra_env.FOO"],
+                                       {"extra_env.FOO": "<redacted>"}, env={"WANDB_API_KEY": "sentinel-key-789"}),
     "ray-port-in-range": Case(["ray.dashboard_port=0"], ["ray.dashboard_port"], {"ray.dashboard_port": 0}),
     "ray-gpus-nonnegative": Case(["ray.num_gpus=-1"], ["ray.num_gpus"], {"ray.num_gpus": -1}),
     "save-interval-positive": Case(["checkpoint.save_interval=0"], ["checkpoint.save_interval"],
@@ -187,15 +197,23 @@ def test_defaults_are_valid():
 
 
 @pytest.mark.parametrize("code", list(CASES))
-def test_rule(code: str):
+def test_rule(code: str, tmp_path, monkeypatch):
     case = CASES[code]
-    found = violations(compose(case.overrides))
+    for d in case.makedirs:
+        (tmp_path / d).mkdir(parents=True)
+    for name, value in case.env.items():
+        monkeypatch.setenv(name, value)
+
+    def at_tmp(x: Any) -> Any:
+        return x.replace("{tmp}", str(tmp_path)) if isinstance(x, str) else x
+
+    found = violations(compose([at_tmp(o) for o in case.overrides]))
     mine = [v for v in found if v.code == code]
     assert mine, f"{code} not reported for {case.overrides}; got {[v.code for v in found]}"
     v: Violation = mine[0]
     assert v.keys == case.keys
     for key, value in case.values.items():
-        assert v.values[key] == value, (key, v.values)
+        assert v.values[key] == at_tmp(value), (key, v.values)
     # The report names key path, value, rule and fix.
     text = ConfigError(found).report()
     assert f"[{code}]" in text

@@ -40,7 +40,8 @@ def format_show(target: str, *, config: str = "resolved") -> str:
     """The whole report for a save dir, snapshot dir or checkpoint dir."""
     import yaml
 
-    from clawgym.snapshot import STAMP_DIRNAME, find_snapshot, list_checkpoints, list_snapshots, read_tracker
+    from clawgym.snapshot import (STAMP_DIRNAME, find_snapshot, list_checkpoints, list_snapshots, read_tracker,
+                                  unsubmitted_snapshots)
 
     snap, save = find_snapshot(target)
     out: List[str] = []
@@ -53,6 +54,10 @@ def format_show(target: str, *, config: str = "resolved") -> str:
          (s.meta.get("origin") or {}).get("command", "-"),
          " ".join(s.overrides) if s.overrides else ("(none)" if s.overrides is not None else "(unknown)"))
         for s in snaps]))
+    never = unsubmitted_snapshots(save) if save is not None else []
+    if never:
+        out.append(f"  not launches (stopped before their job was submitted, no run): "
+                   f"{', '.join(p.name for p in never)}")
     out += ["", f"shown below: snapshot {snap.id} (*)  {snap.path}",
             f"  submission id: {snap.meta.get('submission_id')}",
             f"  command:       {' '.join(snap.meta.get('command') or [])}",

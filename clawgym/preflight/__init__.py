@@ -1,8 +1,9 @@
 """Preflight: the sandbox, checkpoint, machine and checkout checked for real before launch.
 
-``run_preflight`` runs the checks in order and stops at the first failing one
-(:class:`PreflightError`); a launch calls it, then :func:`cleanup_leftovers`, before it
-starts anything. ``python train.py preflight_only=true`` and ``clawgym preflight`` print
+``run_preflight`` runs every check whose inputs are available and reports all
+failures together (:class:`PreflightError`); a check that needs another one which
+failed is listed as not run, saying which (no image check without an engine). A launch
+calls it, then :func:`cleanup_leftovers`, before it starts anything. ``python train.py preflight_only=true`` and ``clawgym preflight`` print
 the checklist and stop.
 
 Checks, by the name ``skip_checks`` takes:
@@ -33,9 +34,9 @@ from typing import Any, Callable, List, Mapping, Optional
 
 from clawgym.preflight.checkout import check_checkout, check_functions, check_tasks
 from clawgym.preflight.checkpoint import check_checkpoint, check_save_dir
+from clawgym.preflight.core import (FAILED, NOT_APPLICABLE, NOT_RUN, OK, SKIPPED, Check, CheckFailed, CheckResult,
+                                    Context, NotApplicable, PreflightError, Report, failure_line, plain_config)
 from clawgym.preflight.data import check_prompt_data
-from clawgym.preflight.core import (FAILED, NOT_APPLICABLE, OK, SKIPPED, Check, CheckFailed, CheckResult, Context,
-                                    NotApplicable, PreflightError, Report, plain_config)
 from clawgym.preflight.machine import check_cluster, check_gpus, check_ports
 from clawgym.preflight.sandbox import check_docker, check_image, check_root, check_rootfs
 from clawgym.preflight.sandbox import cleanup_leftovers as _cleanup_leftovers
@@ -60,9 +61,9 @@ def _openclaw(c: Mapping[str, Any]) -> bool:
 #: Every check, in the order they run.
 CHECKS: List[Check] = [
     Check("docker", "Docker engine", check_docker, _docker),
-    Check("image", "gateway image", check_image, _docker),
+    Check("image", "gateway image", check_image, _docker, needs=("docker",)),
     Check("rootfs", "OpenClaw rootfs", check_rootfs, _chroot),
-    Check("root", "chroot privileges", check_root, _chroot),
+    Check("root", "chroot privileges", check_root, _chroot, needs=("rootfs",)),
     Check("checkpoint", "HF checkpoint", check_checkpoint),
     Check("save_dir", "save dir", check_save_dir),
     Check("gpus", "GPUs", check_gpus),
@@ -81,15 +82,15 @@ def check_names() -> List[str]:
 
 def run_preflight(cfg: Any, plan: Any, *, local_head: bool,
                   echo: Optional[Callable[[str], None]] = print) -> Report:
-    """Run every check that applies to ``cfg``, in order; stop at the first failure.
+    """Run every check that applies to ``cfg``, in order, and report every failure.
 
     ``local_head`` is true when clawgym will start the Ray head on this machine (only
-    then are GPUs and ports checked). Checks named in ``cfg.skip_checks`` are skipped.
-    Each checklist line is passed to ``echo`` (default: printed) as it completes, so
-    skips and the failing line with its fix are always shown; ``echo=None`` only
+    then are GPUs and ports checked). Checks named in ``cfg.skip_checks`` are skipped;
+    a check whose ``needs`` failed is not run (its line says which). Each checklist
+    line is passed to ``echo`` (default: printed) as it completes; ``echo=None`` only
     collects them. Returns the :class:`Report`; raises :class:`PreflightError` (whose
-    ``report()`` is the checklist up to the failure) on the first failing check.
-    Nothing is started or written here.
+    ``report()`` is the whole checklist) when any check failed. Nothing is started or
+    written here.
     """
     c = plain_config(cfg)
     say = echo or (lambda _line: None)
@@ -105,12 +106,17 @@ def run_preflight(cfg: Any, plan: Any, *, local_head: bool,
         say(result.format())
         raise PreflightError(report)
     ctx = Context(c=c, plan=plan, local_head=local_head)
+    status: dict = {}
     try:
         for check in CHECKS:
             if not check.applies(c):
                 continue
+            blocked = [n for n in check.needs if status.get(n) in (FAILED, NOT_RUN)]
             if check.name in skip:
                 result = CheckResult(check.name, check.title, SKIPPED, "skip_checks")
+            elif blocked:
+                result = CheckResult(check.name, check.title, NOT_RUN,
+                                     f"needs {', '.join(blocked)}, which did not pass")
             else:
                 try:
                     result = CheckResult(check.name, check.title, OK, check.fn(ctx))
@@ -122,12 +128,13 @@ def run_preflight(cfg: Any, plan: Any, *, local_head: bool,
                     result = CheckResult(check.name, check.title, FAILED,
                                          f"the check could not complete: {type(exc).__name__}: {exc}",
                                          f"fix the cause, or skip the check with skip_checks=[{check.name}]")
+            status[check.name] = result.status
             report.results.append(result)
             say(result.format())
-            if result.status == FAILED:
-                raise PreflightError(report)
     finally:
         ctx.close()
+    if not report.ok:
+        raise PreflightError(report)
     return report
 
 
@@ -149,11 +156,9 @@ def preflight_only(cfg: Any, plan: Any, *, local_head: Optional[bool] = None) ->
         report = run_preflight(c, plan, local_head=local_head)
     except PreflightError as err:
         sys.stdout.flush()
-        hint = "" if err.check == "skip_checks" else \
-            f", or skip the check with 'skip_checks=[{err.check}]' if it does not apply"
-        print(f"preflight failed at '{err.check}': nothing was started; fix it{hint}", file=sys.stderr)
+        print(failure_line(err), file=sys.stderr)
         sys.exit(1)
     done = [r for r in report.results if r.status == OK]
-    skipped = [r.name for r in report.results if r.status in (SKIPPED, NOT_APPLICABLE)]
+    skipped = [r.name for r in report.results if r.status in (SKIPPED, NOT_APPLICABLE, NOT_RUN)]
     print(f"preflight passed: {len(done)} checks ok" + (f", not checked: {', '.join(skipped)}" if skipped else ""))
     return 0

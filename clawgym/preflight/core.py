@@ -9,12 +9,14 @@ an existing cluster).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Mapping, Optional
+from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
 OK, FAILED, SKIPPED, NOT_APPLICABLE = "ok", "failed", "skipped", "n/a"
+#: A check whose input a failed check was to provide (no image check without an engine).
+NOT_RUN = "not run"
 
 #: Checklist marks per status.
-MARKS = {OK: "✓", FAILED: "✗", SKIPPED: "-", NOT_APPLICABLE: "-"}
+MARKS = {OK: "✓", FAILED: "✗", SKIPPED: "-", NOT_APPLICABLE: "-", NOT_RUN: "·"}
 
 
 class CheckFailed(Exception):
@@ -49,13 +51,18 @@ class CheckResult:
         line = f"  {MARKS[self.status]} {self.name:<10} {self.title}"
         if self.status == SKIPPED:
             line += f": skipped ({self.detail})"
+        elif self.status == NOT_RUN:
+            line += f": not run ({self.detail})"
         elif self.status == NOT_APPLICABLE:
             line += f": not checked ({self.detail})"
         elif self.detail:
             line += f": {self.detail}"
         if self.status == FAILED and self.fix:
             line += f"\n               fix: {self.fix}"
-        return line
+        from clawgym.secrets import redact
+
+        # A detail may quote a config value or a tool's output: never a secret's value.
+        return redact(line)
 
 
 @dataclass
@@ -73,7 +80,13 @@ class Report:
 
     @property
     def failed(self) -> Optional[CheckResult]:
+        """The first failed check."""
         return next((r for r in self.results if r.status == FAILED), None)
+
+    @property
+    def failures(self) -> List[CheckResult]:
+        """Every failed check, in check order."""
+        return [r for r in self.results if r.status == FAILED]
 
     def by_name(self) -> Dict[str, CheckResult]:
         return {r.name: r for r in self.results}
@@ -85,24 +98,37 @@ class Report:
 
 
 class PreflightError(Exception):
-    """A failed check (or failed leftover cleanup); nothing has been started.
+    """One or more failed checks (or a failed leftover cleanup); nothing has been started.
 
-    ``str()`` is the failing line with its fix; :meth:`report` is the whole checklist
-    up to and including the failure.
+    ``check`` names the first failed check, ``checks`` every one. ``str()`` is the
+    failing lines with their fixes; :meth:`report` is the whole checklist.
     """
 
     def __init__(self, report: Report):
         self.checklist = report
-        failed = report.failed
-        self.check = failed.name if failed else ""
-        summary = (f"preflight check '{failed.name}' failed: {failed.detail}\n  fix: {failed.fix}"
-                   if failed else "preflight failed")
-        super().__init__(summary)
+        failures = report.failures
+        self.checks = [f.name for f in failures]
+        self.check = self.checks[0] if self.checks else ""
+        summary = "\n".join(f"preflight check '{f.name}' failed: {f.detail}\n  fix: {f.fix}" for f in failures) \
+            or "preflight failed"
+        from clawgym.secrets import redact
+
+        super().__init__(redact(summary))
 
     def report(self) -> str:
-        failed = self.checklist.failed
-        tail = f"\npreflight failed at '{failed.name}': nothing was started." if failed else ""
-        return self.checklist.format() + tail
+        return self.checklist.format() + "\n" + failure_line(self)
+
+
+def failure_line(err: "PreflightError") -> str:
+    """The closing line of a failed preflight: every failed check, how to skip one."""
+    if not err.checks:
+        return "preflight failed: nothing was started."
+    names = ", ".join(f"'{c}'" for c in err.checks)
+    n = len(err.checks)
+    skippable = [c for c in err.checks if c != "skip_checks"]
+    hint = (f"; skip a check that does not apply with 'skip_checks=[{','.join(skippable)}]'" if skippable else "")
+    return f"preflight failed at {names} ({n} check{'s' if n != 1 else ''}): nothing was started; fix " \
+           f"{'them' if n != 1 else 'it'}{hint}"
 
 
 def plain_config(cfg: Any) -> Mapping[str, Any]:
@@ -150,3 +176,5 @@ class Check:
     fn: Callable[[Context], str]
     # Runs only when this returns true for the config (e.g. the sandbox backend).
     applies: Callable[[Mapping[str, Any]], bool] = lambda c: True
+    # Checks this one needs to have passed (or been skipped): it is not run after their failure.
+    needs: Tuple[str, ...] = ()

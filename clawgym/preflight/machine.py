@@ -11,7 +11,7 @@ import os
 import shutil
 import socket
 import subprocess
-from typing import List, Optional, Tuple
+from typing import Dict, List, Optional, Tuple
 
 from clawgym.preflight.core import CheckFailed, Context, NotApplicable
 
@@ -62,6 +62,82 @@ def count_gpus() -> Tuple[int, str]:
     return count, how
 
 
+def gpu_models() -> List[Tuple[str, Optional[int]]]:
+    """(model name, memory in MiB or None) of each GPU of this node: NVML, else nvidia-smi;
+    empty when neither answers."""
+    try:
+        import pynvml  # type: ignore[import-not-found]
+
+        pynvml.nvmlInit()
+        try:
+            out = []
+            for i in range(int(pynvml.nvmlDeviceGetCount())):
+                h = pynvml.nvmlDeviceGetHandleByIndex(i)
+                name = pynvml.nvmlDeviceGetName(h)
+                name = name.decode() if isinstance(name, bytes) else str(name)
+                out.append((name, int(pynvml.nvmlDeviceGetMemoryInfo(h).total) // (1024 * 1024)))
+            return out
+        finally:
+            pynvml.nvmlShutdown()
+    except Exception:  # not installed, or no driver: ask the CLI
+        pass
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return []
+    try:
+        proc = subprocess.run([smi, "--query-gpu=name,memory.total", "--format=csv,noheader,nounits"],
+                              capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    if proc.returncode != 0:
+        return []
+    out = []
+    for line in proc.stdout.splitlines():
+        name, _, mem = line.rpartition(",")
+        if not name.strip():
+            continue
+        try:
+            out.append((name.strip(), int(float(mem.strip()))))
+        except ValueError:
+            out.append((name.strip(), None))
+    return out
+
+
+def describe_gpus(models: List[Tuple[str, Optional[int]]]) -> str:
+    """``2x NVIDIA H200 (141 GiB)``; several models are listed one after another."""
+    counts: Dict[Tuple[str, Optional[int]], int] = {}
+    for m in models:
+        counts[m] = counts.get(m, 0) + 1
+    parts = []
+    for (name, mib), n in counts.items():
+        mem = f" ({mib / 1024:.0f} GiB)" if mib else ""
+        parts.append(f"{n}x {name}{mem}")
+    return ", ".join(parts)
+
+
+def layout_gpus(layout: Dict[str, object]) -> int:
+    """GPUs a gpu_layout option holds (as :func:`clawgym.plan.gpus_required`)."""
+    actor = int(layout["actor_gpus"]) * int(layout.get("actor_num_nodes", 1) or 1)  # type: ignore[arg-type]
+    rollout = int(layout["rollout_gpus"])  # type: ignore[arg-type]
+    return max(actor, rollout) if layout["colocate"] else actor + rollout
+
+
+def layouts_that_fit(have: int) -> List[Tuple[str, int]]:
+    """(gpu_layout option, GPUs it holds) of the shipped layouts that fit ``have`` GPUs, largest first."""
+    from clawgym.config import compose, group_options
+
+    out = []
+    for name in group_options("gpu_layout"):
+        try:
+            g = compose([f"gpu_layout={name}"]).gpu_layout
+            need = layout_gpus({k: g[k] for k in ("actor_gpus", "actor_num_nodes", "rollout_gpus", "colocate")})
+        except Exception:  # noqa: BLE001 - an option that does not compose alone is no suggestion
+            continue
+        if 0 < need <= have:
+            out.append((name, need))
+    return sorted(out, key=lambda x: (-x[1], x[0]))
+
+
 def check_gpus(ctx: Context) -> str:
     """This node shows at least the GPUs the run holds and the head declares."""
     if not ctx.local_head:
@@ -70,22 +146,28 @@ def check_gpus(ctx: Context) -> str:
     need = ctx.plan.gpus_required
     declared = c["ray"]["num_gpus"]
     have, how = count_gpus()
+    models = gpu_models()[:have] if have else []
+    seen = f"{have} ({describe_gpus(models)}; {how})" if models else f"{have} ({how})"
     g = c["gpu_layout"]
     if g["colocate"]:
         layout = f"colocated: actor and rollout share {need}"
     else:
         layout = f"{g['actor_gpus'] * g['actor_num_nodes']} actor + {g['rollout_gpus']} rollout"
     if have < need:
-        raise CheckFailed(
-            f"the run needs {need} GPUs ({layout}) but this node shows {have} ({how})",
-            "choose a layout that fits (e.g. gpu_layout=split_1_1 or gpu_layout.actor_gpus/rollout_gpus), "
-            "run on a GPU node, or use an existing cluster with ray.address=...")
+        fits = layouts_that_fit(have)
+        if fits:
+            names = ", ".join(f"gpu_layout={n} ({k} GPU{'s' if k != 1 else ''})" for n, k in fits[:3])
+            fix = f"choose a layout that fits the {have} GPU{'s' if have != 1 else ''} here: {names}; " \
+                  "or run on a node with more GPUs, or on an existing cluster with ray.address=..."
+        else:
+            fix = "run on a GPU node, or use an existing cluster with ray.address=..."
+        raise CheckFailed(f"the run needs {need} GPUs ({layout}) but this node shows {seen}", fix)
     if declared is not None and have < declared:
         raise CheckFailed(
-            f"ray.num_gpus={declared} but this node shows {have} GPUs ({how}); Ray would schedule onto GPUs "
+            f"ray.num_gpus={declared} but this node shows {seen} GPUs; Ray would schedule onto GPUs "
             "that do not exist",
             f"set ray.num_gpus={have} (or null to let Ray detect them) and gpu_layout.num_gpus to match")
-    return f"{have} visible ({how}); the run holds {need} ({layout})"
+    return f"{seen} visible; the run holds {need} ({layout})"
 
 
 def port_free(host: str, port: int) -> Optional[str]:

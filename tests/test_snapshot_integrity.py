@@ -1,0 +1,164 @@
+"""Snapshot integrity: a manifest (sizes and sha256) written last; show, diff, resume and
+stamp refuse a snapshot that is incomplete, truncated or altered; a launch stopped before
+its job was submitted leaves no snapshot that counts as a launch."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+
+import pytest
+
+from clawgym import snapshot as snap_mod
+from clawgym.cli import main as cli
+from clawgym.snapshot import (MANIFEST_FILE, META_FILE, RESOLVED_FILE, SNAPSHOTS_RELPATH, SUBMITTED_FILE,
+                              SnapshotError, discard_unsubmitted, find_snapshot, list_snapshots, load_snapshot,
+                              mark_submitted, verify_snapshot)
+from tests.test_snapshot import SNAPSHOT_FILES, launch_snapshot
+from tests.test_snapshot_watcher import write_checkpoint
+
+
+def test_manifest_records_size_and_sha256_of_every_file_and_is_written_last(tmp_path, monkeypatch):
+    order = []
+    real = snap_mod._write_file
+    monkeypatch.setattr(snap_mod, "_write_file", lambda path, text: (order.append(path.name), real(path, text)))
+    _, _, path = launch_snapshot(tmp_path / "run", submitted=False)
+    assert order[-1] == MANIFEST_FILE and set(order[:-1]) == SNAPSHOT_FILES
+    files = json.loads((path / MANIFEST_FILE).read_text())["files"]
+    assert set(files) == SNAPSHOT_FILES
+    for name, entry in files.items():
+        data = (path / name).read_bytes()
+        assert entry == {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+    assert verify_snapshot(path)["files"] == files
+
+
+def damage(path, how: str) -> None:
+    target = path / RESOLVED_FILE
+    if how == "truncated":
+        target.write_bytes(target.read_bytes()[:40])
+    elif how == "altered":
+        data = bytearray(target.read_bytes())
+        data[-2] = ord("X") if data[-2] != ord("X") else ord("Y")
+        target.write_bytes(bytes(data))
+    elif how == "missing file":
+        target.unlink()
+    elif how == "no manifest":
+        (path / MANIFEST_FILE).unlink()
+
+
+HOW = {"truncated": "truncated", "altered": "altered", "missing file": "missing", "no manifest": "incomplete"}
+
+
+@pytest.mark.parametrize("how", list(HOW))
+@pytest.mark.parametrize("command", ["show", "diff", "resume", "stamp"])
+def test_damaged_snapshot_is_refused_with_a_clear_error(tmp_path, capsys, how, command):
+    save = tmp_path / "run"
+    _, _, path = launch_snapshot(save)
+    write_checkpoint(save, 1)
+    damage(path, how)
+    argv = {"show": ["show", str(save)], "diff": ["diff", str(save), "rollout.temperature=0.5"],
+            "resume": ["resume", str(save), "--dry-run"], "stamp": ["stamp", str(save)]}[command]
+    assert cli(argv) == 2
+    err = capsys.readouterr().err
+    assert f"snapshot {path}" in err and HOW[how] in err, err
+    assert "fix:" in err and "Traceback" not in err and "KeyError" not in err
+    # Nothing was stamped from it.
+    assert not (save / "iter_0000001" / "clawgym_snapshot").exists()
+
+
+def test_damaged_snapshot_dir_is_refused_when_named_directly(tmp_path):
+    _, _, path = launch_snapshot(tmp_path / "run")
+    damage(path, "truncated")
+    with pytest.raises(SnapshotError, match="truncated"):
+        load_snapshot(path)
+
+
+def test_snapshot_never_submitted_is_not_a_launch(tmp_path, capsys):
+    save = tmp_path / "run"
+    _, _, first = launch_snapshot(save, timestamp="20260101_000000")
+    # The launcher died between writing the snapshot and submitting (no cleanup ran).
+    _, _, orphan = launch_snapshot(save, ["rollout.temperature=0.5"], timestamp="20260101_010000", submitted=False)
+    assert [s.path for s in list_snapshots(save)] == [first]
+    assert find_snapshot(save)[0].path == first
+    assert cli(["show", str(save), "--no-config"]) == 0
+    out = capsys.readouterr().out
+    assert "launches (1 snapshot" in out
+    assert f"not launches (stopped before their job was submitted, no run): {orphan.name}" in out
+    # resume continues the last real launch, not the one that never ran.
+    write_checkpoint(save, 1)
+    assert cli(["resume", str(save), "--dry-run"]) == 0
+    assert f"latest snapshot {first.name}" in capsys.readouterr().out
+
+
+def test_only_unsubmitted_snapshots_means_no_launch(tmp_path, capsys):
+    save = tmp_path / "run"
+    launch_snapshot(save, submitted=False)
+    assert cli(["show", str(save)]) == 2
+    assert "holds no launch" in capsys.readouterr().err
+
+
+def test_discard_unsubmitted_removes_only_a_snapshot_never_submitted(tmp_path):
+    save = tmp_path / "run"
+    _, plan, submitted = launch_snapshot(save, timestamp="20260101_000000")
+    _, _, stopped = launch_snapshot(save, timestamp="20260101_010000", submitted=False)
+    assert discard_unsubmitted(stopped) is True and not stopped.exists()
+    assert discard_unsubmitted(submitted) is False and submitted.is_dir()
+    assert json.loads((submitted / SUBMITTED_FILE).read_text())["submission_id"] == plan.submission_id
+    assert sorted(p.name for p in (save / SNAPSHOTS_RELPATH).iterdir()) == [submitted.name]
+
+
+def test_marking_submitted_keeps_the_snapshot_verifiable(tmp_path):
+    _, plan, path = launch_snapshot(tmp_path / "run", submitted=False)
+    mark_submitted(path, plan.submission_id, address="http://127.0.0.1:8265")
+    assert verify_snapshot(path) and load_snapshot(path).id == path.name
+    # A stray file in a snapshot is an alteration.
+    (path / "notes.txt").write_text("x")
+    with pytest.raises(SnapshotError, match="notes.txt is not part of the snapshot"):
+        verify_snapshot(path)
+
+
+def test_stamped_copy_in_a_checkpoint_is_verified_too(tmp_path, capsys):
+    save = tmp_path / "run"
+    launch_snapshot(save)
+    write_checkpoint(save, 1)
+    assert cli(["stamp", str(save)]) == 0
+    stamped = save / "iter_0000001" / "clawgym_snapshot"
+    assert load_snapshot(stamped).meta["id"] == json.loads((stamped / META_FILE).read_text())["id"]
+    damage(stamped, "altered")
+    capsys.readouterr()
+    assert cli(["show", str(save / "iter_0000001")]) == 2
+    assert "altered" in capsys.readouterr().err
+    shutil.rmtree(stamped)
+
+
+@pytest.mark.parametrize("stop", [KeyboardInterrupt, "refused"])
+def test_launch_stopped_before_submission_leaves_no_snapshot(clawgym_checkout, tmp_path, monkeypatch, stop):
+    """The real launch path: preflight and snapshot, then the cluster step fails or Ctrl-C."""
+    from clawgym import launch
+    from clawgym.config import compose
+    from clawgym.plan import build_plan
+    from tests.fixtures.checkout import checkout_overrides
+
+    save = tmp_path / "run"
+    cfg = compose([*checkout_overrides(clawgym_checkout, skip_checks=["docker", "image", "gpus", "ports", "cluster"]),
+                   f"paths.save={save}", "sandbox.cleanup_leftovers=false", "ray.address=http://127.0.0.1:1"])
+    plan = build_plan(cfg, environ={}, timestamp="20260101_000000")
+    written = []
+    real_prepare = launch.prepare
+
+    def prepare(*args, **kwargs):
+        written.append(real_prepare(*args, **kwargs))
+        return written[-1]
+
+    def cluster_step(*args, **kwargs):
+        if stop == "refused":
+            raise launch.LaunchError("no Ray dashboard answers at http://127.0.0.1:1")
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(launch, "prepare", prepare)
+    monkeypatch.setattr(launch, "_connect_and_submit", cluster_step)
+    with pytest.raises(SystemExit):
+        launch.launch_single(cfg, plan)
+    assert written, "the snapshot was never written: the test did not reach the step it checks"
+    assert not list((save / SNAPSHOTS_RELPATH).iterdir())
