@@ -548,6 +548,10 @@ def verify_snapshot(path: str | os.PathLike) -> Dict[str, Any]:
     missing, truncated or altered) and what to do.
     """
     p = Path(path)
+    if is_legacy_snapshot(p):
+        # Format 1 had no manifest; it was written to a temp dir and renamed, so it is whole
+        # unless edited by hand. load_snapshot still refuses one whose files do not parse.
+        return {"format_version": 1, "files": {}, "legacy": True}
     fix = ("  fix:  this snapshot cannot be trusted; move it out of the snapshots folder "
            f"(mv {p} <elsewhere>) to use the launch before it, or launch again")
     try:
@@ -556,8 +560,7 @@ def verify_snapshot(path: str | os.PathLike) -> Dict[str, Any]:
         assert isinstance(listed, dict) and listed
     except FileNotFoundError:
         raise SnapshotError(f"clawgym: snapshot {p} is incomplete: it has no {MANIFEST_FILE} (the last file a "
-                            f"launch writes); it was cut short, or written by a clawgym older than format "
-                            f"{FORMAT_VERSION}\n{fix}") from None
+                            f"launch writes), so it was cut short or edited\n{fix}") from None
     except (OSError, ValueError, KeyError, TypeError, AssertionError):
         raise SnapshotError(f"clawgym: snapshot {p} has an unreadable {MANIFEST_FILE}\n{fix}") from None
     problems = []
@@ -579,9 +582,26 @@ def verify_snapshot(path: str | os.PathLike) -> Dict[str, Any]:
     return manifest
 
 
+def is_legacy_snapshot(path: str | os.PathLike) -> bool:
+    """True for a snapshot of format 1 (clawgym before manifests): no manifest, and a meta.json
+    that parses and says ``"format": 1``. A cut-short format-2 snapshot never matches: its meta
+    says format 2."""
+    p = Path(path)
+    if (p / MANIFEST_FILE).exists():
+        return False
+    try:
+        meta = json.loads((p / META_FILE).read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(meta, dict) and meta.get("format") == 1
+
+
 def is_submitted(path: str | os.PathLike) -> bool:
-    """True once the launch that wrote the snapshot submitted its job (:func:`mark_submitted`)."""
-    return (Path(path) / SUBMITTED_FILE).is_file()
+    """True once the launch that wrote the snapshot submitted its job (:func:`mark_submitted`).
+
+    A format-1 snapshot counts as a launch, as it did when it was written (that format did not
+    record submission)."""
+    return (Path(path) / SUBMITTED_FILE).is_file() or is_legacy_snapshot(path)
 
 
 def mark_submitted(snapshot_dir: str | os.PathLike, submission_id: str, *, address: str = "") -> None:

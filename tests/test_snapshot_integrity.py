@@ -162,3 +162,31 @@ def test_launch_stopped_before_submission_leaves_no_snapshot(clawgym_checkout, t
         launch.launch_single(cfg, plan)
     assert written, "the snapshot was never written: the test did not reach the step it checks"
     assert not list((save / SNAPSHOTS_RELPATH).iterdir())
+
+
+def _as_format_1(path) -> None:
+    """Turn a snapshot into what clawgym wrote before manifests: meta format 1, no manifest,
+    no submission record."""
+    meta = json.loads((path / META_FILE).read_text())
+    meta["format"] = 1
+    (path / META_FILE).write_text(json.dumps(meta))
+    (path / MANIFEST_FILE).unlink()
+    (path / SUBMITTED_FILE).unlink(missing_ok=True)
+
+
+def test_format_1_snapshot_without_manifest_still_reads_as_a_launch(tmp_path, capsys):
+    save = tmp_path / "run"
+    _, _, path = launch_snapshot(save)
+    _as_format_1(path)
+    assert load_snapshot(path).config["exp_name"]
+    assert cli(["show", str(save)]) == 0
+    assert "not a launch" not in capsys.readouterr().out
+    # Never discarded as an unsubmitted launch: that format did not record submission.
+    assert discard_unsubmitted(path) is False and path.is_dir()
+
+
+def test_cut_short_format_2_snapshot_is_not_taken_for_format_1(tmp_path):
+    _, _, path = launch_snapshot(tmp_path / "run")
+    (path / MANIFEST_FILE).unlink()
+    with pytest.raises(SnapshotError, match="incomplete"):
+        load_snapshot(path)
