@@ -68,6 +68,6 @@ def run(cfg: DictConfig) -> Any:
         from clawgym.preflight import preflight_only
 
         return preflight_only(cfg, plan)
-    from clawgym.launch import launch_single  # heavy imports (ray) only for real launches
+    from clawgym.pipeline import launch_single  # heavy imports (ray) only for real launches
 
     return launch_single(cfg, plan)
