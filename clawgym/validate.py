@@ -108,7 +108,8 @@ def rule_model_sizes_positive(v: _Collector) -> None:
 
 def rule_query_groups_divide_heads(v: _Collector) -> None:
     m = v.c["model"]
-    if m["num_query_groups"] > 0 and m["num_attention_heads"] % m["num_query_groups"]:
+    # None: no GQA (multi-latent attention), nothing to divide.
+    if m["num_query_groups"] and m["num_query_groups"] > 0 and m["num_attention_heads"] % m["num_query_groups"]:
         v.add("query-groups-divide-heads", ["model.num_attention_heads", "model.num_query_groups"],
               "attention heads must be a multiple of the query groups",
               "use the checkpoint's num_key_value_heads for model.num_query_groups")
@@ -128,6 +129,22 @@ def rule_moe_complete(v: _Collector) -> None:
               "the router cannot pick more experts than exist", "lower model.moe_router_topk")
 
 
+def rule_model_family_fields(v: _Collector) -> None:
+    m = v.c["model"]
+    if m.get("multi_latent_attention"):
+        for k in ("kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim"):
+            if m.get(k) is None:
+                v.add("mla-complete", ["model.multi_latent_attention", f"model.{k}"],
+                      "multi-latent attention needs its KV rank and head dims",
+                      f"set model.{k} from the checkpoint's config.json (kv_lora_rank, qk_nope_head_dim, "
+                      "qk_rope_head_dim, v_head_dim)")
+    spec = m.get("spec")
+    if spec is not None and (len(spec) != 2 or not all(spec)):
+        v.add("spec-module-and-function", ["model.spec"],
+              "--spec takes the module and the function that builds the layer spec",
+              "set model.spec=[slime_plugins.models.<module>,<function>] or null")
+
+
 def rule_rollout_sizes_positive(v: _Collector) -> None:
     v.positive("rollout-sizes-positive",
                [f"rollout.{k}" for k in ("num_rollout", "batch_size", "n_samples_per_prompt", "max_response_len",
@@ -144,7 +161,7 @@ def rule_temperature_positive(v: _Collector) -> None:
 
 def rule_context_exceeds_response(v: _Collector) -> None:
     r = v.c["rollout"]
-    if r["max_context_len"] <= r["max_response_len"]:
+    if r["max_context_len"] is not None and r["max_context_len"] <= r["max_response_len"]:
         v.add("context-exceeds-response", ["rollout.max_context_len", "rollout.max_response_len"],
               "the context window must be larger than one response (it also holds the prompt and history)",
               "raise rollout.max_context_len or lower rollout.max_response_len")
@@ -218,9 +235,22 @@ def rule_sglang(v: _Collector) -> None:
 
 def rule_sandbox(v: _Collector) -> None:
     s = v.c["sandbox"]
-    if s["backend"] not in ("docker", "chroot"):
-        v.add("sandbox-backend-known", ["sandbox.backend"], "the sandbox is docker or chroot",
-              "choose sandbox=docker or sandbox=chroot")
+    if s["backend"] not in ("docker", "chroot", "none"):
+        v.add("sandbox-backend-known", ["sandbox.backend"], "the sandbox is docker, chroot or none",
+              "choose sandbox=docker, sandbox=chroot or sandbox=none")
+    if s["backend"] == "none":
+        # The ClawGym-RL hooks drive OpenClaw gateways: without a sandbox they cannot run.
+        from clawgym.schema import RolloutConfig
+
+        openclaw = {RolloutConfig.function_path, RolloutConfig.generate_function_path,
+                    RolloutConfig.reward_function_path}
+        for key in ("rollout.function_path", "eval.function_path", "rollout.generate_function_path",
+                    "rollout.reward_function_path"):
+            if _get(v.c, key) in openclaw:
+                v.add("sandbox-none-without-openclaw-hooks", ["sandbox.backend", key],
+                      "sandbox=none runs no OpenClaw gateway, but this hook is the ClawGym-RL one that drives them",
+                      f"leave {key} at sandbox=none's value (slime's own), or set your hook, "
+                      "or pick sandbox=docker/chroot")
     if s["backend"] == "chroot" and not s["rootfs"]:
         v.add("chroot-needs-rootfs", ["sandbox.backend", "sandbox.rootfs"],
               "the chroot sandbox needs the path of an OpenClaw rootfs",
@@ -254,7 +284,8 @@ def rule_ray(v: _Collector) -> None:
 
 LOCAL_RULES: List[Rule] = [
     rule_gpu_counts_positive, rule_trainer_matches_colocation, rule_model_sizes_positive,
-    rule_query_groups_divide_heads, rule_moe_complete, rule_rollout_sizes_positive, rule_temperature_positive,
+    rule_query_groups_divide_heads, rule_moe_complete, rule_model_family_fields, rule_rollout_sizes_positive,
+    rule_temperature_positive,
     rule_context_exceeds_response, rule_eps_clip_order, rule_kl_choices, rule_perf_sizes_positive,
     rule_dynamic_batch_needs_max_tokens, rule_recompute_consistent, rule_optimizer, rule_eval, rule_sglang,
     rule_sandbox, rule_names, rule_ray,
@@ -297,7 +328,9 @@ def rule_tp_divides_actor_gpus(v: _Collector) -> None:
 
 def rule_tp_fits_heads(v: _Collector) -> None:
     m, tp = v.c["model"], v.c["perf"]["tensor_parallel"]
-    heads, groups = m["num_attention_heads"], m["num_query_groups"]
+    # Without GQA every head is its own group (Megatron sets num_query_groups = heads).
+    heads = m["num_attention_heads"]
+    groups = m["num_query_groups"] if m["num_query_groups"] is not None else heads
     if tp <= 0 or heads <= 0 or groups <= 0:
         return
     if heads % tp:
@@ -327,7 +360,8 @@ def rule_sglang_tp_fits(v: _Collector) -> None:
 
 def rule_context_lengths(v: _Collector) -> None:
     s, r = v.c["sglang"], v.c["rollout"]
-    if s["context_length"] < r["max_context_len"]:
+    if s["context_length"] is not None and r["max_context_len"] is not None and \
+            s["context_length"] < r["max_context_len"]:
         v.add("sglang-context-holds-rollout-context", ["sglang.context_length", "rollout.max_context_len"],
               "SGLang must accept the longest rollout context, or long conversations are rejected with 400",
               "raise sglang.context_length to at least rollout.max_context_len (or leave it unset to follow it)")
@@ -362,21 +396,229 @@ def rule_experts_divide(v: _Collector) -> None:
               "set perf.expert_parallel to a divisor of model.num_experts")
 
 
-def rule_extra_args_not_generated(v: _Collector) -> None:
-    from clawgym.plan import trainer_argv
+# ---------------------------------------------------------------- the trainer's flags (registry)
 
-    extra = [a.split("=", 1)[0] for a in v.c["extra_args"] if str(a).startswith("--")]
-    if not extra:
+def _registry(v: _Collector) -> Any:
+    """The flag registry of the config's trainer flavour (None for an unknown flavour, reported by
+    rule_trainer_flavour_known). A missing or broken data file is a broken install, not a config
+    problem: its RegistryError propagates."""
+    from clawgym.registry import FLAVOURS, load_registry
+
+    flavour = (v.c.get("trainer") or {}).get("flavour", "clawgym")
+    if flavour not in FLAVOURS:
+        return None
+    return load_registry(flavour)
+
+
+def _other_flavour_has(flavour: str, *, dest: str = "", option: str = "") -> bool:
+    from clawgym.registry import FLAVOURS, RegistryError, load_registry
+
+    for other in FLAVOURS:
+        if other == flavour:
+            continue
+        try:
+            reg = load_registry(other)
+        except RegistryError:
+            continue
+        if dest:
+            from clawgym.trainer_args import lookup
+
+            if lookup(reg, dest) is not None:
+                return True
+        if option and reg.by_option(option) is not None:
+            return True
+    return False
+
+
+def _suggest(reg: Any, names: Sequence[str], *, as_args: bool) -> str:
+    """Suggested names, each as the user would set it: ``args.<name>`` (or the flag), or the
+    group key that owns it (``sglang.mem_fraction_static``)."""
+    from clawgym.flagmap import owned_dests
+    from clawgym.trainer_args import lookup
+
+    owned = owned_dests(reg.flavour)
+    out = []
+    for name in names:
+        flag = reg.by_option(name) if name.startswith("-") else lookup(reg, name)
+        owner = owned.get(flag.dest) if flag is not None else None
+        shown = f"args.{name}" if as_args else name
+        out.append(f"{owner.key} ({flag.flag})" if owner else shown)
+    return ", ".join(dict.fromkeys(out))
+
+
+def rule_trainer_flavour_known(v: _Collector) -> None:
+    from clawgym.registry import FLAVOURS
+
+    flavour = (v.c.get("trainer") or {}).get("flavour", "clawgym")
+    if flavour not in FLAVOURS:
+        v.add("trainer-flavour-known", ["trainer.flavour"], f"the trainer flavours are {', '.join(FLAVOURS)}",
+              f"choose trainer={' or trainer='.join(FLAVOURS)} (the group, not trainer.flavour)")
+
+
+def rule_curated_flags_exist_in_trainer(v: _Collector) -> None:
+    """Under upstream slime, a curated key must not emit a flag only the ClawGym fork has."""
+    from clawgym.flagmap import Context, fork_only_rows, upstream_only_rows
+
+    if (v.c.get("trainer") or {}).get("flavour", "clawgym") == "clawgym":
+        for row in upstream_only_rows():
+            value = row.emitted(v.c, Context(use_wandb=True))
+            if value is None or value is False:
+                continue
+            v.add("trainer-flag-upstream-only", [row.key, "trainer.flavour"],
+                  f"{row.flag} (from {row.key}) exists only in upstream slime; the ClawGym fork "
+                  "(trainer=clawgym) has no such flag", f"set {row.key}=false, or choose trainer=slime")
+    if (v.c.get("trainer") or {}).get("flavour", "clawgym") != "slime":
         return
-    generated = set(a for a in trainer_argv({**v.c, "extra_args": []}, use_wandb=True) if a.startswith("--"))
-    for flag in extra:
-        if flag in generated:
-            v.add("extra-args-not-generated", ["extra_args"],
-                  f"{flag} is generated from the config; passing it again would be silently overridden",
-                  f"remove {flag} from extra_args and set the config key that produces it")
-    if any(a in ("--wandb-key", "--sglang-api-key") for a in extra):
+    for row in fork_only_rows():
+        value = row.emitted(v.c, Context(use_wandb=True))
+        if value is None or value is False:
+            continue
+        off = "false" if row.kind == "switch" else "null"
+        v.add("trainer-flag-fork-only", [row.key, "trainer.flavour"],
+              f"{row.flag} (from {row.key}) exists only in the ClawGym fork; upstream slime (trainer=slime) "
+              "has no such flag and would not do what it asks",
+              f"set {row.key}={off}, or choose trainer=clawgym")
+
+
+def rule_args(v: _Collector) -> None:
+    """``args.<dest>``: a real flag of the flavour, not owned by a key, with a value of its type."""
+    from clawgym.flagmap import SECRET_FLAGS, owned_dests
+    from clawgym.trainer_args import check_arg, lookup
+
+    user_args = v.c.get("args") or {}
+    if not user_args:
+        return
+    reg = _registry(v)
+    if reg is None:
+        return
+    flavour = reg.flavour
+    owned = owned_dests(flavour)
+    secret_dests = {f.lstrip("-").replace("-", "_") for f in SECRET_FLAGS}
+    named_by: Dict[str, str] = {}
+    for dest, value in user_args.items():
+        key = f"args.{dest}"
+        flag = lookup(reg, dest)
+        if flag is not None and flag.dest in named_by:
+            first = named_by[flag.dest]
+            v.add("args-set-twice", [f"args.{first}", key],
+                  f"args.{first} and {key} both set {flag.dest} ({', '.join(flag.option_strings)})",
+                  f"keep one of args.{first} and {key}")
+            continue
+        if flag is not None:
+            named_by[flag.dest] = dest
+        if dest in secret_dests or (flag is not None and flag.flag in SECRET_FLAGS):
+            v.add("no-secrets-in-argv", [key], "secrets never travel in argv (slime copies argv into W&B)",
+                  f"remove {key} and export WANDB_API_KEY / SGLANG_API_KEY in the launcher's environment instead",
+                  redact=True)
+            continue
+        if flag is not None and flag.dest in owned:
+            owner = owned[flag.dest]
+            how = "is derived from" if owner.kind == "derived" else "is set from"
+            v.add("args-owned-by-key", [key], f"the trainer flag of {dest} {how} {owner.key}; one setting per flag",
+                  f"remove {key} and set {owner.key} instead")
+            continue
+        if flag is None:
+            if flavour == "slime" and _other_flavour_has(flavour, dest=dest):
+                v.add("trainer-flag-fork-only", [key, "trainer.flavour"],
+                      f"{dest} exists only in the ClawGym fork; upstream slime (trainer=slime) has no such flag",
+                      f"remove {key}, or choose trainer=clawgym")
+            elif flavour == "clawgym" and _other_flavour_has(flavour, dest=dest):
+                v.add("trainer-flag-upstream-only", [key, "trainer.flavour"],
+                      f"{dest} exists only in upstream slime; the ClawGym fork (trainer=clawgym) has no such flag",
+                      f"remove {key}, or choose trainer=slime")
+            else:
+                near = reg.closest(dest)
+                hint = f"did you mean {_suggest(reg, near, as_args=True)}? " if near else ""
+                v.add("args-unknown-flag", [key], f"trainer={flavour} has no flag with dest {dest!r}",
+                      f"{hint}`clawgym flags --trainer {flavour} PATTERN` lists the real ones; fix or remove {key}")
+            continue
+        problem = check_arg(reg, dest, value)
+        if problem is None:
+            continue
+        if problem.code == "type":
+            v.add("args-type", [key], problem.rule, problem.fix)
+        elif problem.code == "choices":
+            v.add("args-choices", [key], problem.rule, problem.fix)
+        elif problem.code == "switch":
+            v.add("args-switch-takes-bool", [key], problem.rule, problem.fix)
+        elif problem.code == "nargs":
+            v.add("args-nargs-takes-list", [key], problem.rule, problem.fix)
+        else:
+            v.add("args-not-settable", [key], problem.rule, problem.fix)
+
+
+def rule_extra_args(v: _Collector) -> None:
+    """``extra_args``: real flags of the flavour, values of their type, not owned by a key or ``args``."""
+    from clawgym.flagmap import SECRET_FLAGS, owners
+    from clawgym.trainer_args import check_extra_values, split_extra_args
+
+    tokens = v.c["extra_args"]
+    if not tokens:
+        return
+    orphans, occurrences = split_extra_args(tokens)
+    if any(o.option in SECRET_FLAGS for o in occurrences):
         v.add("no-secrets-in-argv", ["extra_args"], "secrets never travel in argv (slime copies argv into W&B)",
               "export WANDB_API_KEY / SGLANG_API_KEY in the launcher's environment instead", redact=True)
+        return
+    if orphans:
+        v.add("extra-args-value-without-flag", ["extra_args"],
+              f"{orphans} come before any flag; every value must follow the flag it belongs to",
+              "start extra_args with a --flag, e.g. extra_args=[--seed,7]")
+    reg = _registry(v)
+    if reg is None:
+        return
+    flavour = reg.flavour
+    owned = owners(flavour)
+    from clawgym.trainer_args import lookup
+
+    arg_dests = {}
+    for name in v.c.get("args") or {}:
+        named = lookup(reg, name)
+        if named is not None:
+            arg_dests[named.dest] = name
+    seen: Dict[str, int] = {}
+    for occ in occurrences:
+        opt = occ.option
+        flag = reg.by_option(opt)
+        if flag is None:
+            if flavour == "slime" and _other_flavour_has(flavour, option=opt):
+                v.add("trainer-flag-fork-only", ["extra_args", "trainer.flavour"],
+                      f"{opt} exists only in the ClawGym fork; upstream slime (trainer=slime) has no such flag",
+                      f"remove {opt} from extra_args, or choose trainer=clawgym")
+            elif flavour == "clawgym" and _other_flavour_has(flavour, option=opt):
+                v.add("trainer-flag-upstream-only", ["extra_args", "trainer.flavour"],
+                      f"{opt} exists only in upstream slime; the ClawGym fork (trainer=clawgym) has no such flag",
+                      f"remove {opt} from extra_args, or choose trainer=slime")
+            else:
+                prefixed = sorted(o for o in reg.option_strings if o.startswith(opt)) if opt.startswith("--") else []
+                near = prefixed[:3] if len(prefixed) == 1 else reg.closest(opt)
+                what = "is an abbreviation; clawgym takes whole flag names only" if len(prefixed) == 1 \
+                    else f"is not a flag of trainer={flavour}"
+                hint = f"did you mean {_suggest(reg, near, as_args=False)}? " if near else ""
+                v.add("extra-args-unknown-flag", ["extra_args"], f"{opt} {what}",
+                      f"{hint}`clawgym flags --trainer {flavour} PATTERN` lists the real ones; fix extra_args")
+            continue
+        if opt in owned or flag.flag in owned:
+            owner = owned.get(opt) or owned[flag.flag]
+            v.add("extra-args-not-generated", ["extra_args"],
+                  f"{opt} is generated from {owner.key}; passing it again would be silently overridden",
+                  f"remove {opt} from extra_args and set {owner.key} instead")
+            continue
+        if flag.dest in arg_dests:
+            name = arg_dests[flag.dest]
+            v.add("extra-args-set-in-args", ["extra_args", f"args.{name}"],
+                  f"{opt} sets {flag.dest}, which args.{name} sets too; one setting per flag",
+                  f"remove {opt} from extra_args (args.{name} is the typed way)")
+            continue
+        problem = check_extra_values(flag, occ)
+        if problem is not None:
+            v.add("extra-args-value", ["extra_args"], problem.rule, problem.fix)
+        if flag.action not in ("append", "append_const", "extend", "count"):
+            seen[flag.dest] = seen.get(flag.dest, 0) + 1
+            if seen[flag.dest] == 2:
+                v.add("extra-args-once", ["extra_args"],
+                      f"{opt} sets {flag.dest} more than once; the trainer keeps only the last",
+                      f"keep one {opt} in extra_args")
 
 
 def rule_no_secrets_in_extra_env(v: _Collector) -> None:
@@ -391,8 +633,8 @@ def rule_no_secrets_in_extra_env(v: _Collector) -> None:
 
 CROSS_RULES: List[Rule] = [
     rule_gpus_fit_node, rule_tp_divides_actor_gpus, rule_tp_fits_heads, rule_sglang_tp_fits, rule_context_lengths,
-    rule_grpo_needs_group, rule_save_interval_needs_save, rule_experts_divide, rule_extra_args_not_generated,
-    rule_no_secrets_in_extra_env,
+    rule_grpo_needs_group, rule_save_interval_needs_save, rule_experts_divide, rule_no_secrets_in_extra_env,
+    rule_trainer_flavour_known, rule_curated_flags_exist_in_trainer, rule_args, rule_extra_args,
 ]
 
 
