@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import time
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Dict, Iterator, Optional
 
 from omegaconf import DictConfig
 from omegaconf.errors import OmegaConfBaseException
@@ -53,6 +54,33 @@ def write_plan(plan: LaunchPlan, directory: Path) -> Path:
     tmp.write_text(plan.to_json())
     os.replace(tmp, target)
     return target
+
+
+#: Plans a sweep validated and built up front, by Hydra job number (see ``prepared_plans``).
+_PREPARED: Dict[int, LaunchPlan] = {}
+
+
+@contextlib.contextmanager
+def prepared_plans(plans: Dict[int, LaunchPlan]) -> Iterator[None]:
+    """While a sweep runs its jobs: the task function reuses the plan the sweep validated and
+    built for that job number instead of resolving, validating and planning it again."""
+    _PREPARED.update(plans)
+    try:
+        yield
+    finally:
+        for num in plans:
+            _PREPARED.pop(num, None)
+
+
+def _prepared(cfg: DictConfig) -> Optional[LaunchPlan]:
+    if not _PREPARED:
+        return None
+    from hydra.core.hydra_config import HydraConfig
+
+    if not HydraConfig.initialized():
+        return None
+    plan = _PREPARED.get(int(HydraConfig.get().job.num))
+    return plan if plan is not None and plan.run_name == str(cfg.run_name) else None
 
 
 def fail(err: ConfigError) -> None:
@@ -220,21 +248,25 @@ def _single_run() -> bool:
 
 
 def _run(cfg: DictConfig) -> Any:
-    # Resolve once for validation and plan (a config that does not resolve is reported by validate).
-    try:
-        resolved: Any = to_plain(cfg)
-    except OmegaConfBaseException:
-        resolved = cfg
-    if not (_VALIDATED_RUN and _single_run()):
+    # A sweep job's plan was checked and built once, up front, by the launcher.
+    plan = _prepared(cfg)
+    if plan is None:
+        # Resolve once for validation and plan (a config that does not resolve is reported by validate).
         try:
-            validate(resolved)
-        except ConfigError as err:
-            fail(err)
-        except RegistryError as err:
-            # A missing or broken flag registry is a broken install: say so without a traceback.
-            print(f"clawgym: {err}", file=sys.stderr)
-            sys.exit(2)
-    plan = build_plan_from_dict(resolved, environ=os.environ, timestamp=timestamp())
+            resolved: Any = to_plain(cfg)
+        except OmegaConfBaseException:
+            resolved = cfg
+        if not (_VALIDATED_RUN and _single_run()):
+            # (A single run was validated by the callback before Hydra wrote anything.)
+            try:
+                validate(resolved)
+            except ConfigError as err:
+                fail(err)
+            except RegistryError as err:
+                # A missing or broken flag registry is a broken install: say so without a traceback.
+                print(f"clawgym: {err}", file=sys.stderr)
+                sys.exit(2)
+        plan = build_plan_from_dict(resolved, environ=os.environ, timestamp=timestamp())
     if cfg.dry_run:
         print(format_plan(plan))
         out = output_dir()
@@ -245,6 +277,6 @@ def _run(cfg: DictConfig) -> Any:
         from clawgym.preflight import preflight_only
 
         return preflight_only(cfg, plan)
-    from clawgym.launch import launch_single  # heavy imports (ray) only for real launches
+    from clawgym.pipeline import launch_single  # heavy imports (ray) only for real launches
 
     return launch_single(cfg, plan)

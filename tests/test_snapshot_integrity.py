@@ -134,8 +134,11 @@ def test_stamped_copy_in_a_checkpoint_is_verified_too(tmp_path, capsys):
 
 @pytest.mark.parametrize("stop", [KeyboardInterrupt, "refused"])
 def test_launch_stopped_before_submission_leaves_no_snapshot(clawgym_checkout, tmp_path, monkeypatch, stop):
-    """The real launch path: preflight and snapshot, then the cluster step fails or Ctrl-C."""
-    from clawgym import launch
+    """The real launch path: preflight, then snapshots while the cluster comes up, then the
+    cluster step fails or Ctrl-C arrives before the job is submitted."""
+    from clawgym import pipeline
+    from clawgym.backends import BackendError
+    from clawgym.backends.existing import ExistingCluster
     from clawgym.config import compose
     from clawgym.plan import build_plan
     from tests.fixtures.checkout import checkout_overrides
@@ -145,21 +148,19 @@ def test_launch_stopped_before_submission_leaves_no_snapshot(clawgym_checkout, t
                    f"paths.save={save}", "sandbox.cleanup_leftovers=false", "ray.address=http://127.0.0.1:1"])
     plan = build_plan(cfg, environ={}, timestamp="20260101_000000")
     written = []
-    real_prepare = launch.prepare
 
-    def prepare(*args, **kwargs):
-        written.append(real_prepare(*args, **kwargs))
-        return written[-1]
-
-    def cluster_step(*args, **kwargs):
+    def start(self, secrets, *, on_address=None, while_waiting=None):
+        # The cluster is "coming up": the pipeline writes the snapshots meanwhile, then it fails.
+        while_waiting()
+        written.extend((save / SNAPSHOTS_RELPATH).iterdir())
         if stop == "refused":
-            raise launch.LaunchError("no Ray dashboard answers at http://127.0.0.1:1")
+            raise BackendError("no Ray dashboard answers at http://127.0.0.1:1")
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(launch, "prepare", prepare)
-    monkeypatch.setattr(launch, "_connect_and_submit", cluster_step)
+    monkeypatch.setattr(ExistingCluster, "answers", lambda self: False)
+    monkeypatch.setattr(ExistingCluster, "start", start)
     with pytest.raises(SystemExit):
-        launch.launch_single(cfg, plan)
+        pipeline.launch_single(cfg, plan)
     assert written, "the snapshot was never written: the test did not reach the step it checks"
     assert not list((save / SNAPSHOTS_RELPATH).iterdir())
 

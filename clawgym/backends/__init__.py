@@ -1,0 +1,141 @@
+"""Cluster backends: where the Ray cluster of a launch comes from, behind one small interface.
+
+The launch pipeline (:mod:`clawgym.pipeline`) talks to a :class:`Backend` only, and never
+asks which one it is. A backend answers six questions for the jobs of one launch (a single
+run is a sweep of one):
+
+=================  ===========================================================================
+``settle``         deal with what an earlier launch left (before any check); may refuse
+``start``          make a Ray address available for these jobs (connect, reuse or start a
+                   cluster); a queueing backend may return None
+``free_gpus``      GPUs free for these jobs now (declared minus what running jobs hold);
+                   None = the backend queues jobs itself (e.g. SLURM), the pipeline does not pack
+``ports_in_use``   ports that jobs already running there claimed (port -> who), to refuse clashes
+``submit``         submit one job (plan + cfg + snapshot dir) and return a handle with
+                   ``follow`` / ``stop`` / ``status`` (:class:`clawgym.launch.JobHandle` for Ray jobs)
+``close``          clean up what this backend started, through what it recorded at start
+=================  ===========================================================================
+
+plus small helpers: ``answers`` (the cluster runs already, so capacity is checked before
+preflight), ``total_gpus`` (a job needing more can never run), ``running_elsewhere`` (jobs of
+other launches, for messages), ``checks_this_machine`` (preflight checks this machine's GPUs
+and ports: only when the cluster is started here) and ``hints`` (how to follow, stop and
+clean up jobs nobody follows). Handles returned by ``submit`` follow with
+``follow(echo=, lost_contact_after=, say=)`` and stop with ``stop()``.
+
+One owner per resource: what a backend starts, it records when it starts it and stops
+through that record (the local head's record lives in :mod:`clawgym.ray_head`). Backends
+are picked by :func:`backend_for`; a new one (SLURM allocation, KubeRay RayJob) is a module
+here with a class implementing :class:`Backend`, and a line in :func:`backend_for`.
+
+=============  ===========================================================
+``local``      a head clawgym starts on this machine (``ray.address`` unset)
+``existing``   a running cluster at ``ray.address``; never stopped
+=============  ===========================================================
+
+Importing this package imports no Ray.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+
+
+class BackendError(Exception):
+    """The cluster cannot serve the launch; the message names the cause and the fix."""
+
+
+class Backend:
+    """What the launch pipeline needs from a cluster. Subclasses implement every method."""
+
+    #: Short name (``local``, ``existing``, ...), for messages only.
+    name = "backend"
+
+    def __init__(self, plans: Sequence[Any], cfgs: Sequence[Any]) -> None:
+        # The plans and task configs of every job of the launch (one cluster serves them all).
+        self.plans = list(plans)
+        self.cfgs = list(cfgs)
+        # Where jobs are submitted, once ``start`` made it available.
+        self.address: Optional[str] = None
+
+    # -------------------------------------------------------- before any check
+
+    def checks_this_machine(self) -> bool:
+        """True when preflight should check this machine's GPUs and ports (a cluster started here)."""
+        raise NotImplementedError
+
+    def settle(self, secrets: Mapping[str, str]) -> None:
+        """Deal with what an earlier launch left behind; raise BackendError to refuse."""
+
+    def answers(self) -> bool:
+        """True when the cluster runs already (then GPUs and ports are checked before preflight)."""
+        raise NotImplementedError
+
+    # -------------------------------------------------------- the cluster
+
+    def start(self, secrets: Mapping[str, str], *, on_address: Optional[Callable[[str], None]] = None,
+              while_waiting: Optional[Callable[[], None]] = None) -> Optional[str]:
+        """Make a Ray address available for the jobs and return it (None: the backend queues).
+
+        ``while_waiting()`` runs exactly once, while a cluster starts (or at once when there is
+        nothing to start), and always before ``on_address``; the pipeline writes snapshots
+        there. ``on_address(address)`` is called once jobs can be submitted, possibly before
+        ``start`` returns. Whatever this starts is stopped again if either callback raises.
+        """
+        raise NotImplementedError
+
+    def free_gpus(self) -> Optional[float]:
+        """GPUs not held by jobs running there now; None when the backend queues jobs itself."""
+        raise NotImplementedError
+
+    def total_gpus(self) -> float:
+        """GPUs the cluster declares (a job needing more can never run there)."""
+        raise NotImplementedError
+
+    def ports_in_use(self) -> Dict[int, str]:
+        """Port -> description of the running job that claimed it (clawgym jobs record theirs)."""
+        return {}
+
+    def running_elsewhere(self) -> List[str]:
+        """Lines describing jobs of other launches running there (for messages)."""
+        return []
+
+    # -------------------------------------------------------- jobs
+
+    def submit(self, plan: Any, cfg: Any, snapshot: Optional[str], secrets: Mapping[str, str]) -> Any:
+        """Submit one job; returns a handle (``follow``, ``stop``, ``status``, ``submission_id``)."""
+        raise NotImplementedError
+
+    def hints(self, handles: Sequence[Any]) -> List[str]:
+        """How to follow, stop and clean up jobs that run on without us (detached, terminal lost)."""
+        return []
+
+    # -------------------------------------------------------- cleanup
+
+    def close(self, *, keep: bool, reason: str = "", ignore_jobs: Sequence[str] = ()) -> None:
+        """Clean up what this backend started. ``keep`` leaves it running on purpose (recorded
+        as kept, e.g. ``ray.keep_head``, detached jobs, a lost terminal; ``reason`` says why);
+        jobs in ``ignore_jobs`` (ours, being stopped) do not keep it alive."""
+        raise NotImplementedError
+
+
+def cluster_key(plan: Any) -> Tuple[Any, ...]:
+    """What identifies the cluster a plan asks for (jobs of one launch must agree)."""
+    return (plan.address, tuple(plan.ray_start or ()), tuple(sorted(plan.ray_start_env.items())))
+
+
+def describe_cluster(plan: Any) -> str:
+    return plan.address + (f" via {' '.join(plan.ray_start)}" if plan.ray_start else " (existing)")
+
+
+def backend_for(cfg: Any, plans: Sequence[Any], cfgs: Optional[Sequence[Any]] = None) -> Backend:
+    """The backend the launch's config asks for (every job of a launch shares one cluster)."""
+    plan = plans[0]
+    cfgs = list(cfgs) if cfgs is not None else [cfg] * len(plans)
+    if plan.ray_start is not None:
+        from clawgym.backends.local import LocalHead
+
+        return LocalHead(plans, cfgs)
+    from clawgym.backends.existing import ExistingCluster
+
+    return ExistingCluster(plans, cfgs)
