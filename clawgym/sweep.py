@@ -445,7 +445,17 @@ class SweepSession:
 
     def _run_packed(self, jobs: List[SweepJob]) -> None:
         from clawgym import launch, ray_head
+        from clawgym.backends import backend_name
 
+        backends = {backend_name(j.task_cfg) for j in jobs}
+        if "slurm" in backends or "kuberay" in backends:
+            if backends != {"slurm"}:
+                raise SweepRefused("clawgym: sweep refused, its jobs ask for different clusters ("
+                                   + ", ".join(sorted(backends)) + "); nothing was started\n"
+                                   "  rule: one sweep runs on one kind of cluster; KubeRay sweeps are not launched "
+                                   "(use dry_run=true to write one manifest per job)\n"
+                                   "  fix:  set cluster= once for the whole sweep")
+            return self._run_slurm(jobs)
         secrets = self._prepare_all(jobs)
         detach = bool(jobs[0].task_cfg.ray.detach)
         keep_head = any(bool(j.task_cfg.ray.keep_head) for j in jobs)
@@ -494,6 +504,95 @@ class SweepSession:
                      f"   stop: clawgym jobs stop {j.submission_id} --address {addr}")
             _say(f"  the Ray head keeps running; when done: clawgym jobs stop-head --address {addr}")
 
+    # -------------------------------------------------------- SLURM: one batch job per sweep job
+
+    def _run_slurm(self, jobs: List[SweepJob]) -> None:
+        """Submit one SLURM batch job per sweep job (SLURM queues and packs them), follow them all."""
+        from clawgym import launch
+
+        self._prepare_all(jobs)
+        detach = bool(jobs[0].task_cfg.ray.detach)
+        interrupted = False
+        _say(f"[sweep] {len(jobs)} jobs as SLURM batch jobs (SLURM queues them until their GPUs are free)")
+        with launch._sigterm_as_interrupt():
+            try:
+                launch.set_active_session(self)
+                for j in jobs:
+                    self._start(j, follow=False)
+                if not detach:
+                    self._follow_slurm(jobs)
+            except KeyboardInterrupt:
+                interrupted = True
+                with launch._uninterruptible():
+                    self._cancel_slurm(jobs)
+            finally:
+                launch.set_active_session(None)
+        if interrupted:
+            _say(summary_table(self.jobs))
+            _say("[sweep] interrupted: every SLURM job of the sweep was cancelled (scancel)")
+            sys.exit(EXIT_INTERRUPTED)
+        if detach:
+            for j in jobs:
+                if j.status == RUNNING:
+                    j.status = "submitted"
+        self._finish_returns(jobs)
+        _say(summary_table(self.jobs))
+        if detach:
+            ids = " ".join(j.handle.job_id for j in jobs if j.handle is not None)
+            _say(f"  the jobs run on in SLURM's queue: squeue -j {ids.replace(' ', ',')}   cancel: scancel {ids}"
+                 f"   list: clawgym jobs slurm")
+
+    def _submit_slurm(self, j: SweepJob, cfg: DictConfig, plan: LaunchPlan) -> Any:
+        from clawgym.backends import slurm
+        from clawgym.config import to_plain
+
+        script, output = slurm.write_script(plan, to_plain(cfg), j.snapshot or "")
+        job = slurm.submit(script, plan, environ=self.environ, output=output)
+        j.handle = job
+        # SLURM's id is what squeue and scancel take; the Ray submission id runs inside it.
+        j.submission_id = f"slurm:{job.job_id}"
+        j.log_file = job.output
+        return j.submission_id
+
+    def _follow_slurm(self, jobs: List[SweepJob]) -> None:
+        from clawgym.backends.slurm import TERMINAL_STATES
+
+        states: Dict[int, str] = {}
+        running = [j for j in jobs if j.status == RUNNING and j.handle is not None]
+        while running:
+            for j in list(running):
+                info = j.handle.info()
+                state = info.get("JobState", "UNKNOWN")
+                if states.get(j.num) != state:
+                    states[j.num] = state
+                    _say(f"[sweep {self._elapsed()}] job #{j.num} ({j.submission_id}) {state.lower()}")
+                if state in TERMINAL_STATES or not info:
+                    running.remove(j)
+                    j.ended = time.monotonic()
+                    j.exit_code = j.handle.exit_code(info) if info else 1
+                    j.status = SUCCEEDED if j.exit_code == 0 else FAILED
+                    self._event(j)
+            self._progress()
+            if running:
+                time.sleep(self.options.poll_interval)
+
+    def _cancel_slurm(self, jobs: Sequence[SweepJob]) -> None:
+        from clawgym.backends.slurm import TERMINAL_STATES
+
+        _say(f"\n[sweep {self._elapsed()}] interrupted: cancelling every SLURM job of the sweep")
+        live = [j for j in jobs if j.handle is not None and j.status == RUNNING]
+        for j in live:
+            j.handle.cancel()
+        deadline = time.monotonic() + 60
+        for j in live:
+            while time.monotonic() < deadline and j.handle.state() not in (*TERMINAL_STATES, "UNKNOWN"):
+                time.sleep(0.5)
+            j.status = STOPPED
+            j.ended = time.monotonic()
+        for j in jobs:
+            if j.status in (QUEUED, RUNNING):
+                j.status = "not started"
+
     def _refuse_unfit(self, jobs: Sequence[SweepJob], detach: bool) -> None:
         big = [j for j in jobs if j.plan.gpus_required > self.total_gpus]
         if big and self.total_gpus == 0 and jobs[0].plan.ray_start is not None:
@@ -524,6 +623,8 @@ class SweepSession:
         j = self._current
         if j is None:
             raise RuntimeError("submit_job called outside a sweep job")
+        if self.cluster is None and j.snapshot is not None and str(cfg.cluster.backend) == "slurm":
+            return self._submit_slurm(j, cfg, j.plan)
         # Submit the plan that was checked and snapshotted up front; the task function's
         # own plan differs only in its timestamp (submission id, log file name).
         same = (plan.entrypoint, plan.runtime_env, plan.working_dir) == \
