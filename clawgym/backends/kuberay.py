@@ -154,11 +154,26 @@ def manifest(plan: LaunchPlan, c: Mapping[str, Any]) -> Dict[str, Any]:
     return {"apiVersion": API_VERSION, "kind": "RayJob", "metadata": metadata, "spec": spec}
 
 
+class _Dumper(yaml.SafeDumper):
+    """Plain YAML for kubectl readers: no anchors/aliases, multi-line strings as literal blocks."""
+
+    def ignore_aliases(self, data: Any) -> bool:
+        return True
+
+
+def _str(dumper: yaml.SafeDumper, data: str) -> Any:
+    style = "|" if "\n" in data else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", data, style=style)
+
+
+_Dumper.add_representer(str, _str)
+
+
 def manifest_yaml(plan: LaunchPlan, c: Mapping[str, Any]) -> str:
     head = (f"# KubeRay RayJob of run {plan.run_name!r}, written by clawgym (RayJob spec of KubeRay "
             f"{KUBERAY_RELEASE}).\n# Secrets come from the Secret {c['kuberay']['secret_name']!r} "
             f"(secretKeyRef), never from this file.\n")
-    return head + yaml.safe_dump(manifest(plan, c), sort_keys=False, default_flow_style=False, width=1000)
+    return head + yaml.dump(manifest(plan, c), Dumper=_Dumper, sort_keys=False, default_flow_style=False, width=1000)
 
 
 def kubectl_context(context: Optional[str]) -> Optional[str]:
