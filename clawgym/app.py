@@ -73,17 +73,13 @@ def run(cfg: DictConfig) -> Any:
         from clawgym.preflight import preflight_only
 
         return preflight_only(cfg, plan)
-    if backend in ("slurm", "kuberay"):
-        from clawgym.launch import active_session
-
-        session = active_session()
-        if session is not None:
-            return session.submit_job(cfg, plan)
+    if backend == "kuberay":
+        # A manifest for KubeRay to run: no job is submitted or followed from here.
         rc = launch_backend(backend, cfg, plan, resolved)
         if rc:
             sys.exit(rc)
         return 0
-    from clawgym.launch import launch_single  # heavy imports (ray) only for real launches
+    from clawgym.pipeline import launch_single  # heavy imports (ray) only for real launches
 
     return launch_single(cfg, plan)
 
@@ -111,12 +107,8 @@ def dry_run_backend(backend: str, plan: LaunchPlan, resolved: Any, out: Optional
 
 
 def launch_backend(backend: str, cfg: DictConfig, plan: LaunchPlan, resolved: Any) -> int:
-    """A real launch through the SLURM or KubeRay backend; returns the exit status."""
+    """``cluster=kuberay`` without dry run: write the RayJob and apply it when asked; returns the exit status."""
     try:
-        if backend == "slurm":
-            from clawgym.backends import slurm
-
-            return slurm.launch(cfg, plan)
         from clawgym.backends import kuberay
 
         return kuberay.launch(cfg, plan, output_dir())

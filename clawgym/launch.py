@@ -1,21 +1,18 @@
-"""A real launch of one plan: preflight, cluster, Ray job submission, logs, exit status.
+"""Ray jobs: submit a plan, follow its output, stop it; the signal rules of a launch.
 
-``launch_single(cfg, plan)`` is what ``python train.py`` runs when not dry-running:
+The launch pipeline (:mod:`clawgym.pipeline`) and the Ray-based cluster backends
+(:mod:`clawgym.backends`) use these pieces; ``clawgym jobs`` attaches to jobs submitted
+earlier through :meth:`JobHandle.attach`.
 
-1. ``prepare``: preflight checks, cleanup of what an earlier launch left behind, and
-   the launch snapshot, all before anything starts.
-2. ``Cluster.connect_or_start``: the existing cluster at ``ray.address``, or a local
-   head that clawgym starts (or reuses, when an earlier launch kept one with the same
-   settings) with the secrets in the head's process environment, which is how they
-   reach the job without being stored anywhere.
-3. ``submit``: ``JobSubmissionClient.submit_job`` with exactly the plan's entrypoint,
-   working dir and runtime env.
-4. ``JobHandle.follow``: the job's output to the console and ``plan.log_file``; the
-   exit status is the job's (0 succeeded, 1 failed, 130 stopped). Ctrl-C stops the job.
-5. ``Cluster.close``: a head started here is stopped unless it is to be kept.
-
-The Hydra launcher plugin reuses the pieces for sweeps; while it runs one it installs
-a session (``set_active_session``) and ``launch_single`` hands each job to it.
+- :func:`submit`: ``JobSubmissionClient.submit_job`` with exactly the plan's entrypoint,
+  working dir and runtime env; the job's metadata records its run name, save dir, log
+  file, GPUs and ports (so a later launch can check free GPUs and port clashes).
+- :meth:`JobHandle.follow`: the job's output to the console and ``plan.log_file``; the exit
+  status is the job's (0 succeeded, 1 failed, 130 stopped). A dashboard that stops
+  answering is reported at once and retried with a countdown for ``lost_contact_after``
+  seconds (``ray.lost_contact_s``), then given up with how to check the job.
+- A failed job is reported with the trainer's exit code and the last lines of its log,
+  with the log's path (not Ray's 20,000-character tail).
 """
 
 from __future__ import annotations
@@ -46,22 +43,6 @@ class LaunchError(Exception):
     """A launch could not proceed; the message names the cause and the fix."""
 
 
-# ---------------------------------------------------------------- sweep session hook
-
-_ACTIVE_SESSION: Any = None
-
-
-def active_session() -> Any:
-    """The sweep session the launcher plugin installed, or None outside a sweep."""
-    return _ACTIVE_SESSION
-
-
-def set_active_session(obj: Any) -> None:
-    """Install (or, with None, remove) the session that ``launch_single`` delegates to."""
-    global _ACTIVE_SESSION
-    _ACTIVE_SESSION = obj
-
-
 # ---------------------------------------------------------------- secrets
 
 def resolve_secrets(plan: LaunchPlan, environ: Mapping[str, str]) -> Dict[str, str]:
@@ -81,40 +62,86 @@ def resolve_secrets(plan: LaunchPlan, environ: Mapping[str, str]) -> Dict[str, s
 
 # ---------------------------------------------------------------- signals
 
+class TerminalLost(BaseException):
+    """SIGHUP: the launcher lost its terminal (e.g. an ssh session dropped) while jobs run.
+
+    Not an interrupt: the jobs keep running, as with ``ray.detach=true`` (see
+    :mod:`clawgym.pipeline`)."""
+
+
+#: Exit status after a lost terminal (128 + SIGHUP, as shells report it).
+EXIT_HANGUP = 129
+
+
 @contextlib.contextmanager
 def _sigterm_as_interrupt() -> Iterator[None]:
-    """Treat SIGTERM like Ctrl-C while a job runs, so it is stopped rather than orphaned."""
+    """While jobs run: SIGTERM acts as Ctrl-C (stop them rather than orphan them), SIGHUP
+    raises :class:`TerminalLost` (they keep running; the terminal is gone, not the user's intent)."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
 
-    def handler(signum, frame):
+    def on_term(signum, frame):
         raise KeyboardInterrupt
 
-    old = signal.signal(signal.SIGTERM, handler)
+    def on_hup(signum, frame):
+        raise TerminalLost()
+
+    old = signal.signal(signal.SIGTERM, on_term)
+    old_hup = signal.signal(signal.SIGHUP, on_hup)
     try:
         yield
     finally:
         signal.signal(signal.SIGTERM, old)
+        signal.signal(signal.SIGHUP, old_hup)
 
 
 @contextlib.contextmanager
 def _uninterruptible() -> Iterator[None]:
-    """Defer Ctrl-C/SIGTERM while stopping what we started, so nothing is left half-stopped."""
+    """Defer Ctrl-C/SIGTERM/SIGHUP while stopping what we started, so nothing is left half-stopped."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
     pending: List[int] = []
     handler = lambda signum, frame: pending.append(signum)  # noqa: E731
-    old_int = signal.signal(signal.SIGINT, handler)
-    old_term = signal.signal(signal.SIGTERM, handler)
+    old = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
     try:
         yield
     finally:
-        signal.signal(signal.SIGINT, old_int)
-        signal.signal(signal.SIGTERM, old_term)
-    if pending:
+        for sig, h in old.items():
+            signal.signal(sig, h)
+    if pending and pending != [signal.SIGHUP]:
         print("[clawgym] interrupt received while cleaning up; cleanup finished first", file=sys.stderr, flush=True)
+
+
+class _SafeStream:
+    """A console stream that may have lost its terminal: writes that fail are dropped."""
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        try:
+            return self._stream.write(text)
+        except (OSError, ValueError):
+            return len(text)
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except (OSError, ValueError):
+            pass
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
+def survive_lost_terminal() -> None:
+    """After SIGHUP the terminal may be gone (writes fail with EIO): keep going without it."""
+    if not isinstance(sys.stdout, _SafeStream):
+        sys.stdout = _SafeStream(sys.stdout)  # type: ignore[assignment]
+    if not isinstance(sys.stderr, _SafeStream):
+        sys.stderr = _SafeStream(sys.stderr)  # type: ignore[assignment]
 
 
 # ---------------------------------------------------------------- cluster
@@ -136,66 +163,6 @@ def _client(address: str):
         ) from exc
 
 
-class Cluster:
-    """The Ray cluster a launch submits to, and whether clawgym started its head."""
-
-    def __init__(self, address: str, started_by_us: bool, record: Optional[ray_head.HeadRecord] = None):
-        # Dashboard http address used with JobSubmissionClient.
-        self.address = address
-        # True when this process started the head (then ``close`` may stop it).
-        self.started_by_us = started_by_us
-        # The head's record when clawgym started it (now or in an earlier launch).
-        self.record = record
-        self._closed = False
-
-    def __repr__(self) -> str:
-        return f"Cluster(address={self.address!r}, started_by_us={self.started_by_us})"
-
-    @classmethod
-    def connect_or_start(cls, plan: LaunchPlan, *, secrets: Mapping[str, str]) -> "Cluster":
-        """Connect to ``plan.address``, or reuse / start the local head the plan describes."""
-        if plan.ray_start is None:
-            _client(plan.address)  # reachable, or a clear error
-            return cls(plan.address, started_by_us=False)
-        rec = ray_head.settle(plan.ray_start, plan.ray_start_env, secrets)
-        if rec is not None:
-            print(f"[clawgym] reusing the Ray head clawgym started earlier at {rec.dashboard_address} (it keeps "
-                  f"running; stop it with: clawgym jobs stop-head --address {rec.dashboard_address})", flush=True)
-            return cls(rec.dashboard_address, started_by_us=False, record=rec)
-        rec = ray_head.start_head(plan.ray_start, plan.ray_start_env, secrets=secrets,
-                                  while_waiting=_warm_ray_import)
-        return cls(rec.dashboard_address, started_by_us=True, record=rec)
-
-    def total_gpus(self) -> float:
-        """GPUs declared by the cluster's alive nodes."""
-        return ray_head.cluster_gpus(self.address)
-
-    def close(self, *, keep_head: bool, ignore_jobs: Sequence[str] = ()) -> None:
-        """Stop the head if this process started it, it is not to be kept, and no job runs on it.
-
-        Jobs in ``ignore_jobs`` (ours, already asked to stop) do not keep the head alive.
-        """
-        if self._closed:
-            return
-        self._closed = True
-        if not self.started_by_us or self.record is None:
-            return
-        if keep_head:
-            print(f"[clawgym] keeping the Ray head at {self.address} "
-                  f"(stop it later: clawgym jobs stop-head --address {self.address})", flush=True)
-            return
-        with _uninterruptible():
-            try:
-                busy = [j for j in ray_head.running_jobs(self.address) if j not in ignore_jobs]
-            except Exception:
-                busy = []
-            if busy:
-                print(f"[clawgym] keeping the Ray head at {self.address}: job(s) still running there: "
-                      f"{', '.join(busy)}", flush=True)
-                return
-            ray_head.stop_head(self.record)
-
-
 # ---------------------------------------------------------------- jobs
 
 class JobHandle:
@@ -213,6 +180,9 @@ class JobHandle:
         # Secret values masked in streamed output; memory only.
         self._redact = [v for v in (redact or []) if v]
         self._client_obj = None
+        # Ray's terminal status once ``follow`` returned (None: unknown, e.g. contact lost).
+        self.final_status: Optional[str] = None
+        self._log: Any = None
 
     @property
     def _client(self):
@@ -288,31 +258,40 @@ class JobHandle:
             stop.wait(2.0)
 
     def _status_or_none(self) -> Optional[str]:
+        # A dashboard that accepts connections but never answers would hang the SDK's call.
+        if not ray_head.dashboard_responds(self.address, timeout=5.0):
+            return None
         try:
             return self.status()
         except Exception:
             return None
 
     def follow(self, *, echo: bool = True, lost_contact_after: float = 300.0, stop_on_interrupt: bool = True,
-               log_mode: str = "a") -> int:
+               log_mode: str = "a", say: Any = None) -> int:
         """Stream the job's output to the console and ``plan.log_file`` until it ends.
 
-        Returns 0 (succeeded), 1 (failed, or the cluster stopped answering for
-        ``lost_contact_after`` seconds; the log path is printed) or 130 (stopped, or
-        Ctrl-C here, which stops the job first unless ``stop_on_interrupt`` is false).
-        Ray streams the log from its start: ``log_mode="w"`` rewrites the log file.
+        Returns 0 (succeeded), 1 (failed), 130 (stopped, or Ctrl-C here, which stops the
+        job first unless ``stop_on_interrupt`` is false) or :data:`EXIT_LOST_CONTACT` (the
+        cluster stopped answering for ``lost_contact_after`` seconds; the job may still
+        run). Losing contact is said at once, with a countdown while retrying; ``say``
+        (default: stderr) receives those lines. Ray streams the log from its start:
+        ``log_mode="w"`` rewrites the log file.
         """
+        say = say or _stderr_line
         log = None
         if self.log_file:
             Path(self.log_file).parent.mkdir(parents=True, exist_ok=True)
             log = open(self.log_file, log_mode, encoding="utf-8")
             sys.stdout.write(f"[clawgym] training log: {self.log_file}\n")  # one write: sweeps print from threads
             sys.stdout.flush()
+        self._log = log
         chunks: "queue.Queue[Any]" = queue.Queue()
         threading.Thread(target=self._tail, args=(chunks,), daemon=True, name="clawgym-log-tail").start()
         stop_polling = threading.Event()
         emitted = 0  # characters of the job's log shown so far (before masking)
         status: Optional[str] = None
+        lost_since: Optional[float] = None
+        next_countdown = 0.0
 
         def show(text: str) -> None:
             nonlocal emitted
@@ -321,7 +300,7 @@ class JobHandle:
 
         try:
             streaming, polling = True, False
-            last_check, last_contact = 0.0, time.time()
+            last_check = 0.0
             while True:
                 try:
                     chunk = chunks.get(timeout=0.5)
@@ -335,11 +314,29 @@ class JobHandle:
                     continue
                 last_check = time.time()
                 status = self._status_or_none()
+                now = time.time()
                 if status is None:
-                    if time.time() - last_contact > lost_contact_after:
+                    if lost_since is None:
+                        lost_since, next_countdown = now, now + _countdown_step(lost_contact_after)
+                        say(f"[clawgym] lost contact with the Ray dashboard at {self.address} (job "
+                            f"{self.submission_id}); retrying for {lost_contact_after:.0f}s (ray.lost_contact_s)")
+                    elif now - lost_since > lost_contact_after:
                         break
-                else:
-                    last_contact = time.time()
+                    elif now >= next_countdown:
+                        next_countdown = now + _countdown_step(lost_contact_after)
+                        left = lost_contact_after - (now - lost_since)
+                        say(f"[clawgym] still no answer from {self.address}; giving up in {left:.0f}s")
+                    time.sleep(1.0)
+                    continue
+                if lost_since is not None:
+                    say(f"[clawgym] the Ray dashboard at {self.address} answers again after "
+                        f"{now - lost_since:.0f}s; following job {self.submission_id}")
+                    lost_since = None
+                    if not streaming and not polling:
+                        # Ray's log stream died with the dashboard: poll from what was shown.
+                        polling = True
+                        threading.Thread(target=self._poll, args=(chunks, emitted, stop_polling), daemon=True,
+                                         name="clawgym-log-poll").start()
                 if status in TERMINAL and not streaming:
                     if polling:
                         # Drain what the poller queued, then fetch the end of the log once more.
@@ -357,7 +354,7 @@ class JobHandle:
                         except Exception:
                             pass
                     break
-                if not streaming and not polling and status is not None:
+                if not streaming and not polling:
                     # The log stream ended while the job runs on (e.g. a dashboard restart): poll instead.
                     polling = True
                     threading.Thread(target=self._poll, args=(chunks, emitted, stop_polling), daemon=True,
@@ -376,26 +373,43 @@ class JobHandle:
             return EXIT_STOPPED
         finally:
             stop_polling.set()
+            self._log = None
             if log:
                 log.close()
+        self.final_status = status
         if status is None:
-            print(f"[clawgym] lost contact with the Ray dashboard at {self.address} for {lost_contact_after:.0f}s; "
-                  f"the job may still run: clawgym jobs status {self.submission_id} --address {self.address}",
-                  file=sys.stderr, flush=True)
-            if self.log_file:
-                print(f"[clawgym] log: {self.log_file}", file=sys.stderr, flush=True)
-            return 1
+            say(f"[clawgym] gave up: no answer from the Ray dashboard at {self.address} for "
+                f"{lost_contact_after:.0f}s (ray.lost_contact_s); the job may still run.\n"
+                f"  check it:  clawgym jobs status {self.submission_id} --address {self.address}\n"
+                f"  follow it: clawgym jobs logs {self.submission_id} --follow --address {self.address}"
+                + (f"\n  log so far: {self.log_file}" if self.log_file else ""))
+            return EXIT_LOST_CONTACT
         if status == "SUCCEEDED":
-            print(f"[clawgym] job {self.submission_id} succeeded", flush=True)
+            if echo:
+                print(f"[clawgym] job {self.submission_id} succeeded", flush=True)
             return 0
         if status == "STOPPED":
-            print(f"[clawgym] job {self.submission_id} was stopped", file=sys.stderr, flush=True)
+            if echo:
+                print(f"[clawgym] job {self.submission_id} was stopped", file=sys.stderr, flush=True)
             return EXIT_STOPPED
-        msg = self._mask(self.message().strip())
-        print(f"[clawgym] job {self.submission_id} FAILED" + (f": {msg}" if msg else ""), file=sys.stderr, flush=True)
-        if self.log_file:
-            print(f"[clawgym] log: {self.log_file}", file=sys.stderr, flush=True)
+        if echo:
+            print(self.failure_report(), file=sys.stderr, flush=True)
         return 1
+
+    def failure_report(self, *, lines: int = 15) -> str:
+        """The trainer's exit code, the last lines of its output and the log path (not Ray's long tail)."""
+        message = self._mask(self.message().strip())
+        code = trainer_exit_code(message)
+        why = f"the trainer exited with code {code}" if code is not None else \
+            (message.splitlines()[0][:300] if message else "no reason given by Ray")
+        out = [f"[clawgym] job {self.submission_id} FAILED: {why}"]
+        tail = _last_lines(self.log_file, lines) if self.log_file else []
+        if tail:
+            out.append(f"[clawgym] last {len(tail)} lines of the job's output:")
+            out += ["  | " + ln for ln in tail]
+        if self.log_file:
+            out.append(f"[clawgym] log: {self.log_file}")
+        return "\n".join(out)
 
     def _emit(self, text: str, echo: bool, log: Any) -> None:
         if not text:
@@ -408,23 +422,88 @@ class JobHandle:
             log.write(text)
             log.flush()
 
+    def note_in_log(self, text: str) -> None:
+        """Append a clawgym line to the job's log file (e.g. why the launcher stopped following)."""
+        if not self.log_file:
+            return
+        try:
+            with open(self.log_file, "a", encoding="utf-8") as fh:
+                fh.write(text.rstrip("\n") + "\n")
+        except OSError:
+            pass
 
-def submit(cluster: Cluster, plan: LaunchPlan, *, secrets: Mapping[str, str], cfg: Any = None) -> JobHandle:
-    """Submit the plan's job to the cluster.
 
-    Secrets are added to the runtime env only with an existing cluster and
-    ``ray.pass_secrets_in_runtime_env=true`` in ``cfg`` (Ray stores the runtime env in
-    the job's metadata, so this is opt-in and warned about). With a head clawgym
-    started, the job inherits them from the head's environment.
+#: Exit status when the cluster stopped answering while following (the job may still run).
+EXIT_LOST_CONTACT = 3
+
+
+def _stderr_line(text: str) -> None:
+    sys.stderr.write(text + "\n")
+    sys.stderr.flush()
+
+
+def _countdown_step(total: float) -> float:
+    """Seconds between countdown lines: about six lines over the whole wait, 5..30 s apart."""
+    return max(5.0, min(30.0, total / 6.0))
+
+
+def trainer_exit_code(message: str) -> Optional[int]:
+    """The entrypoint's exit code in Ray's failure message ("... failed with exit code 3 ...")."""
+    import re
+
+    found = re.search(r"exit code (-?\d+)", message)
+    return int(found.group(1)) if found else None
+
+
+def _last_lines(path: str, n: int) -> List[str]:
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(0, os.SEEK_END)
+            size = fh.tell()
+            fh.seek(max(0, size - 64 * 1024))
+            text = fh.read().decode("utf-8", errors="replace")
+    except OSError:
+        return []
+    return [ln.rstrip() for ln in text.splitlines() if ln.strip()][-n:]
+
+
+def ports_of(plan: LaunchPlan) -> List[int]:
+    """Ports the job's own servers listen on: the API server (``PORT``) and every
+    ``--*-port N`` trainer flag (e.g. an SGLang router port)."""
+    found: List[int] = []
+    port = (plan.runtime_env.get("env_vars") or {}).get("PORT")
+    if port and str(port).isdigit():
+        found.append(int(port))
+    argv = plan.entrypoint
+    for i, arg in enumerate(argv):
+        value = None
+        if arg.startswith("--") and arg.endswith("-port") and i + 1 < len(argv):
+            value = argv[i + 1]
+        elif arg.startswith("--") and "-port=" in arg:
+            value = arg.split("=", 1)[1]
+        if value is not None and value.isdigit() and int(value) not in found:
+            found.append(int(value))
+    return found
+
+
+def submit(address: str, plan: LaunchPlan, *, secrets: Mapping[str, str], pass_secrets: bool = False,
+           started_here: bool = False) -> JobHandle:
+    """Submit the plan's job to the cluster at ``address``.
+
+    ``started_here``: the head was started by clawgym with the secrets in its environment,
+    so the job inherits them. Otherwise secrets are added to the runtime env only with
+    ``pass_secrets`` (``ray.pass_secrets_in_runtime_env=true``: Ray stores the runtime env
+    in the job's metadata and writes it to the cluster's ``runtime_env_agent.log``, so this
+    is opt-in and warned about).
     """
     runtime_env = copy.deepcopy(plan.runtime_env)
     runtime_env.setdefault("working_dir", plan.working_dir)
-    opt_in = bool(cfg is not None and cfg.ray.pass_secrets_in_runtime_env)
-    if secrets and plan.ray_start is None:
-        if opt_in:
+    if secrets and not started_here:
+        if pass_secrets:
             print(f"[clawgym] WARNING: passing {', '.join(sorted(secrets))} in the job's runtime env "
                   f"(ray.pass_secrets_in_runtime_env=true): Ray keeps the runtime env in the job's metadata, "
-                  f"readable by anyone with access to the cluster's dashboard", file=sys.stderr, flush=True)
+                  f"readable by anyone with access to the cluster's dashboard, and writes it to the cluster's "
+                  f"runtime_env_agent.log", file=sys.stderr, flush=True)
             runtime_env.setdefault("env_vars", {}).update(secrets)
         else:
             print(f"[clawgym] note: {', '.join(sorted(secrets))} not passed to the existing cluster; the cluster's "
@@ -433,172 +512,21 @@ def submit(cluster: Cluster, plan: LaunchPlan, *, secrets: Mapping[str, str], cf
         "clawgym_run_name": plan.run_name,
         "clawgym_save_dir": str(plan.save_dir or ""),
         "clawgym_log_file": str(plan.log_file or ""),
+        # What a later launch on this cluster checks free GPUs and port clashes against.
+        "clawgym_gpus": str(int(plan.gpus_required)),
+        "clawgym_ports": ",".join(str(p) for p in ports_of(plan)),
+        "clawgym_launcher_pid": str(os.getpid()),
     }
-    client = _client(cluster.address)
+    client = _client(address)
     try:
         sid = client.submit_job(entrypoint=shlex.join(plan.entrypoint), submission_id=plan.submission_id,
                                 runtime_env=runtime_env, metadata=metadata)
     except Exception as exc:
-        raise LaunchError(f"Ray refused job {plan.submission_id} at {cluster.address}: {exc}\n"
+        raise LaunchError(f"Ray refused job {plan.submission_id} at {address}: {exc}\n"
                           f"  fix: check paths.slime (the job's working dir) and the cluster's state "
-                          f"(clawgym jobs list --address {cluster.address})") from exc
-    print(f"[clawgym] submitted job {sid} to {cluster.address}", flush=True)
-    handle = JobHandle(cluster.address, sid, plan, redact=list(secrets.values()))
+                          f"(clawgym jobs list --address {address})") from exc
+    sys.stdout.write(f"[clawgym] submitted job {sid} to {address}\n")
+    sys.stdout.flush()
+    handle = JobHandle(address, sid, plan, redact=list(secrets.values()))
     handle._client_obj = client
     return handle
-
-
-# ---------------------------------------------------------------- preparation
-
-def prepare(cfg: Any, plan: LaunchPlan, *, local_head: bool) -> str:
-    """Checks and cleanup before anything starts, then the launch snapshot.
-
-    Raises ``clawgym.preflight.PreflightError`` (with ``.report()``) when a check fails,
-    ``clawgym.snapshot.SnapshotError`` when the snapshot cannot be written. Returns the
-    snapshot dir.
-    """
-    from clawgym.preflight import cleanup_leftovers, run_preflight
-    from clawgym.snapshot import write_launch_snapshot
-
-    run_preflight(cfg, plan, local_head=local_head)
-    cleanup_leftovers(cfg)
-    return str(write_launch_snapshot(cfg, plan))
-
-
-def _start_watcher(plan: LaunchPlan, snapshot: Optional[str]):
-    """Stamp the launch snapshot into each checkpoint the job writes while we follow it."""
-    from clawgym.snapshot import CheckpointWatcher
-
-    if not plan.save_dir or not snapshot:
-        return None
-    watcher = CheckpointWatcher(plan.save_dir, snapshot)
-    watcher.start()
-    return watcher
-
-
-def _detach_message(handle: JobHandle, cluster: Cluster) -> str:
-    sid, addr = handle.submission_id, cluster.address
-    lines = [f"[clawgym] job {sid} submitted (detached); it runs on {addr}",
-             f"  follow:  clawgym jobs logs {sid} --follow --address {addr}",
-             f"  status:  clawgym jobs status {sid} --address {addr}",
-             f"  stop:    clawgym jobs stop {sid} --address {addr}"]
-    if handle.plan is not None and handle.plan.save_dir:
-        # No watcher follows a detached job: checkpoints get their config snapshot this way.
-        lines.append(f"  config snapshots into checkpoints: clawgym stamp {handle.plan.save_dir} --follow")
-    if cluster.record is not None:
-        lines.append(f"  the Ray head keeps running; when done: clawgym jobs stop-head --address {addr}")
-    return "\n".join(lines)
-
-
-def launch_single(cfg: Any, plan: LaunchPlan) -> Any:
-    """Launch one plan for real (the task function's path); see the module doc.
-
-    Returns 0 when the job succeeded or was detached; exits with the job's status
-    otherwise, so ``python train.py`` reports it. In a sweep, returns what the
-    plugin's session returns.
-    """
-    session = active_session()
-    if session is not None:
-        return session.submit_job(cfg, plan)
-    try:
-        rc = _launch(cfg, plan)
-    except (LaunchError, ray_head.HeadError) as err:
-        print(f"clawgym: {err}", file=sys.stderr, flush=True)
-        sys.exit(1)
-    except KeyboardInterrupt:
-        # Before a head or job existed (later interrupts are handled where they can stop things).
-        print("\n[clawgym] interrupted; nothing was left running", file=sys.stderr, flush=True)
-        sys.exit(EXIT_STOPPED)
-    if rc:
-        sys.exit(rc)
-    return 0
-
-
-def _connect_and_submit(plan: LaunchPlan, secrets: Mapping[str, str], cfg: Any):
-    """``Cluster.connect_or_start`` then ``submit``; a head started here gets the job as
-    soon as its dashboard answers, while ``ray start`` is still finishing."""
-    if plan.ray_start is None or ray_head.settle(plan.ray_start, plan.ray_start_env, secrets) is not None:
-        cluster = Cluster.connect_or_start(plan, secrets=secrets)
-        return cluster, submit(cluster, plan, secrets=secrets, cfg=cfg)
-    early: Dict[str, Any] = {}
-
-    def submit_early(address: str) -> None:
-        try:
-            early["handle"] = submit(Cluster(address, started_by_us=True), plan, secrets=secrets, cfg=cfg)
-        except LaunchError as err:
-            # Retried once the head is complete; a real problem shows up again there.
-            early["error"] = err
-
-    rec = ray_head.start_head(plan.ray_start, plan.ray_start_env, secrets=secrets,
-                              while_waiting=_warm_ray_import, on_dashboard=submit_early)
-    cluster = Cluster(rec.dashboard_address, started_by_us=True, record=rec)
-    handle = early.get("handle")
-    if handle is not None:
-        return cluster, handle
-    try:
-        client = _client(cluster.address)
-        try:
-            client.get_job_info(plan.submission_id)  # the early attempt got as far as registering it
-            handle = JobHandle(cluster.address, plan.submission_id, plan, redact=list(secrets.values()))
-        except Exception:
-            handle = submit(cluster, plan, secrets=secrets, cfg=cfg)
-    except BaseException:
-        # The caller never got hold of the head: stop it here.
-        with _uninterruptible():
-            ray_head.stop_head(rec)
-        raise
-    return cluster, handle
-
-
-def _launch(cfg: Any, plan: LaunchPlan) -> int:
-    secrets = resolve_secrets(plan, os.environ)
-    detach = bool(cfg.ray.detach)
-    keep = bool(cfg.ray.keep_head) or detach
-    reusable = None
-    if plan.ray_start is not None:
-        # Our own leftovers go first, so the preflight port checks see the machine as the launch will.
-        reusable = ray_head.settle(plan.ray_start, plan.ray_start_env, secrets)
-    from clawgym.preflight import PreflightError
-    from clawgym.snapshot import SnapshotError
-
-    try:
-        snapshot = prepare(cfg, plan, local_head=plan.ray_start is not None and reusable is None)
-    except PreflightError as err:
-        # run_preflight already printed the checklist with the failing line and its fix.
-        sys.stdout.flush()
-        check = getattr(err, "check", "")
-        hint = f", or skip the check with 'skip_checks=[{check}]' if it does not apply" \
-            if check and check != "skip_checks" else ""
-        print(f"preflight failed at '{check}': nothing was started; fix it{hint}", file=sys.stderr, flush=True)
-        return 2
-    except SnapshotError as err:
-        print(str(err), file=sys.stderr, flush=True)
-        return 2
-    cluster: Optional[Cluster] = None
-    handle: Optional[JobHandle] = None
-    watcher = None
-    rc = 1
-    with _sigterm_as_interrupt():
-        try:
-            cluster, handle = _connect_and_submit(plan, secrets, cfg)
-            if detach:
-                print(_detach_message(handle, cluster), flush=True)
-                return 0
-            try:
-                watcher = _start_watcher(plan, snapshot)
-            except Exception as exc:  # the run matters more than the stamps
-                print(f"[clawgym] checkpoint watcher not started ({exc}); stamp later with: clawgym stamp "
-                      f"{plan.save_dir} --follow", file=sys.stderr, flush=True)
-            rc = handle.follow()
-        except KeyboardInterrupt:
-            print("\n[clawgym] interrupted", file=sys.stderr, flush=True)
-            if handle is not None:
-                handle.stop()
-            rc = EXIT_STOPPED
-        finally:
-            with _uninterruptible():
-                if watcher is not None:
-                    watcher.stop()
-                if cluster is not None:
-                    cluster.close(keep_head=keep, ignore_jobs=[handle.submission_id] if handle and rc else [])
-    return rc

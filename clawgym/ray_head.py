@@ -17,10 +17,22 @@ down, and stopping it touches nothing else:
 
 Stopping verifies each process (pid + create time, or marker + start time) before
 SIGTERM, then SIGKILLs what is left after a grace period, then removes the record.
+
+Ownership: a head is *shared* by the launches that use it, and the record lists them
+(``users``: pid + process start time, so a reused pid is not mistaken for a user).
+The launch that starts a head is its first user; a later launch with the same settings
+joins the list while it runs. Each launch leaves the list when it ends, and the last
+one out stops the head, unless the head is *kept* (``ray.keep_head``, detached jobs, a
+lost terminal, or jobs still running that a launcher no longer follows: ``kept`` and
+``kept_reason`` in the record), in which case only ``clawgym jobs stop-head`` stops it.
+A head that is neither kept nor used by a live launch is *orphaned* (its launcher was
+killed): the next launch on it says so, lists what runs there and how to stop it.
+Record updates are serialised by a lock file next to the record.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import hmac
 import json
@@ -37,7 +49,7 @@ import urllib.error
 import urllib.request
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 #: Environment variable that marks every process of a head clawgym started.
 MARKER_ENV = "CLAWGYM_HEAD_ID"
@@ -152,6 +164,12 @@ class HeadRecord:
     processes: List[ProcessId] = field(default_factory=list)
     # Pid of the clawgym process that started it.
     owner_pid: int = 0
+    # Launches using the head now: [{"pid": ..., "create_time": ...}]; the last one out stops it.
+    users: List[Dict[str, float]] = field(default_factory=list)
+    # Left running on purpose (keep_head, detached jobs, lost terminal); only stop-head stops it.
+    kept: bool = False
+    # Why it was kept, for ``clawgym jobs heads``.
+    kept_reason: str = ""
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2) + "\n"
@@ -200,6 +218,72 @@ def list_records() -> List[HeadRecord]:
         except (OSError, ValueError, TypeError, KeyError):
             continue
     return out
+
+
+@contextlib.contextmanager
+def record_lock(dashboard_port: int) -> Iterator[None]:
+    """Serialise read-modify-write of one head's record between launches."""
+    import fcntl
+
+    path = heads_dir() / f".{int(dashboard_port)}.lock"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def this_launch() -> Dict[str, float]:
+    """This process as a head user: pid + start time (a pid alone may be reused)."""
+    return {"pid": os.getpid(), "create_time": psutil_module().Process().create_time()}
+
+
+def _user_alive(user: Mapping[str, Any]) -> bool:
+    return _verified(int(user.get("pid", 0)), float(user.get("create_time", 0.0))) is not None
+
+
+def live_users(rec: HeadRecord) -> List[Dict[str, float]]:
+    """Users of the head whose launcher process still runs."""
+    users = list(rec.users)
+    if not users and rec.owner_pid:
+        # A record from before users were listed: its owner pid, unverified.
+        users = [{"pid": rec.owner_pid, "create_time": rec.start_time}]
+        return [u for u in users if psutil_module().pid_exists(u["pid"])]
+    return [u for u in users if _user_alive(u)]
+
+
+def ownership(rec: HeadRecord) -> str:
+    """"kept", "in use" (a live launch uses it) or "orphaned" (no live launch, not kept)."""
+    if live_users(rec):
+        return "in use"
+    return "kept" if rec.kept else "orphaned"
+
+
+def join_head(rec: HeadRecord) -> HeadRecord:
+    """Add this launch to the head's users (the record on disk is re-read under the lock)."""
+    with record_lock(rec.dashboard_port):
+        current = load_record(rec.dashboard_port) or rec
+        me = this_launch()
+        current.users = [u for u in current.users if _user_alive(u) and int(u["pid"]) != me["pid"]] + [me]
+        write_record(current)
+    return current
+
+
+def leave_head(rec: HeadRecord, *, keep: bool = False, reason: str = "") -> Tuple[HeadRecord, List[Dict[str, float]]]:
+    """Remove this launch from the users (marking the head kept when ``keep``); returns the
+    record and the users still alive. The caller stops the head when none are left and it
+    is not kept (under :func:`record_lock`)."""
+    current = load_record(rec.dashboard_port)
+    if current is None or current.marker != rec.marker:
+        return rec, []
+    me = os.getpid()
+    current.users = [u for u in current.users if _user_alive(u) and int(u["pid"]) != me]
+    if keep:
+        current.kept, current.kept_reason = True, reason or current.kept_reason
+    write_record(current)
+    return current, list(current.users)
 
 
 def remove_record(rec: HeadRecord) -> None:
@@ -471,6 +555,7 @@ def start_head(argv: Sequence[str], env: Mapping[str, str], *, secrets: Mapping[
             digest=spec_digest(argv, env, secrets, salt),
             processes=[ProcessId(p.pid, p.create_time(), _proc_name(p)) for p in procs.values()],
             owner_pid=os.getpid(),
+            users=[this_launch()],
         )
         write_record(rec)
         if not quiet:
@@ -549,7 +634,53 @@ def settle(argv: Sequence[str], env: Mapping[str, str], secrets: Mapping[str, st
             f"(ray start argv, head environment or secrets) and still runs job(s) {', '.join(busy)}.\n"
             f"  fix: stop them (clawgym jobs stop <id> --address {rec.dashboard_address}), submit to that head "
             f"with ray.address={rec.dashboard_address}, or pick another ray.port/ray.dashboard_port")
+    users = [u for u in live_users(rec) if int(u["pid"]) != os.getpid()]
+    if users:
+        raise HeadError(
+            f"the Ray head clawgym started earlier at {rec.dashboard_address} was started with other settings "
+            f"(ray start argv, head environment or secrets) and is in use by clawgym launch(es) "
+            f"{', '.join('pid ' + str(int(u['pid'])) for u in users)}.\n"
+            f"  fix: wait for them, submit to that head with ray.address={rec.dashboard_address}, "
+            f"or pick another ray.port/ray.dashboard_port")
     print(f"[clawgym] replacing the idle Ray head clawgym started at {rec.dashboard_address} "
           f"(it was started with other settings)", flush=True)
     stop_head(rec, quiet=True)
     return None
+
+
+@dataclass
+class RunningJob:
+    """A job that has not finished on a cluster, with what clawgym recorded in its metadata."""
+
+    submission_id: str
+    # clawgym's run name, or "" for a job clawgym did not submit.
+    run_name: str
+    # GPUs the job holds (clawgym jobs record it); None when unknown.
+    gpus: Optional[int]
+    # Ports its servers listen on (clawgym jobs record them).
+    ports: List[int]
+    # Pid of the clawgym launch that submitted it (0 when unknown).
+    launcher_pid: int
+
+    def describe(self) -> str:
+        what = f"job {self.submission_id}" + (f" (run {self.run_name})" if self.run_name else " (not from clawgym)")
+        return what + (f", {self.gpus} GPUs" if self.gpus is not None else ", GPUs unknown")
+
+
+def running_job_details(address: str) -> List[RunningJob]:
+    """Jobs on a cluster that have not finished, with their recorded GPUs and ports."""
+    from ray.job_submission import JobSubmissionClient
+
+    out = []
+    for j in JobSubmissionClient(address).list_jobs():
+        if j.type.name != "SUBMISSION" or j.status.is_terminal():
+            continue
+        md = j.metadata or {}
+        gpus = md.get("clawgym_gpus")
+        ports = [int(p) for p in (md.get("clawgym_ports") or "").split(",") if p.strip().isdigit()]
+        pid = md.get("clawgym_launcher_pid") or "0"
+        out.append(RunningJob(submission_id=j.submission_id or j.job_id or "?",
+                              run_name=md.get("clawgym_run_name", ""),
+                              gpus=int(gpus) if gpus and gpus.isdigit() else None, ports=ports,
+                              launcher_pid=int(pid) if pid.isdigit() else 0))
+    return out

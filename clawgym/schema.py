@@ -345,6 +345,10 @@ class RayConfig:
     detach: bool = False
     # Existing cluster only: pass secrets in the runtime env (Ray keeps them in job metadata).
     pass_secrets_in_runtime_env: bool = False
+    # Seconds to keep retrying a Ray dashboard that stopped answering while a job is followed
+    # (a dashboard restart takes seconds; a lost node or network takes longer), then give up and
+    # exit non-zero: the job may still run (see `clawgym jobs status`).
+    lost_contact_s: float = 300.0
     # Seed health-check tuning, so slow nodes are not declared dead at scale.
     health_check_failure_threshold: int = 20
     # Health-check period.

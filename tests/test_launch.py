@@ -382,7 +382,7 @@ def test_ctrl_c_stops_the_job_exits_130_and_leaves_nothing_running(clawgym_check
 
 
 def test_follow_falls_back_to_polling_when_the_log_stream_drops(ray_cluster, tmp_path, capsys):
-    from clawgym.launch import Cluster, JobHandle, submit
+    from clawgym.launch import JobHandle, submit
     from clawgym.plan import LaunchPlan
 
     class DroppedStream(JobHandle):
@@ -395,7 +395,7 @@ def test_follow_falls_back_to_polling_when_the_log_stream_drops(ray_cluster, tmp
     plan = LaunchPlan(entrypoint=["python3", "-c", code], working_dir=str(work), runtime_env={"env_vars": {}},
                       ray_start=None, ray_start_env={}, submission_id=f"clawgym-poll-{uuid.uuid4().hex[:8]}",
                       address=ray_cluster.address, log_file=str(tmp_path / "logs" / "train_x.log"))
-    handle = submit(Cluster(ray_cluster.address, started_by_us=False), plan, secrets={})
+    handle = submit(ray_cluster.address, plan, secrets={})
     dropped = DroppedStream(handle.address, handle.submission_id, plan)
     assert dropped.follow() == 0
     out = capsys.readouterr().out

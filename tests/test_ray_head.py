@@ -12,7 +12,7 @@ import uuid
 import pytest
 
 from clawgym import ray_head
-from clawgym.launch import Cluster, resolve_secrets
+from clawgym.launch import resolve_secrets
 from clawgym.plan import LaunchPlan
 
 
@@ -112,23 +112,30 @@ def tempfile_root() -> str:
     return tempfile.gettempdir()
 
 
-def test_cluster_reports_the_gpus_its_head_declares(ray_cluster):
-    assert Cluster(ray_cluster.address, started_by_us=False).total_gpus() == ray_cluster.num_gpus
+def _existing(address: str):
+    from clawgym.backends.existing import ExistingCluster
+
+    plan = LaunchPlan(entrypoint=["python3", "train.py"], working_dir="/nonexistent", runtime_env={},
+                      ray_start=None, ray_start_env={}, submission_id="x", address=address)
+    return ExistingCluster([plan], [None])
 
 
-def test_closing_a_cluster_we_did_not_start_leaves_it_running(ray_cluster):
-    Cluster(ray_cluster.address, started_by_us=False, record=ray_cluster.record).close(keep_head=False)
+def test_existing_cluster_reports_the_gpus_its_head_declares(ray_cluster):
+    assert _existing(ray_cluster.address).total_gpus() == ray_cluster.num_gpus
+
+
+def test_closing_an_existing_cluster_leaves_it_running(ray_cluster):
+    backend = _existing(ray_cluster.address)
+    backend.start({})
+    backend.close(keep=False)
     assert ray_head.is_alive(ray_cluster.record)
 
 
 def test_unreachable_existing_cluster_is_a_clear_error():
-    from clawgym.launch import LaunchError
+    from clawgym.backends import BackendError
 
-    plan = LaunchPlan(entrypoint=["python3", "train.py"], working_dir="/nonexistent", runtime_env={},
-                      ray_start=None, ray_start_env={}, submission_id="x",
-                      address=f"http://127.0.0.1:{ray_head.free_port()}")
-    with pytest.raises(LaunchError) as info:
-        Cluster.connect_or_start(plan, secrets={})
+    with pytest.raises(BackendError) as info:
+        _existing(f"http://127.0.0.1:{ray_head.free_port()}").start({})
     assert "ray.address" in str(info.value) and "fix" in str(info.value)
 
 

@@ -1,20 +1,149 @@
-"""Cluster backends: where the Ray cluster of a run comes from (the ``cluster`` group).
+"""Cluster backends: where the Ray cluster of a launch comes from, behind one small interface.
 
-``slurm`` (a batch job that starts Ray across its allocation) and ``kuberay`` (a RayJob
-manifest) live here; ``local`` and ``existing`` are the launch path of ``clawgym.launch``.
+The launch pipeline (:mod:`clawgym.pipeline`) talks to a :class:`Backend` only, and never
+asks which one it is. A backend answers six questions for the jobs of one launch (a single
+run is a sweep of one):
+
+=================  ===========================================================================
+``settle``         deal with what an earlier launch left (before any check); may refuse
+``start``          make a Ray address available for these jobs (connect, reuse or start a
+                   cluster); a queueing backend may return None
+``free_gpus``      GPUs free for these jobs now (declared minus what running jobs hold);
+                   None = the backend queues jobs itself (e.g. SLURM), the pipeline does not pack
+``ports_in_use``   ports that jobs already running there claimed (port -> who), to refuse clashes
+``submit``         submit one job (plan + cfg + snapshot dir) and return a handle with
+                   ``follow`` / ``stop`` / ``status`` (:class:`clawgym.launch.JobHandle` for Ray jobs)
+``close``          clean up what this backend started, through what it recorded at start
+=================  ===========================================================================
+
+plus ``checks_this_machine`` (preflight checks this machine's GPUs and ports: only when the
+cluster is started here) and ``hints`` (how to follow, stop and clean up detached jobs).
+
+One owner per resource: what a backend starts, it records when it starts it and stops
+through that record (the local head's record lives in :mod:`clawgym.ray_head`). Backends
+are picked by :func:`backend_for`; a new one (SLURM allocation, KubeRay RayJob) is a module
+here with a class implementing :class:`Backend`, and a line in :func:`backend_for`.
+
+=============  ===========================================================
+``local``      a head clawgym starts on this machine (``ray.address`` unset)
+``existing``   a running cluster at ``ray.address``; never stopped
+``slurm``      one SLURM batch job per job; Ray starts inside the allocation
+=============  ===========================================================
+
+The ``cluster`` config group picks one (``cluster=local`` is the default, and with
+``ray.address`` set it means ``existing``, as before the group existed). ``kuberay``
+writes a RayJob manifest (:mod:`clawgym.backends.kuberay`) and runs no job from here, so
+it is not a pipeline backend.
+
+Importing this package imports no Ray.
 """
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
+
 
 #: Values of ``cluster.backend``.
 BACKENDS = ("local", "existing", "slurm", "kuberay")
 
 
-def backend_name(c: Mapping[str, Any]) -> str:
-    """The backend of a (plain or composed) config; ``local`` with ``ray.address`` set is ``existing``."""
-    name = str(((c.get("cluster") or {}) if hasattr(c, "get") else c["cluster"]).get("backend", "local"))
+def backend_name(c: Any) -> str:
+    """The backend a (plain or composed) config asks for; ``local`` with ``ray.address`` set is ``existing``."""
+    cluster = c.get("cluster") if hasattr(c, "get") else None
+    name = str((cluster or {}).get("backend", "local") if cluster is not None else "local")
     if name == "local" and c["ray"]["address"]:
         return "existing"
     return name
+
+
+class BackendError(Exception):
+    """The cluster cannot serve the launch; the message names the cause and the fix."""
+
+
+class Backend:
+    """What the launch pipeline needs from a cluster. Subclasses implement every method."""
+
+    #: Short name (``local``, ``existing``, ...), for messages only.
+    name = "backend"
+
+    def __init__(self, plans: Sequence[Any], cfgs: Sequence[Any]) -> None:
+        # The plans and task configs of every job of the launch (one cluster serves them all).
+        self.plans = list(plans)
+        self.cfgs = list(cfgs)
+        # Where jobs are submitted, once ``start`` made it available.
+        self.address: Optional[str] = None
+
+    # -------------------------------------------------------- before any check
+
+    def checks_this_machine(self) -> bool:
+        """True when preflight should check this machine's GPUs and ports (a cluster started here)."""
+        raise NotImplementedError
+
+    def settle(self, secrets: Mapping[str, str]) -> None:
+        """Deal with what an earlier launch left behind; raise BackendError to refuse."""
+
+    def answers(self) -> bool:
+        """True when the cluster runs already (then GPUs and ports are checked before preflight)."""
+        raise NotImplementedError
+
+    # -------------------------------------------------------- the cluster
+
+    def start(self, secrets: Mapping[str, str], *, on_address: Optional[Callable[[str], None]] = None,
+              while_waiting: Optional[Callable[[], None]] = None) -> Optional[str]:
+        """Make a Ray address available for the jobs and return it (None: the backend queues).
+
+        ``on_address(address)`` is called as soon as jobs can be submitted, possibly before
+        ``start`` returns; ``while_waiting()`` runs while a cluster starts.
+        """
+        raise NotImplementedError
+
+    def free_gpus(self) -> Optional[float]:
+        """GPUs not held by jobs running there now; None when the backend queues jobs itself."""
+        raise NotImplementedError
+
+    def total_gpus(self) -> float:
+        """GPUs the cluster declares (a job needing more can never run there)."""
+        raise NotImplementedError
+
+    def ports_in_use(self) -> Dict[int, str]:
+        """Port -> description of the running job that claimed it (clawgym jobs record theirs)."""
+        return {}
+
+    def running_elsewhere(self) -> List[str]:
+        """Lines describing jobs of other launches running there (for messages)."""
+        return []
+
+    # -------------------------------------------------------- jobs
+
+    def submit(self, plan: Any, cfg: Any, snapshot: Optional[str], secrets: Mapping[str, str]) -> Any:
+        """Submit one job; returns a handle (``follow``, ``stop``, ``status``, ``submission_id``)."""
+        raise NotImplementedError
+
+    def hints(self, handles: Sequence[Any]) -> List[str]:
+        """How to follow, stop and clean up jobs that run on without us (detached, terminal lost)."""
+        return []
+
+    # -------------------------------------------------------- cleanup
+
+    def close(self, *, keep: bool, reason: str = "", ignore_jobs: Sequence[str] = ()) -> None:
+        """Clean up what this backend started. ``keep`` leaves it running on purpose (recorded
+        as kept, e.g. ``ray.keep_head``, detached jobs, a lost terminal; ``reason`` says why);
+        jobs in ``ignore_jobs`` (ours, being stopped) do not keep it alive."""
+        raise NotImplementedError
+
+
+def backend_for(cfg: Any, plans: Sequence[Any], cfgs: Optional[Sequence[Any]] = None) -> Backend:
+    """The backend the launch's config asks for (every job of a launch shares one cluster)."""
+    plan = plans[0]
+    cfgs = list(cfgs) if cfgs is not None else [cfg] * len(plans)
+    if backend_name(cfg) == "slurm":
+        from clawgym.backends.slurm import SlurmBackend
+
+        return SlurmBackend(plans, cfgs)
+    if plan.ray_start is not None:
+        from clawgym.backends.local import LocalHead
+
+        return LocalHead(plans, cfgs)
+    from clawgym.backends.existing import ExistingCluster
+
+    return ExistingCluster(plans, cfgs)

@@ -423,50 +423,148 @@ def list_records() -> List[Dict[str, Any]]:
     return sorted(out, key=lambda r: r.get("submitted", 0))
 
 
-# ---------------------------------------------------------------- one run
+# ---------------------------------------------------------------- the pipeline's backend
 
-def launch(cfg: Any, plan: LaunchPlan) -> int:
-    """A real ``cluster=slurm`` launch of one plan (see the module doc); returns the exit status."""
-    from clawgym.config import to_plain
-    from clawgym.launch import prepare
-    from clawgym.preflight import PreflightError
-    from clawgym.snapshot import SnapshotError
+#: SLURM state -> the Ray job status the pipeline understands.
+_RAY_STATUS = {"COMPLETED": "SUCCEEDED", "CANCELLED": "STOPPED"}
 
-    from omegaconf import DictConfig
 
-    c = to_plain(cfg) if isinstance(cfg, DictConfig) else cfg
-    try:
-        # GPUs and ports are checked again inside the allocation, where they are.
-        snapshot = prepare(cfg, plan, local_head=False)
-    except PreflightError as err:
+class SlurmHandle:
+    """A submitted batch job, as the pipeline sees a job: status, follow, stop."""
+
+    def __init__(self, job: SlurmJob, plan: LaunchPlan):
+        self.job = job
+        self.plan = plan
+        # What the pipeline shows and records: SLURM's id (squeue/scancel take it).
+        self.submission_id = f"slurm:{job.job_id}"
+        # The batch job's output (the Ray job's output is in it, and in plan.log_file).
+        self.log_file = job.output
+        self._info: Dict[str, str] = {}
+
+    def status(self) -> str:
+        """PENDING/RUNNING while SLURM has it, then SUCCEEDED, STOPPED (cancelled) or FAILED."""
+        self._info = self.job.info()
+        state = self._info.get("JobState", "UNKNOWN")
+        if state in TERMINAL_STATES or not self._info:
+            return _RAY_STATUS.get(state, "FAILED")
+        return state
+
+    def message(self) -> str:
+        if not self._info:
+            return ""
+        return f"SLURM job {self.job.job_id} {self._info.get('JobState', '?')}, exit code " \
+               f"{self._info.get('ExitCode', '?')}"
+
+    def follow(self, *, echo: bool = True, lost_contact_after: float = 300.0, stop_on_interrupt: bool = True,
+               log_mode: str = "a", say: Any = None) -> int:
+        if echo:
+            return self.job.follow(stop_on_interrupt=stop_on_interrupt)
+        # A sweep: report SLURM's state changes (a queued job waits for GPUs as PENDING).
+        last = ""
+        while True:
+            st = self.status()
+            state = self._info.get("JobState", "UNKNOWN")
+            if state != last and say is not None:
+                reason = self._info.get("Reason", "")
+                say(f"SLURM job {self.job.job_id} {state.lower()}"
+                    + (f" ({reason})" if state == "PENDING" and reason not in ("", "None") else ""))
+            last = state
+            if st in ("SUCCEEDED", "STOPPED", "FAILED"):
+                return self.job.exit_code(self._info) if self._info else 1
+            time.sleep(2.0)
+
+    def stop(self, *, timeout: float = 60.0) -> str:
+        """``scancel``, then wait until SLURM reports the job ended (its teardown stops Ray)."""
+        self.job.cancel()
+        deadline = time.time() + timeout
+        st = self.status()
+        while st not in ("SUCCEEDED", "STOPPED", "FAILED") and time.time() < deadline:
+            time.sleep(0.5)
+            st = self.status()
+        return st
+
+    def note_in_log(self, text: str) -> None:
+        if self.plan.log_file:
+            try:
+                with open(self.plan.log_file, "a", encoding="utf-8") as fh:
+                    fh.write(text + "\n")
+            except OSError:
+                pass
+
+
+class SlurmBackend:
+    """``cluster=slurm``: each job is a SLURM batch job; SLURM queues them (no packing here).
+
+    Nothing runs on the login node but sbatch, scontrol and scancel: preflight checks what
+    the shared filesystem shows (sandbox, checkpoint, checkout), the allocation checks its
+    GPUs and ports itself, and there is nothing to clean up here afterwards (a cancelled or
+    finished batch job has stopped its own Ray processes).
+    """
+
+    name = "slurm"
+
+    def __init__(self, plans: Sequence[LaunchPlan], cfgs: Sequence[Any]) -> None:
+        self.plans = list(plans)
+        self.cfgs = list(cfgs)
+        # For the pipeline's messages.
+        self.address = "SLURM"
+
+    def checks_this_machine(self) -> bool:
+        return False
+
+    def settle(self, secrets: Mapping[str, str]) -> None:
+        from clawgym.backends import BackendError
+
+        try:
+            _slurm_cmd("sbatch")
+        except SlurmError as err:
+            raise BackendError(str(err)) from None
+
+    def answers(self) -> bool:
+        return False
+
+    def start(self, secrets: Mapping[str, str], *, on_address: Any = None, while_waiting: Any = None) -> Optional[str]:
+        return None
+
+    def free_gpus(self) -> Optional[float]:
+        return None
+
+    def total_gpus(self) -> float:
+        return float("inf")
+
+    def ports_in_use(self) -> Dict[int, str]:
+        return {}
+
+    def running_elsewhere(self) -> List[str]:
+        return []
+
+    def submit(self, plan: LaunchPlan, cfg: Any, snapshot: Optional[str], secrets: Mapping[str, str]) -> SlurmHandle:
+        from clawgym.backends import BackendError
+        from clawgym.config import to_plain
+
+        c = to_plain(cfg) if hasattr(cfg, "_metadata") else cfg
+        if not snapshot:
+            raise BackendError("cluster=slurm needs the launch snapshot (the allocation reads the plan from it)")
+        try:
+            script, output = write_script(plan, c, snapshot)
+            job = submit(script, plan, environ=os.environ, output=output)
+        except SlurmError as err:
+            from clawgym.launch import LaunchError
+
+            raise LaunchError(str(err)) from None
+        sys.stdout.write(f"[clawgym] submitted SLURM job {job.job_id} ({plan.run_name}); batch script {script}\n"
+                         f"[clawgym] output: {job.output}\n")
         sys.stdout.flush()
-        print(f"preflight failed at '{getattr(err, 'check', '')}': nothing was submitted; fix it", file=sys.stderr,
-              flush=True)
-        return 2
-    except SnapshotError as err:
-        print(str(err), file=sys.stderr, flush=True)
-        return 2
-    try:
-        script, output = write_script(plan, c, snapshot)
-        job = submit(script, plan, environ=os.environ, output=output)
-    except SlurmError as err:
-        print(f"clawgym: {err}", file=sys.stderr, flush=True)
-        return 1
-    print(f"[clawgym] submitted SLURM job {job.job_id} ({plan.run_name}); batch script {script}", flush=True)
-    print(f"[clawgym] output: {job.output}", flush=True)
-    if bool(c["ray"]["detach"]):
-        print(f"[clawgym] detached; the job runs on in SLURM's queue\n"
-              f"  status:  squeue -j {job.job_id}   (or: clawgym jobs slurm)\n"
-              f"  output:  tail -f {job.output}\n"
-              f"  cancel:  scancel {job.job_id}", flush=True)
-        return 0
-    return job.follow()
+        return SlurmHandle(job, plan)
 
+    def hints(self, handles: Sequence[Any]) -> List[str]:
+        lines = []
+        for h in handles:
+            jid = h.job.job_id
+            lines += [f"  status:  squeue -j {jid}   (or: clawgym jobs slurm)",
+                      f"  output:  tail -f {h.job.output}",
+                      f"  cancel:  scancel {jid}"]
+        return lines
 
-def submit_many(items: Sequence[tuple]) -> List[SlurmJob]:
-    """Submit (cfg-plain, plan, snapshot) triples, one batch job each; used by sweeps."""
-    jobs = []
-    for c, plan, snapshot in items:
-        script, output = write_script(plan, c, snapshot)
-        jobs.append(submit(script, plan, environ=os.environ, output=output))
-    return jobs
+    def close(self, *, keep: bool, reason: str = "", ignore_jobs: Sequence[str] = ()) -> None:
+        """Nothing to clean up on the login node: each batch job stops its own Ray processes."""

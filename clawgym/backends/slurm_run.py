@@ -151,21 +151,20 @@ def cmd_run(args) -> int:
         env["no_proxy"] = f"127.0.0.1,{args.head_ip}"
     plan.runtime_env = {**plan.runtime_env, "env_vars": env}
     plan.address = args.address
-    # The secrets are in the head's environment (inherited from sbatch's), so the job inherits them;
-    # here they are only masked in the output.
     secrets = L.resolve_secrets(plan, os.environ)
     handle = None
     watcher = None
     signal.signal(signal.SIGTERM, lambda s, f: (_ for _ in ()).throw(KeyboardInterrupt()))
     try:
         wait_for_nodes(args.address, args.nodes, args.gpus, args.wait_nodes)
-        handle = L.submit(L.Cluster(args.address, started_by_us=False), plan, secrets={}, cfg=None)
-        handle._redact = [v for v in secrets.values() if v]
+        # started_here: the head this script started has the secrets in its environment (inherited
+        # from sbatch's), so the job inherits them; here they are only masked in the output.
+        handle = L.submit(args.address, plan, secrets=secrets, started_here=True)
         if args.snapshot:
-            try:
-                watcher = L._start_watcher(plan, args.snapshot)
-            except Exception as exc:
-                _say(f"checkpoint watcher not started ({exc}); stamp later with: clawgym stamp {plan.save_dir}")
+            from clawgym.pipeline import _start_watcher
+
+            # Checkpoints are stamped here, inside the allocation, while the job runs.
+            watcher = _start_watcher(plan, args.snapshot)
         handle.stop = _quick_stop(handle.stop)  # type: ignore[assignment]
         rc = handle.follow()
     except KeyboardInterrupt:

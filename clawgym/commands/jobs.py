@@ -138,7 +138,15 @@ def _cmd_heads(args) -> int:
         state = {"alive": "alive", "unresponsive": "running, dashboard not answering",
                  "dead": "dead (cleaned up at the next launch on its port)"}[ray_head.head_state(r, patience=2.0)]
         started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r.start_time))
-        print(f"{r.dashboard_address}  GCS {r.gcs_address}  started {started}  {state}")
+        owner = ray_head.ownership(r)
+        if owner == "in use":
+            owner += " by clawgym launch(es) " + ", ".join(f"pid {int(u['pid'])}" for u in ray_head.live_users(r))
+        elif owner == "kept":
+            owner += f" ({r.kept_reason or 'ray.keep_head'})"
+        else:
+            owner += f" (its launcher, pid {r.owner_pid}, is gone; stop it: clawgym jobs stop-head --address " \
+                     f"{r.dashboard_address})"
+        print(f"{r.dashboard_address}  GCS {r.gcs_address}  started {started}  {state}  {owner}")
     return 0
 
 

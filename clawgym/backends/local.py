@@ -1,0 +1,160 @@
+"""A Ray head that clawgym starts on this machine, or reuses when an earlier launch left one.
+
+Its lifecycle (start, record, shared use, stop) lives in :mod:`clawgym.ray_head`; this
+backend decides when: ``settle`` deals with what an earlier launch left on the dashboard
+port, ``start`` reuses a live head with the same settings (joining its users; an orphaned
+one is reported with what runs there) or starts one with the secrets in its environment,
+``close`` leaves the users list and stops the head when this launch was the last user and
+nobody asked to keep it.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import Any, Callable, List, Mapping, Optional, Sequence
+
+from clawgym.backends import BackendError
+from clawgym.backends._ray import RayJobsBackend
+
+
+def _say(text: str) -> None:
+    sys.stdout.write(text + "\n")
+    sys.stdout.flush()
+
+
+class LocalHead(RayJobsBackend):
+    name = "local"
+
+    def __init__(self, plans: Sequence[Any], cfgs: Sequence[Any]) -> None:
+        super().__init__(plans, cfgs)
+        plan = plans[0]
+        self.argv: List[str] = list(plan.ray_start)
+        self.env = dict(plan.ray_start_env)
+        # The head's record once reused or started (None before start, and after a stop).
+        self.record: Any = None
+        # A live head of an earlier launch with the same settings, found by settle().
+        self.reusable: Any = None
+        self._settled = False
+        self._closed = False
+
+    def checks_this_machine(self) -> bool:
+        # Preflight checks this node's GPUs and the head's ports only when it starts the head.
+        return self.reusable is None
+
+    def settle(self, secrets: Mapping[str, str]) -> None:
+        from clawgym import ray_head
+
+        try:
+            self.reusable = ray_head.settle(self.argv, self.env, secrets)
+        except ray_head.HeadError as err:
+            raise BackendError(str(err)) from None
+        self._settled = True
+        if self.reusable is not None:
+            self.address = self.reusable.dashboard_address
+
+    def answers(self) -> bool:
+        return self.reusable is not None
+
+    def start(self, secrets: Mapping[str, str], *, on_address: Optional[Callable[[str], None]] = None,
+              while_waiting: Optional[Callable[[], None]] = None) -> Optional[str]:
+        from clawgym import ray_head
+
+        if not self._settled:
+            self.settle(secrets)
+        if self.reusable is not None:
+            rec = self.reusable
+            state = ray_head.ownership(rec)
+            self._report_reuse(rec, state)
+            self.record = ray_head.join_head(rec)
+            self.address = rec.dashboard_address
+            self.started_here = True  # its environment carries the secrets (settle compared them)
+            if while_waiting is not None:
+                while_waiting()
+            if on_address is not None:
+                on_address(self.address)
+            return self.address
+        try:
+            self.record = ray_head.start_head(self.argv, self.env, secrets=secrets, while_waiting=while_waiting,
+                                              on_dashboard=self._early(on_address))
+        except ray_head.HeadError as err:
+            raise BackendError(str(err)) from None
+        self.address = self.record.dashboard_address
+        self.started_here = True
+        return self.address
+
+    def _early(self, on_address: Optional[Callable[[str], None]]) -> Optional[Callable[[str], None]]:
+        if on_address is None:
+            return None
+
+        def call(address: str) -> None:
+            # The dashboard answers seconds before `ray start` returns: jobs can go in now.
+            self.address, self.started_here = address, True
+            on_address(address)
+        return call
+
+    def _report_reuse(self, rec: Any, state: str) -> None:
+        from clawgym import ray_head
+
+        addr = rec.dashboard_address
+        started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(rec.start_time))
+        if state == "in use":
+            users = ", ".join(f"pid {int(u['pid'])}" for u in ray_head.live_users(rec))
+            _say(f"[clawgym] reusing the Ray head clawgym started earlier at {addr}, shared with the running "
+                 f"clawgym launch(es) {users}; the last launch to end stops it")
+            return
+        if state == "kept":
+            _say(f"[clawgym] reusing the Ray head clawgym started earlier at {addr} (kept: "
+                 f"{rec.kept_reason or 'ray.keep_head'}; it keeps running; stop it with: "
+                 f"clawgym jobs stop-head --address {addr})")
+            return
+        try:
+            running = ray_head.running_job_details(addr)
+        except Exception:
+            running = []
+        lines = [f"[clawgym] WARNING: the Ray head at {addr} is ORPHANED: the clawgym launch that used it "
+                 f"(pid {rec.owner_pid}, head started {started}) is gone without stopping it or asking to keep it."]
+        if running:
+            lines.append("  still running there (nobody follows them):")
+            lines += [f"    {j.describe()}: stop with clawgym jobs stop {j.submission_id} --address {addr}"
+                      for j in running]
+        else:
+            lines.append("  no job runs there.")
+        lines.append(f"  stop the head: clawgym jobs stop-head --address {addr}")
+        lines.append("  reusing it for this launch (the orphaned jobs' GPUs and ports count as taken); "
+                     "it is stopped when this launch ends")
+        _say("\n".join(lines))
+
+    def close(self, *, keep: bool, reason: str = "", ignore_jobs: Sequence[str] = ()) -> None:
+        from clawgym import ray_head
+
+        if self._closed or self.record is None:
+            return
+        self._closed = True
+        rec, addr = self.record, self.record.dashboard_address
+        with ray_head.record_lock(rec.dashboard_port):
+            rec, others = ray_head.leave_head(rec, keep=keep, reason=reason)
+            if keep:
+                _say(f"[clawgym] keeping the Ray head at {addr} ({reason or 'ray.keep_head=true'}); "
+                     f"stop it later: clawgym jobs stop-head --address {addr}")
+                return
+            if others:
+                _say(f"[clawgym] leaving the Ray head at {addr} to the clawgym launch(es) still using it "
+                     f"({', '.join('pid ' + str(int(u['pid'])) for u in others)}); the last one stops it")
+                return
+            if rec.kept:
+                _say(f"[clawgym] the Ray head at {addr} stays (kept: {rec.kept_reason or 'ray.keep_head'}); "
+                     f"stop it later: clawgym jobs stop-head --address {addr}")
+                return
+            try:
+                busy = [j for j in ray_head.running_jobs(addr) if j not in ignore_jobs]
+            except Exception:
+                busy = []
+            if busy:
+                # Nobody follows them any more: record the head as kept, so it is not an orphan.
+                ray_head.leave_head(rec, keep=True, reason=f"jobs {', '.join(busy)} were running when the "
+                                                           f"last launch ended")
+                _say(f"[clawgym] keeping the Ray head at {addr}: job(s) still running there: {', '.join(busy)}; "
+                     f"stop it later: clawgym jobs stop-head --address {addr}")
+                return
+            ray_head.stop_head(rec)

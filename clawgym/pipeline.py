@@ -1,0 +1,749 @@
+"""The launch pipeline: one path for 1..N jobs (a single run is a sweep of one).
+
+``python train.py`` (through :func:`launch_single`) and the Hydra launcher plugin
+(through :mod:`clawgym.sweep`) hand validated, planned jobs to :class:`Pipeline`, which
+walks the same steps for both:
+
+1. **one cluster**: every job asks for the same cluster and the same ``ray.detach``;
+2. **settle**: the backend deals with what an earlier launch left (:mod:`clawgym.backends`);
+3. **capacity** (when the cluster already runs): every job fits the cluster's *free* GPUs
+   and claims no port a running job claimed (checked again once the cluster is up);
+4. **preflight** every job, all reported together; nothing has started yet;
+5. **cleanup** of leftovers, then the **snapshot** of each job;
+6. **cluster**: the backend connects, reuses or starts one (:meth:`Backend.start`);
+7. **submit** jobs as they fit the free GPUs (first fit in job order), **follow** them
+   (one job: its output on the console; several: a thread each, with progress lines),
+8. **summarise** (sweeps: a table) and **close**: the backend cleans up what it started.
+
+Signals while jobs run: Ctrl-C and SIGTERM stop our running jobs (queued ones are not
+submitted) and then what the backend started. SIGHUP (the terminal is gone, e.g. an ssh
+session dropped) does not stop anything: the jobs keep running as with
+``ray.detach=true``, the head is recorded as kept, the checkpoint watcher stops (run
+``clawgym stamp <save dir> --follow`` to stamp later checkpoints), a line in each job's
+log file says so and how to follow it, and the launcher exits 129.
+
+The pipeline never asks which backend it talks to.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+
+from clawgym.plan import LaunchPlan
+
+QUEUED, RUNNING, SUCCEEDED, FAILED, STOPPED = "queued", "running", "succeeded", "failed", "stopped"
+#: Exit status of a launch refused before anything started (as a config error).
+EXIT_REFUSED = 2
+#: Exit status after Ctrl-C / SIGTERM (128 + SIGINT).
+EXIT_INTERRUPTED = 130
+
+
+class Refused(Exception):
+    """The launch cannot start; ``str()`` is the whole user-facing report; nothing was submitted."""
+
+    def __init__(self, report: str, code: int = EXIT_REFUSED) -> None:
+        super().__init__(report)
+        self.code = code
+
+
+@dataclass
+class PipelineOptions:
+    """How the pipeline runs its jobs."""
+
+    # Sweep output (progress lines, summary table, job output only in log files) instead of
+    # one job's output on the console.
+    sweep: bool = False
+    # Most jobs running at once; 0 = as many as the free GPUs hold.
+    max_concurrent: int = 0
+    # Seconds between checks of running jobs.
+    poll_interval: float = 1.0
+    # Seconds between progress lines while nothing changes; 0 = on changes only.
+    progress_interval: float = 30.0
+
+
+@dataclass
+class PipelineJob:
+    """One job of a launch and what happened to it."""
+
+    # Job number (Hydra's ``hydra.job.num`` in a sweep).
+    num: int
+    # Task config (no ``hydra`` node).
+    cfg: Any
+    # The validated plan that is submitted.
+    plan: LaunchPlan
+    # What tells the job apart, for messages ("(no overrides)" for a single run).
+    label: str = ""
+    short_label: str = ""
+    # Overrides and choices for the snapshot (clawgym.snapshot.LaunchRecord); None: Hydra's current job.
+    record: Any = None
+    status: str = QUEUED
+    # Secrets this job's plan names, read from the environment (never printed).
+    secrets: Dict[str, str] = field(default_factory=dict, repr=False)
+    handle: Any = None
+    submission_id: Optional[str] = None
+    log_file: Optional[str] = None
+    started: Optional[float] = None
+    ended: Optional[float] = None
+    exit_code: Optional[int] = None
+    # Why the job failed, when it did.
+    error: Optional[BaseException] = None
+    thread: Optional[threading.Thread] = None
+    # Launch snapshot written before submission, and the checkpoint watcher that copies it.
+    snapshot: Optional[str] = None
+    watcher: Any = None
+
+    @property
+    def duration(self) -> Optional[float]:
+        if self.started is None:
+            return None
+        return (self.ended or time.monotonic()) - self.started
+
+
+# ---------------------------------------------------------------- the task-function hook
+
+_ACTIVE: Optional["Pipeline"] = None
+
+
+def active_pipeline() -> Optional["Pipeline"]:
+    """The pipeline whose job's task function is running (a sweep), or None."""
+    return _ACTIVE
+
+
+def launch_single(cfg: Any, plan: LaunchPlan) -> Any:
+    """``python train.py`` without dry run: the pipeline with one job.
+
+    Inside a sweep (the task function of a sweep job), submits that job and returns its
+    submission id. Otherwise returns 0 when the job succeeded or was detached, and exits
+    with the launch's status (printed without a traceback) when not.
+    """
+    if _ACTIVE is not None:
+        return _ACTIVE.submit_current(cfg, plan)
+    job = PipelineJob(num=0, cfg=cfg, plan=plan, label="(no overrides)")
+    try:
+        rc = Pipeline([job], PipelineOptions()).run()
+    except Refused as err:
+        print(str(err), file=sys.stderr, flush=True)
+        sys.exit(err.code)
+    except KeyboardInterrupt:
+        # Before a cluster or job existed (later interrupts are handled where they can stop things).
+        print("\n[clawgym] interrupted; nothing was left running", file=sys.stderr, flush=True)
+        sys.exit(EXIT_INTERRUPTED)
+    if rc:
+        sys.exit(rc)
+    return 0
+
+
+# ---------------------------------------------------------------- formatting
+
+def fmt_duration(seconds: Optional[float]) -> str:
+    if seconds is None:
+        return "-"
+    seconds = int(round(seconds))
+    h, rest = divmod(seconds, 3600)
+    m, s = divmod(rest, 60)
+    return f"{h}:{m:02d}:{s:02d}" if h else f"{m}:{s:02d}"
+
+
+def summary_table(jobs: Sequence[PipelineJob]) -> str:
+    head = ("#", "overrides", "run_name", "submission id", "status", "duration", "log file")
+    rows = [head] + [(str(j.num), j.short_label or j.label, j.plan.run_name if j.plan else "-", j.submission_id or "-",
+                      j.status, fmt_duration(j.duration), j.log_file or "-") for j in jobs]
+    widths = [max(len(r[i]) for r in rows) for i in range(len(head) - 1)]
+    out = []
+    for n, r in enumerate(rows):
+        out.append("  ".join(c.ljust(w) for c, w in zip(r, widths)) + "  " + r[-1])
+        if n == 0:
+            out.append("  ".join("-" * w for w in widths) + "  " + "-" * len(head[-1]))
+    return "\n".join(out)
+
+
+def say(text: str) -> None:
+    # One write per line: job threads print too, and print() writes the newline separately.
+    sys.stdout.write(text + "\n")
+    sys.stdout.flush()
+
+
+def _quiet_ray_sdk() -> None:
+    """Ray's job SDK logs each package upload and websocket close at INFO; keep progress readable."""
+    import importlib
+    import logging
+
+    for name in ("ray.dashboard.modules.dashboard_sdk", "ray.dashboard.modules.job.sdk"):
+        importlib.import_module(name)  # they set their level to INFO when imported
+        logging.getLogger(name).setLevel(logging.WARNING)
+
+
+# ---------------------------------------------------------------- the pipeline
+
+class Pipeline:
+    """Validated, planned jobs -> checked, snapshotted, submitted, followed, summarised."""
+
+    def __init__(self, jobs: Sequence[PipelineJob], options: PipelineOptions, *,
+                 run_job: Optional[Callable[[PipelineJob], None]] = None,
+                 environ: Optional[Mapping[str, str]] = None) -> None:
+        self.jobs = list(jobs)
+        self.options = options
+        # Makes a job reach submit_current(): a sweep runs Hydra's job (its task function calls
+        # launch_single); None submits directly.
+        self._run_job = run_job
+        self.environ = os.environ if environ is None else environ
+        self.backend: Any = None
+        # GPUs free for this launch's jobs when they were checked (None: the backend queues).
+        self.capacity: Optional[float] = None
+        self.t0 = time.monotonic()
+        self.interrupted = False
+        self.hangup = False
+        self._current: Optional[PipelineJob] = None
+        self._wake = threading.Event()
+        self._last_progress = 0.0
+        self._last_counts: Optional[Tuple[int, ...]] = None
+
+    # -------------------------------------------------------- small helpers
+
+    @property
+    def _sweep(self) -> bool:
+        return self.options.sweep
+
+    @property
+    def detach(self) -> bool:
+        return bool(self.jobs[0].cfg.ray.detach)
+
+    @property
+    def keep(self) -> bool:
+        return any(bool(j.cfg.ray.keep_head) for j in self.jobs)
+
+    def _refuse(self, what: str, lines: Sequence[str], *, submitted: bool = False) -> Refused:
+        nothing = "nothing was submitted" if submitted else "nothing was started"
+        head = f"clawgym: sweep refused, {what}; {nothing}" if self._sweep else f"clawgym: {what}; {nothing}"
+        return Refused("\n".join([head, *lines]))
+
+    def _elapsed(self) -> str:
+        return fmt_duration(time.monotonic() - self.t0)
+
+    # -------------------------------------------------------- run
+
+    def run(self) -> int:
+        """Walk the steps (module doc); returns the exit status. Raises :class:`Refused`
+        (nothing submitted) when a check fails or the cluster cannot be had."""
+        from clawgym import launch
+        from clawgym.backends import BackendError, backend_for
+
+        self._one_cluster()
+        secrets: Dict[str, str] = {}
+        for j in self.jobs:
+            j.secrets = launch.resolve_secrets(j.plan, self.environ)
+            secrets.update(j.secrets)
+        self.backend = backend_for(self.jobs[0].cfg, [j.plan for j in self.jobs], [j.cfg for j in self.jobs])
+        try:
+            self.backend.settle(secrets)
+        except BackendError as err:
+            raise self._refuse("the Ray cluster cannot be used", [str(err)]) from None
+        if self.backend.answers():
+            # A running cluster: refuse what cannot fit, before preflight and before any snapshot.
+            self._check_capacity()
+        self._preflight()
+        self._cleanup_and_snapshot()
+        early = len(self.jobs) == 1 and not self._sweep and not self.backend.answers()
+        try:
+            with launch._sigterm_as_interrupt():
+                try:
+                    self._connect(secrets, submit_early=early)
+                    if not early:
+                        self._check_capacity(after_start=True)
+                    _quiet_ray_sdk() if self._sweep else None
+                    if self.detach:
+                        self._submit_detached()
+                    elif self._sweep:
+                        self._schedule()
+                    else:
+                        self._foreground()
+                except KeyboardInterrupt:
+                    self.interrupted = True
+                    with launch._uninterruptible():
+                        self._interrupt()
+                except launch.TerminalLost:
+                    self.hangup = True
+                    launch.survive_lost_terminal()
+                    with launch._uninterruptible():
+                        self._lost_terminal()
+        finally:
+            with launch._uninterruptible():
+                self._close()
+        return self._summarise()
+
+    # -------------------------------------------------------- checks
+
+    def _one_cluster(self) -> None:
+        heads = {(j.plan.address, tuple(j.plan.ray_start or ()), tuple(sorted(j.plan.ray_start_env.items())))
+                 for j in self.jobs}
+        if len(heads) > 1:
+            raise self._refuse("its jobs ask for different Ray clusters", [
+                *(f"  job #{j.num} ({j.label}): {j.plan.address}"
+                  + (f" via {' '.join(j.plan.ray_start)}" if j.plan.ray_start else " (existing)") for j in self.jobs),
+                "  rule: one sweep runs on one cluster",
+                "  fix:  set the same ray.* for every job (e.g. ray.num_gpus=<node GPUs> for all,"
+                " or ray.address=<cluster>)"])
+        if len({bool(j.cfg.ray.detach) for j in self.jobs}) > 1:
+            raise self._refuse("ray.detach differs between jobs", ["  fix:  set ray.detach once for the whole sweep"])
+
+    def _check_capacity(self, *, after_start: bool = False) -> None:
+        """Every job fits the cluster's declared GPUs and, next to the jobs already running
+        there, its free GPUs; no job claims a port that a running job claimed."""
+        b = self.backend
+        try:
+            free = b.free_gpus()
+            total = b.total_gpus() if free is not None else None
+            ports = b.ports_in_use()
+            running = b.running_elsewhere()
+        except Exception:
+            if after_start:
+                raise
+            return  # the preflight's cluster check reports a cluster that does not answer
+        if free is None:
+            self.capacity = None
+            return
+        jobs = self.jobs
+        big = [j for j in jobs if j.plan.gpus_required > total]
+        if big and total == 0 and b.checks_this_machine():
+            raise self._refuse("the local Ray head sees no GPUs on this node", [
+                "  rule: jobs are packed onto the GPUs the head declares",
+                "  fix:  run on a GPU node, or declare them: ray.num_gpus=<GPUs of the node>"], submitted=True)
+        if big:
+            raise self._refuse(f"the cluster has {total:g} GPUs", [
+                *(f"  job #{j.num} ({j.label}) needs {j.plan.gpus_required} GPUs" for j in big),
+                "  rule: a job's gpu_layout must fit the cluster",
+                "  fix:  choose a smaller gpu_layout, or run on a cluster with more GPUs (ray.address / ray.num_gpus)"],
+                submitted=True)
+        where = self.backend.address
+        waiting = [j for j in jobs if j.plan.gpus_required > free]
+        if waiting:
+            raise self._refuse(f"the cluster at {where} has {free:g} of its {total:g} GPUs free", [
+                *(f"  job #{j.num} ({j.label}) needs {j.plan.gpus_required} GPUs" for j in waiting),
+                "  running there now:", *(f"    {line}" for line in running),
+                f"  rule: a job starts only on GPUs no running job holds",
+                f"  fix:  wait for those jobs, stop them (clawgym jobs stop <id> --address {where}), "
+                f"or use another cluster (ray.address, or ray.port/ray.dashboard_port for a head of its own)"],
+                submitted=True)
+        need = sum(j.plan.gpus_required for j in jobs)
+        if self.detach and need > free:
+            raise self._refuse(
+                f"ray.detach=true needs every job to run at once, but the jobs need {need} GPUs and the cluster has "
+                f"{free:g} free", ["  fix:  drop ray.detach (the sweep then queues jobs and waits), or split the sweep"],
+                submitted=True)
+        clashes = []
+        for j in jobs:
+            from clawgym.launch import ports_of
+
+            for port in ports_of(j.plan):
+                if port in ports:
+                    clashes.append(f"  job #{j.num} ({j.label}): port {port} (e.g. sglang.api_port) is claimed by "
+                                   f"{ports[port]}")
+        if clashes:
+            raise self._refuse(f"ports clash with jobs running on {where}", [
+                *clashes, "  rule: two jobs' API servers (and routers) cannot share a port",
+                "  fix:  set sglang.api_port (and any --*-port in extra_args) to ports no running job uses"],
+                submitted=True)
+        self.capacity = free
+
+    def _preflight(self) -> None:
+        from clawgym.preflight import PreflightError, run_preflight
+
+        local = self.backend.checks_this_machine()
+        if not self._sweep:
+            j = self.jobs[0]
+            try:
+                run_preflight(j.cfg, j.plan, local_head=local)
+            except PreflightError as err:
+                # run_preflight already printed the checklist with the failing line and its fix.
+                sys.stdout.flush()
+                check = getattr(err, "check", "")
+                hint = f", or skip the check with 'skip_checks=[{check}]' if it does not apply" \
+                    if check and check != "skip_checks" else ""
+                raise Refused(f"preflight failed at '{check}': nothing was started; fix it{hint}") from None
+            return
+        reports = []
+        for j in self.jobs:
+            try:
+                run_preflight(j.cfg, j.plan, local_head=local, echo=None)
+            except PreflightError as err:
+                reports.append(f"sweep job #{j.num} ({j.label}):\n{err.report()}")
+        if reports:
+            raise Refused(f"clawgym: sweep refused, preflight failed for {len(reports)} of {len(self.jobs)} "
+                          f"jobs; nothing was started\n" + "\n".join(reports))
+        say(f"[sweep] preflight passed for all {len(self.jobs)} jobs")
+
+    def _cleanup_and_snapshot(self) -> None:
+        from clawgym.preflight import PreflightError, cleanup_leftovers
+        from clawgym.snapshot import SnapshotError, write_launch_snapshot
+
+        try:
+            cleaned = set()
+            for j in self.jobs:
+                sb = j.cfg.sandbox
+                key = (sb.backend, sb.container_prefix, sb.image)
+                if key not in cleaned:
+                    cleanup_leftovers(j.cfg)
+                    cleaned.add(key)
+            for j in self.jobs:
+                j.snapshot = str(write_launch_snapshot(j.cfg, j.plan, record=j.record))
+        except (PreflightError, SnapshotError) as err:
+            if self._sweep:
+                raise Refused(f"clawgym: sweep refused; nothing was submitted\n{err}") from None
+            raise Refused(str(err)) from None
+
+    # -------------------------------------------------------- cluster and jobs
+
+    def _connect(self, secrets: Mapping[str, str], *, submit_early: bool) -> None:
+        from clawgym import launch
+        from clawgym.backends import BackendError
+
+        early: Dict[str, Any] = {}
+
+        def on_address(address: str) -> None:
+            # One job on a cluster being started: submit as soon as the dashboard answers,
+            # while the rest of the head comes up (Ray's job API waits for it by itself).
+            if submit_early:
+                try:
+                    self._start(self.jobs[0])
+                except launch.LaunchError as err:
+                    early["error"] = err  # retried once the cluster is complete
+
+        try:
+            self.backend.start(secrets, on_address=on_address, while_waiting=launch._warm_ray_import)
+        except (BackendError, launch.LaunchError) as err:
+            if self._sweep:
+                raise Refused(f"clawgym: sweep stopped before any job was submitted: {err}") from None
+            raise Refused(f"clawgym: {err}", code=1) from None
+        j = self.jobs[0]
+        if submit_early and j.handle is None and j.status == QUEUED:
+            if early.get("error") is not None and self._registered(j):
+                return  # the early attempt got as far as registering it
+            self._start(j)
+        if self._sweep:
+            b = self.backend
+            cap = f"{self.capacity:g} GPUs free" if self.capacity is not None else "GPUs queued by the cluster"
+            say(f"[sweep] {len(self.jobs)} jobs on {b.address} ({cap}"
+                f"{', head started by clawgym' if getattr(b, 'started_here', False) else ''})")
+
+    def _registered(self, j: PipelineJob) -> bool:
+        from clawgym import launch
+
+        try:
+            launch._client(self.backend.address).get_job_info(j.plan.submission_id)
+        except Exception:
+            return False
+        j.handle = launch.JobHandle(self.backend.address, j.plan.submission_id, j.plan,
+                                    redact=list(j.secrets.values()))
+        j.submission_id, j.log_file = j.handle.submission_id, j.handle.log_file
+        j.started, j.status = time.monotonic(), RUNNING
+        _mark_snapshot_submitted(j)
+        if not self.detach:
+            j.watcher = _start_watcher(j.plan, j.snapshot)
+        return True
+
+    def submit_current(self, cfg: Any, plan: LaunchPlan) -> Any:
+        """Called by :func:`launch_single` inside a sweep job's task function: submit that job."""
+        j = self._current
+        if j is None:
+            raise RuntimeError("submit_current called outside a pipeline job")
+        # Submit the plan that was checked and snapshotted up front; the task function's own
+        # plan differs only in its timestamp (submission id, log file name).
+        same = (plan.entrypoint, plan.runtime_env, plan.working_dir) == \
+            (j.plan.entrypoint, j.plan.runtime_env, j.plan.working_dir)
+        if not same:
+            j.plan = plan
+        self._submit(j)
+        return j.submission_id
+
+    def _submit(self, j: PipelineJob) -> None:
+        j.handle = self.backend.submit(j.plan, j.cfg, j.snapshot, j.secrets)
+        j.submission_id = j.handle.submission_id
+        j.log_file = j.handle.log_file
+        # The snapshot now belongs to a submitted job (bug 6: clawgym.snapshot marks it so).
+        _mark_snapshot_submitted(j)
+        if not self.detach:
+            j.watcher = _start_watcher(j.plan, j.snapshot)
+
+    def _start(self, j: PipelineJob) -> None:
+        """Submit one job (through the task function in a sweep)."""
+        global _ACTIVE
+        j.started = time.monotonic()
+        j.status = RUNNING
+        if self._run_job is None:
+            try:
+                self._submit(j)
+            except BaseException:
+                j.status, j.started = QUEUED, None
+                raise
+        else:
+            self._current, _ACTIVE = j, self
+            try:
+                self._run_job(j)
+            finally:
+                self._current, _ACTIVE = None, None
+        if j.handle is None:
+            j.ended = time.monotonic()
+            j.status = FAILED if j.error is not None else SUCCEEDED
+        self._event(j)
+
+    def _foreground(self) -> None:
+        """One job: its output on the console until it ends."""
+        j = self.jobs[0]
+        if j.handle is None and j.status == QUEUED:
+            self._start(j)
+        if j.handle is None:
+            return
+        try:
+            j.exit_code = int(j.handle.follow(lost_contact_after=float(j.cfg.ray.lost_contact_s)))
+        finally:
+            if j.watcher is not None and not self.hangup:
+                j.watcher.stop()
+        j.ended = time.monotonic()
+        j.status = {0: SUCCEEDED, EXIT_INTERRUPTED: STOPPED}.get(j.exit_code, FAILED)
+        if j.exit_code == EXIT_INTERRUPTED:
+            self.interrupted = True
+
+    def _follow(self, j: PipelineJob) -> None:
+        try:
+            j.exit_code = int(j.handle.follow(echo=False, lost_contact_after=float(j.cfg.ray.lost_contact_s),
+                                              say=lambda text: say(f"[sweep {self._elapsed()}] job #{j.num}: "
+                                                                   + text.replace("[clawgym] ", "", 1))))
+        except BaseException as exc:  # reported as the job's failure
+            j.error = exc
+        finally:
+            if j.watcher is not None:
+                j.watcher.stop()
+            self._wake.set()
+
+    def _free_now(self, running: Sequence[PipelineJob]) -> float:
+        return float(self.capacity or 0) - sum(j.plan.gpus_required for j in running)
+
+    def _schedule(self) -> None:
+        """First fit in job order: start every queued job whose GPUs fit next to the running ones."""
+        from clawgym.launch import TERMINAL
+
+        queue = [j for j in self.jobs if j.status == QUEUED]
+        running: List[PipelineJob] = [j for j in self.jobs if j.status == RUNNING]
+        for j in running:
+            self._spawn_follower(j)
+        while queue or running:
+            for j in list(running):
+                ray_status = self._ended(j, TERMINAL)
+                if ray_status is not None:
+                    running.remove(j)
+                    j.ended = time.monotonic()
+                    ok = ray_status == "SUCCEEDED" if j.exit_code is None else j.exit_code == 0
+                    if j.exit_code is None:
+                        j.exit_code = 0 if ok else (EXIT_INTERRUPTED if ray_status == "STOPPED" else 1)
+                    j.status = SUCCEEDED if ok and j.error is None else FAILED
+                    self._event(j)
+            free = self._free_now(running) if self.capacity is not None else float("inf")
+            for j in list(queue):
+                if self.options.max_concurrent and len(running) >= self.options.max_concurrent:
+                    break
+                if j.plan.gpus_required <= free:
+                    queue.remove(j)
+                    self._start(j)
+                    if j.status == RUNNING:
+                        running.append(j)
+                        free -= j.plan.gpus_required
+                        self._spawn_follower(j)
+            self._progress()
+            if queue or running:
+                self._wake.wait(self.options.poll_interval)
+                self._wake.clear()
+        for j in self.jobs:
+            if j.thread is not None:
+                j.thread.join(timeout=30)
+
+    def _spawn_follower(self, j: PipelineJob) -> None:
+        if j.thread is None and j.handle is not None:
+            j.thread = threading.Thread(target=self._follow, args=(j,), name=f"clawgym-job-{j.num}", daemon=True)
+            j.thread.start()
+
+    @staticmethod
+    def _ended(j: PipelineJob, terminal: Sequence[str]) -> Optional[str]:
+        """Ray's terminal status of a running job, or None while it runs."""
+        if j.thread is not None and not j.thread.is_alive():
+            return "SUCCEEDED" if j.exit_code == 0 else "FAILED"
+        try:
+            status = j.handle.status()
+        except Exception:  # the dashboard hiccuped; the follower thread reports a lasting loss
+            return None
+        return status if status in terminal else None
+
+    def _submit_detached(self) -> None:
+        for j in self.jobs:
+            if j.status == QUEUED:
+                self._start(j)
+            if j.status == RUNNING:
+                j.status = "submitted"
+                j.ended = time.monotonic()
+        handles = [j.handle for j in self.jobs if j.handle is not None]
+        if handles and not self._sweep:
+            j = self.jobs[0]
+            say("\n".join([f"[clawgym] job {j.submission_id} submitted (detached); it runs on {self.backend.address}",
+                           *self.backend.hints(handles)]))
+
+    # -------------------------------------------------------- signals
+
+    def _interrupt(self) -> None:
+        prefix = f"[sweep {self._elapsed()}]" if self._sweep else "[clawgym]"
+        say(f"\n{prefix} interrupted: stopping running jobs" + ("; queued jobs are not submitted" if self._sweep else ""))
+        # Ask Ray to stop them all first, so they wind down together; then wait for each.
+        for j in self.jobs:
+            if j.status == RUNNING and j.handle is not None:
+                try:
+                    j.handle._client.stop_job(j.submission_id)
+                except Exception:
+                    pass  # stop() below retries and reports
+        for j in self.jobs:
+            if j.status == RUNNING and j.handle is not None:
+                try:
+                    j.handle.stop()
+                except Exception as exc:
+                    say(f"{prefix} could not stop job #{j.num} ({j.submission_id}): {exc}")
+                j.status = STOPPED
+                j.ended = time.monotonic()
+                j.exit_code = EXIT_INTERRUPTED
+            elif j.status in (QUEUED, RUNNING):  # RUNNING without a handle: interrupted before submitting
+                j.status = "not started"
+        for j in self.jobs:
+            if j.watcher is not None:
+                j.watcher.stop()
+            if j.thread is not None:
+                j.thread.join(timeout=10)
+
+    def _lost_terminal(self) -> None:
+        """SIGHUP: leave every submitted job running, as if detached; submit nothing more."""
+        when = time.strftime("%Y-%m-%d %H:%M:%S")
+        handles = []
+        for j in self.jobs:
+            if j.watcher is not None:
+                j.watcher.stop()
+            if j.status == RUNNING and j.handle is not None:
+                j.status = "running on"
+                handles.append(j.handle)
+                j.handle.note_in_log(
+                    f"[clawgym] {when}: the launcher lost its terminal (SIGHUP); the job keeps running, nobody "
+                    f"follows it. Follow: clawgym jobs logs {j.submission_id} --follow --address "
+                    f"{self.backend.address}; stop: clawgym jobs stop {j.submission_id} --address "
+                    f"{self.backend.address}"
+                    + (f"; stamp checkpoints: clawgym stamp {j.plan.save_dir} --follow" if j.plan.save_dir else ""))
+            elif j.status in (QUEUED, RUNNING):
+                j.status = "not started"
+        sys.stderr.write("\n".join([f"[clawgym] lost the terminal (SIGHUP): {len(handles)} job(s) keep running on "
+                                    f"{self.backend.address}; queued jobs are not submitted",
+                                    *self.backend.hints(handles)]) + "\n")
+        sys.stderr.flush()
+
+    # -------------------------------------------------------- end
+
+    def _close(self) -> None:
+        if self.backend is None:
+            return
+        ours_running = [j.submission_id for j in self.jobs if j.submission_id and j.status in (STOPPED, FAILED)]
+        detached = self.detach and any(j.handle is not None for j in self.jobs)
+        if self.hangup:
+            keep, reason = True, "its launcher lost the terminal (SIGHUP) while jobs ran"
+        elif detached and not self.interrupted:
+            keep, reason = True, "detached jobs run on it"
+        else:
+            keep, reason = self.keep and not self.interrupted, "ray.keep_head=true"
+        try:
+            self.backend.close(keep=keep, reason=reason, ignore_jobs=ours_running)
+        except Exception as exc:
+            say(f"[clawgym] could not clean up the cluster: {exc}")
+
+    def _summarise(self) -> int:
+        if self.hangup:
+            from clawgym.launch import EXIT_HANGUP
+
+            return EXIT_HANGUP
+        if self._sweep:
+            say(summary_table(self.jobs))
+            if self.interrupted:
+                say("[sweep] interrupted: running jobs stopped, queued jobs not submitted")
+                return EXIT_INTERRUPTED
+            if self.detach:
+                for j in self.jobs:
+                    if j.handle is not None:
+                        say(f"  job #{j.num}: follow: clawgym jobs logs {j.submission_id} --follow --address "
+                            f"{self.backend.address}   stop: clawgym jobs stop {j.submission_id} --address "
+                            f"{self.backend.address}")
+        if self.interrupted:
+            return EXIT_INTERRUPTED
+        failed = [j for j in self.jobs if j.status == FAILED]
+        if not failed:
+            return 0
+        codes = {j.exit_code for j in failed if j.exit_code}
+        return codes.pop() if len(codes) == 1 and not self._sweep else 1
+
+    # -------------------------------------------------------- progress
+
+    def _event(self, j: PipelineJob) -> None:
+        if not self._sweep:
+            return
+        if j.status == RUNNING:
+            say(f"[sweep {self._elapsed()}] job #{j.num} running: {j.plan.run_name} ({j.submission_id}, "
+                f"{j.plan.gpus_required} GPUs)")
+        elif j.status == SUCCEEDED:
+            say(f"[sweep {self._elapsed()}] job #{j.num} succeeded after {fmt_duration(j.duration)}")
+        elif j.status == FAILED:
+            say(f"[sweep {self._elapsed()}] job #{j.num} FAILED ({self.why(j)}) after {fmt_duration(j.duration)}"
+                + (f"; log: {j.log_file}" if j.log_file else ""))
+
+    @staticmethod
+    def why(j: PipelineJob) -> str:
+        """Why a job failed, in a few words: the trainer's exit code when Ray reported one."""
+        if j.error is not None and j.handle is None:
+            return f"{type(j.error).__name__}: {j.error}"
+        if j.handle is not None:
+            from clawgym.launch import trainer_exit_code
+
+            code = trainer_exit_code(j.handle.message())
+            if code is not None:
+                return f"trainer exit code {code}"
+        if j.exit_code is not None:
+            return f"exit code {j.exit_code}"
+        return f"{type(j.error).__name__}: {j.error}"
+
+    def _progress(self, force: bool = False) -> None:
+        counts = tuple(sum(1 for j in self.jobs if j.status == s) for s in (QUEUED, RUNNING, SUCCEEDED, FAILED))
+        now = time.monotonic()
+        interval = self.options.progress_interval
+        if force or counts != self._last_counts or (interval > 0 and now - self._last_progress >= interval):
+            self._last_counts, self._last_progress = counts, now
+            say(f"[sweep {self._elapsed()}] queued {counts[0]} | running {counts[1]} | "
+                f"succeeded {counts[2]} | failed {counts[3]}")
+
+
+def _start_watcher(plan: LaunchPlan, snapshot: Optional[str]):
+    """Stamp the launch snapshot into each checkpoint the job writes while we follow it."""
+    if not plan.save_dir or not snapshot:
+        return None
+    try:
+        from clawgym.snapshot import CheckpointWatcher
+
+        watcher = CheckpointWatcher(plan.save_dir, snapshot)
+        watcher.start()
+        return watcher
+    except Exception as exc:  # the run matters more than the stamps
+        print(f"[clawgym] checkpoint watcher not started ({exc}); stamp later with: clawgym stamp "
+              f"{plan.save_dir} --follow", file=sys.stderr, flush=True)
+        return None
+
+
+def _mark_snapshot_submitted(j: PipelineJob) -> None:
+    """The single call site for bug 6: tell clawgym.snapshot that this job's snapshot was
+    submitted (an unsubmitted one is discarded or marked by the snapshot module)."""
+    from clawgym import snapshot as snapshot_mod
+
+    mark = getattr(snapshot_mod, "mark_submitted", None)
+    if mark is not None and j.snapshot:
+        mark(j.snapshot, submission_id=j.submission_id)
