@@ -230,7 +230,8 @@ class SweepSession:
         for i, o in enumerate(user):
             if extra[i]:
                 configs[i] = self._compose(o + extra[i], initial_job_idx + i)
-            self.jobs.append(SweepJob(num=initial_job_idx + i, user_overrides=o, overrides=o + extra[i],
+            # cfg (the task config) is derived on first use; plan is set by check_all.
+            self.jobs.append(SweepJob(num=initial_job_idx + i, cfg=None, plan=None, user_overrides=o, overrides=o + extra[i],
                                       distinct=differing[i] if len(user) > 1 else [], config=configs[i],
                                       kind=kinds[i]))
 
