@@ -160,3 +160,16 @@ def test_scancel_mid_run_leaves_no_ray_process(slurm_cluster, clawgym_checkout, 
     output = "".join(lines)
     assert rc == 130, output
     assert f"SLURM job {job_id} cancelled" in output
+
+
+def test_missing_slurm_skips_with_reason_or_fails_when_required(monkeypatch):
+    from _pytest.outcomes import Failed, Skipped
+
+    from tests.fixtures.slurm_cluster import _unavailable
+
+    monkeypatch.delenv("CLAWGYM_REQUIRE_SLURM", raising=False)
+    with pytest.raises(Skipped, match="not installed: slurmctld"):
+        _unavailable("not installed: slurmctld (slurm-wlm)")
+    monkeypatch.setenv("CLAWGYM_REQUIRE_SLURM", "1")
+    with pytest.raises(Failed, match="CLAWGYM_REQUIRE_SLURM=1"):
+        _unavailable("not installed: slurmctld (slurm-wlm)")
