@@ -390,6 +390,8 @@ def rule_no_secrets_in_extra_env(v: _Collector) -> None:
 
 
 _DNS1123 = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_SLURM_TIME = re.compile(r"^(\d+(:\d+){0,2}|\d+-\d+(:\d+){0,2}|INFINITE|UNLIMITED)$")
+_SLURM_MEM = re.compile(r"^\d+[KMGT]?$")
 
 
 def rule_cluster(v: _Collector) -> None:
@@ -420,6 +422,14 @@ def rule_cluster(v: _Collector) -> None:
         if s["wait_nodes_s"] <= 0:
             v.add("slurm-times-positive", ["slurm.wait_nodes_s"], "the wait for the nodes' GPUs must be positive",
                   "set slurm.wait_nodes_s to seconds, e.g. 300")
+        if s["time"] not in (None, "") and not _SLURM_TIME.match(str(s["time"])):
+            v.add("slurm-time-format", ["slurm.time"],
+                  "a SLURM time limit is minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS",
+                  "set slurm.time e.g. to 4:00:00 or 2-00:00:00, or null for the partition's default")
+        if s["mem_per_node"] not in (None, "") and not _SLURM_MEM.match(str(s["mem_per_node"])):
+            v.add("slurm-mem-format", ["slurm.mem_per_node"],
+                  "sbatch --mem takes a size with an optional K, M, G or T suffix (0 = all of the node's memory)",
+                  "set slurm.mem_per_node e.g. to 480G, or null for the partition's default")
         bad = [str(x) for x in s["extra_sbatch"] if not str(x).startswith("-") or "\n" in str(x)]
         if bad:
             v.add("slurm-extra-sbatch-options", ["slurm.extra_sbatch"],

@@ -260,11 +260,25 @@ class SlurmJob:
 
     def info(self) -> Dict[str, str]:
         """scontrol's record of the job ({} once SLURM has forgotten it)."""
-        res = subprocess.run([_slurm_cmd("scontrol"), "show", "job", "-o", self.job_id], capture_output=True,
-                             text=True, timeout=30)
-        if res.returncode != 0:
+        try:
+            res = subprocess.run([_slurm_cmd("scontrol"), "show", "job", "-o", self.job_id], capture_output=True,
+                                 text=True, timeout=30)
+        except subprocess.TimeoutExpired:
             return {}
-        return parse_scontrol(res.stdout)
+        if res.returncode == 0:
+            return parse_scontrol(res.stdout)
+        if "Invalid job id" not in res.stderr:
+            return {}  # the controller did not answer
+        # Purged from the controller (MinJobAge after it ended): accounting may still know.
+        exe = shutil.which("sacct")
+        if exe:
+            acct = subprocess.run([exe, "-j", self.job_id, "-X", "-n", "-P", "-o", "State,ExitCode"],
+                                  capture_output=True, text=True, timeout=30).stdout.splitlines()
+            if acct and "|" in acct[0]:
+                state, code = acct[0].split("|", 1)
+                # e.g. "CANCELLED by 0|0:15"
+                return {"JobState": state.split()[0] if state.strip() else "FAILED", "ExitCode": code.strip()}
+        return {"JobState": "FAILED", "ExitCode": "1:0", "Reason": "SLURM_no_longer_knows_the_job"}
 
     def state(self) -> str:
         """SLURM job state (PENDING, RUNNING, COMPLETED, ...), or UNKNOWN."""
@@ -288,10 +302,16 @@ class SlurmJob:
     def cancel(self) -> None:
         subprocess.run([_slurm_cmd("scancel"), self.job_id], capture_output=True, text=True, timeout=30)
 
-    def follow(self, *, echo: bool = True, poll: float = 1.0, stop_on_interrupt: bool = True) -> int:
-        """Print the job's output as it grows until the job ends; Ctrl-C cancels it (``scancel``)."""
+    def follow(self, *, echo: bool = True, poll: float = 1.0, stop_on_interrupt: bool = True,
+               lost_contact_after: float = 300.0) -> int:
+        """Print the job's output as it grows until the job ends; Ctrl-C cancels it (``scancel``).
+
+        When SLURM's controller does not answer for ``lost_contact_after`` seconds, gives up
+        (exit 1) saying how to check the job; the job itself is not touched.
+        """
         seen = 0
         cancelled = False
+        last_contact = time.time()
 
         def drain() -> None:
             nonlocal seen
@@ -311,7 +331,16 @@ class SlurmJob:
                 drain()
                 info = self.info()
                 state = info.get("JobState", "UNKNOWN")
-                if state in TERMINAL_STATES or (state == "UNKNOWN" and not info):
+                if not info:
+                    if time.time() - last_contact > lost_contact_after:
+                        print(f"[clawgym] SLURM does not answer about job {self.job_id} (scontrol) for "
+                              f"{lost_contact_after:.0f}s; it may still run: squeue -j {self.job_id}; output: "
+                              f"{self.output}", file=sys.stderr, flush=True)
+                        return 1
+                    time.sleep(poll)
+                    continue
+                last_contact = time.time()
+                if state in TERMINAL_STATES:
                     # The batch shell may still be flushing: a last read.
                     time.sleep(0.2)
                     drain()
@@ -353,7 +382,9 @@ def sbatch_env(plan: LaunchPlan, environ: Mapping[str, str]) -> Dict[str, str]:
 
 def submit(script: Path, plan: LaunchPlan, *, environ: Mapping[str, str], output: str) -> SlurmJob:
     """``sbatch --parsable <script>``; returns the job."""
-    res = subprocess.run([_slurm_cmd("sbatch"), "--parsable", str(script)], capture_output=True, text=True,
+    # --export=ALL on the command line: a site's SBATCH_EXPORT=NONE would otherwise keep the secrets out.
+    res = subprocess.run([_slurm_cmd("sbatch"), "--parsable", "--export=ALL", str(script)], capture_output=True,
+                         text=True,
                          env=sbatch_env(plan, environ), timeout=120)
     if res.returncode != 0:
         raise SlurmError(f"sbatch refused the batch job of {plan.run_name}: {res.stderr.strip() or res.stdout.strip()}"
@@ -442,10 +473,11 @@ class SlurmHandle:
         self._info: Dict[str, str] = {}
 
     def status(self) -> str:
-        """PENDING/RUNNING while SLURM has it, then SUCCEEDED, STOPPED (cancelled) or FAILED."""
+        """PENDING/RUNNING while SLURM has it, then SUCCEEDED, STOPPED (cancelled) or FAILED;
+        UNKNOWN while scontrol does not answer."""
         self._info = self.job.info()
         state = self._info.get("JobState", "UNKNOWN")
-        if state in TERMINAL_STATES or not self._info:
+        if state in TERMINAL_STATES:
             return _RAY_STATUS.get(state, "FAILED")
         return state
 
@@ -458,11 +490,19 @@ class SlurmHandle:
     def follow(self, *, echo: bool = True, lost_contact_after: float = 300.0, stop_on_interrupt: bool = True,
                log_mode: str = "a", say: Any = None) -> int:
         if echo:
-            return self.job.follow(stop_on_interrupt=stop_on_interrupt)
+            return self.job.follow(stop_on_interrupt=stop_on_interrupt, lost_contact_after=lost_contact_after)
         # A sweep: report SLURM's state changes (a queued job waits for GPUs as PENDING).
         last = ""
+        last_contact = time.time()
         while True:
             st = self.status()
+            if not self._info:
+                # scontrol did not answer: SLURM's controller is busy or gone.
+                if time.time() - last_contact > lost_contact_after:
+                    return 1
+                time.sleep(2.0)
+                continue
+            last_contact = time.time()
             state = self._info.get("JobState", "UNKNOWN")
             if state != last and say is not None:
                 reason = self._info.get("Reason", "")
