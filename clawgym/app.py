@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import time
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Dict, Iterator, Optional
 
 from omegaconf import DictConfig
 from omegaconf.errors import OmegaConfBaseException
@@ -41,6 +42,33 @@ def write_plan(plan: LaunchPlan, directory: Path) -> Path:
     return target
 
 
+#: Plans a sweep validated and built up front, by Hydra job number (see ``prepared_plans``).
+_PREPARED: Dict[int, LaunchPlan] = {}
+
+
+@contextlib.contextmanager
+def prepared_plans(plans: Dict[int, LaunchPlan]) -> Iterator[None]:
+    """While a sweep runs its jobs: the task function reuses the plan the sweep validated and
+    built for that job number instead of resolving, validating and planning it again."""
+    _PREPARED.update(plans)
+    try:
+        yield
+    finally:
+        for num in plans:
+            _PREPARED.pop(num, None)
+
+
+def _prepared(cfg: DictConfig) -> Optional[LaunchPlan]:
+    if not _PREPARED:
+        return None
+    from hydra.core.hydra_config import HydraConfig
+
+    if not HydraConfig.initialized():
+        return None
+    plan = _PREPARED.get(int(HydraConfig.get().job.num))
+    return plan if plan is not None and plan.run_name == str(cfg.run_name) else None
+
+
 def fail(err: ConfigError) -> None:
     """Report a config error without a traceback and exit non-zero."""
     print(err.report(), file=sys.stderr)
@@ -48,26 +76,28 @@ def fail(err: ConfigError) -> None:
 
 
 def run(cfg: DictConfig) -> Any:
-    # Resolve once for validation and plan (a config that does not resolve is reported by validate).
-    try:
-        resolved: Any = to_plain(cfg)
-    except OmegaConfBaseException:
-        resolved = cfg
-    try:
-        validate(resolved)
-    except ConfigError as err:
-        fail(err)
-    plan = build_plan_from_dict(resolved, environ=os.environ, timestamp=timestamp())
+    plan = _prepared(cfg)
+    if plan is None:
+        # Resolve once for validation and plan (a config that does not resolve is reported by validate).
+        try:
+            resolved: Any = to_plain(cfg)
+        except OmegaConfBaseException:
+            resolved = cfg
+        try:
+            validate(resolved)
+        except ConfigError as err:
+            fail(err)
+        plan = build_plan_from_dict(resolved, environ=os.environ, timestamp=timestamp())
     from clawgym.backends import backend_name
 
-    backend = backend_name(resolved)
+    backend = backend_name(cfg)
     if cfg.dry_run:
         print(format_plan(plan))
         out = output_dir()
         if out is not None:
             print(f"\nplan written to {write_plan(plan, out)}")
         if backend in ("slurm", "kuberay"):
-            dry_run_backend(backend, plan, resolved, out)
+            dry_run_backend(backend, plan, to_plain(cfg), out)
         return plan.to_dict()
     if cfg.preflight_only:
         from clawgym.preflight import preflight_only
@@ -75,7 +105,7 @@ def run(cfg: DictConfig) -> Any:
         return preflight_only(cfg, plan)
     if backend == "kuberay":
         # A manifest for KubeRay to run: no job is submitted or followed from here.
-        rc = launch_backend(backend, cfg, plan, resolved)
+        rc = launch_backend(backend, cfg, plan)
         if rc:
             sys.exit(rc)
         return 0
@@ -106,7 +136,7 @@ def dry_run_backend(backend: str, plan: LaunchPlan, resolved: Any, out: Optional
         print(f"{name} written to {out / name}")
 
 
-def launch_backend(backend: str, cfg: DictConfig, plan: LaunchPlan, resolved: Any) -> int:
+def launch_backend(backend: str, cfg: DictConfig, plan: LaunchPlan) -> int:
     """``cluster=kuberay`` without dry run: write the RayJob and apply it when asked; returns the exit status."""
     try:
         from clawgym.backends import kuberay

@@ -71,11 +71,11 @@ class PipelineJob:
     """One job of a launch and what happened to it."""
 
     # Job number (Hydra's ``hydra.job.num`` in a sweep).
-    num: int
+    num: int = 0
     # Task config (no ``hydra`` node).
-    cfg: Any
+    cfg: Any = None
     # The validated plan that is submitted.
-    plan: LaunchPlan
+    plan: Optional[LaunchPlan] = None
     # What tells the job apart, for messages ("(no overrides)" for a single run).
     label: str = ""
     short_label: str = ""
@@ -279,12 +279,11 @@ class Pipeline:
     # -------------------------------------------------------- checks
 
     def _one_cluster(self) -> None:
-        heads = {(j.plan.address, tuple(j.plan.ray_start or ()), tuple(sorted(j.plan.ray_start_env.items())))
-                 for j in self.jobs}
-        if len(heads) > 1:
+        from clawgym.backends import cluster_key, describe_cluster
+
+        if len({cluster_key(j.plan) for j in self.jobs}) > 1:
             raise self._refuse("its jobs ask for different Ray clusters", [
-                *(f"  job #{j.num} ({j.label}): {j.plan.address}"
-                  + (f" via {' '.join(j.plan.ray_start)}" if j.plan.ray_start else " (existing)") for j in self.jobs),
+                *(f"  job #{j.num} ({j.label}): {describe_cluster(j.plan)}" for j in self.jobs),
                 "  rule: one sweep runs on one cluster",
                 "  fix:  set the same ray.* for every job (e.g. ray.num_gpus=<node GPUs> for all,"
                 " or ray.address=<cluster>)"])

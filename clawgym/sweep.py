@@ -129,6 +129,19 @@ def default_run_name(exp_name: str, differing: Sequence[str]) -> str:
     return name
 
 
+def apply_value_overrides(cfg: DictConfig, overrides: Sequence[str]) -> None:
+    """Set ``key=value`` overrides on a composed sweep config, as composing with them would,
+    and record them in ``hydra.overrides.task`` (``.hydra/overrides.yaml``, the snapshot)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    parser = OverridesParser.create()
+    with read_write(cfg), open_dict(cfg):
+        for text in overrides:
+            override = parser.parse_override(text)
+            OmegaConf.update(cfg, override.key_or_group, override.value(), merge=False)
+        cfg.hydra.overrides.task.extend(list(overrides))
+
+
 def _unresolved(cfg: DictConfig, key: str) -> Any:
     """The value of a dotted key as written (an interpolation stays ``${...}``)."""
     parent, _, leaf = key.rpartition(".")
@@ -229,9 +242,9 @@ class SweepSession:
                     extra[i].append(f"sglang.api_port={base + n}")
         for i, o in enumerate(user):
             if extra[i]:
-                configs[i] = self._compose(o + extra[i], initial_job_idx + i)
-            # cfg (the task config) is derived on first use; plan is set by check_all.
-            self.jobs.append(SweepJob(num=initial_job_idx + i, cfg=None, plan=None, user_overrides=o, overrides=o + extra[i],
+                # Value overrides only (no group changes): set on the composed config, no second compose.
+                apply_value_overrides(configs[i], extra[i])
+            self.jobs.append(SweepJob(num=initial_job_idx + i, user_overrides=o, overrides=o + extra[i],
                                       distinct=differing[i] if len(user) > 1 else [], config=configs[i],
                                       kind=kinds[i]))
 
@@ -279,6 +292,13 @@ class SweepSession:
 
     def run(self) -> List[JobReturn]:
         """Run every job; returns JobReturns in sweep order. Raises SweepRefused / exits 130."""
+        from clawgym.app import prepared_plans
+
+        # Each job's task function reuses the plan checked up front (no second validate/plan).
+        with prepared_plans({j.num: j.plan for j in self.jobs if j.plan is not None}):
+            return self._run()
+
+    def _run(self) -> List[JobReturn]:
         for j in self.jobs:
             if j.kind != "launch" or self.options.inline:
                 self._run_inline(j)

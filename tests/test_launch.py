@@ -160,6 +160,21 @@ def test_failing_trainer_gives_nonzero_exit_and_prints_log_path(clawgym_checkout
     assert "Traceback" not in proc.stderr
 
 
+def test_failed_job_shows_the_trainer_exit_code_and_last_lines_not_rays_long_tail(
+        clawgym_checkout, ray_cluster, state_dir, tmp_path):
+    run = f"tail-{uuid.uuid4().hex[:6]}"
+    # Enough output that Ray's failure message carries its long log tail.
+    overrides = [*base_overrides(clawgym_checkout, run), *ray_cluster.overrides(), "+extra_env.STANDIN_EXIT_CODE=3",
+                 "+extra_env.STANDIN_SLEEP=1"]
+    proc = run_train(overrides, tmp_path, launcher_env(state_dir))
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    log = list((clawgym_checkout / "exp" / run / "logs").glob("train_*.log"))[0]
+    assert "FAILED: the trainer exited with code 3" in proc.stderr
+    assert "last available logs" not in proc.stderr  # Ray's own tail is not repeated
+    assert "  | " in proc.stderr and "simulated failure: exit code 3" in proc.stderr
+    assert f"[clawgym] log: {log}" in proc.stderr
+
+
 def test_existing_cluster_secrets_stay_out_unless_opted_in(clawgym_checkout, ray_cluster, state_dir, tmp_path):
     secret = f"sk-{uuid.uuid4().hex}"
     env = launcher_env(state_dir, {"SGLANG_API_KEY": secret})

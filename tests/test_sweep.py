@@ -213,6 +213,18 @@ def test_failing_job_makes_the_sweep_exit_non_zero_and_others_still_run(clawgym_
     assert "Traceback" not in proc.stderr
 
 
+def test_failed_sweep_job_ends_with_the_summary_and_exit_1_without_hydras_trailer(clawgym_checkout, ray_cluster,
+                                                                                  tmp_path) -> None:
+    proc = run_sweep(tmp_path, sweep_overrides(clawgym_checkout, tmp_path, *ray_cluster.overrides(),
+                                               "gpu_layout=split_1_1", "+extra_env.STANDIN_EXIT_CODE=3,0"))
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "HYDRA_FULL_ERROR" not in proc.stderr and "Error executing job" not in proc.stderr
+    # The summary is printed, and the failure names the trainer's exit code and the log.
+    assert "submission id" in proc.stdout and "failed" in proc.stdout
+    assert "sweep job #0" in proc.stderr and "trainer exit code 3" in proc.stderr and "log:" in proc.stderr
+    assert "1 of 2 sweep jobs failed" in proc.stderr
+
+
 def test_sweep_starts_one_head_reuses_it_for_every_job_and_stops_it(clawgym_checkout, tmp_path) -> None:
     port, dash = ray_head.free_port(), ray_head.free_port()
     secret = "sweep-secret-value-0451"

@@ -40,7 +40,7 @@ Importing this package imports no Ray.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 
 #: Values of ``cluster.backend``.
@@ -130,6 +130,15 @@ class Backend:
         as kept, e.g. ``ray.keep_head``, detached jobs, a lost terminal; ``reason`` says why);
         jobs in ``ignore_jobs`` (ours, being stopped) do not keep it alive."""
         raise NotImplementedError
+
+
+def cluster_key(plan: Any) -> Tuple[Any, ...]:
+    """What identifies the cluster a plan asks for (jobs of one launch must agree)."""
+    return (plan.address, tuple(plan.ray_start or ()), tuple(sorted(plan.ray_start_env.items())))
+
+
+def describe_cluster(plan: Any) -> str:
+    return plan.address + (f" via {' '.join(plan.ray_start)}" if plan.ray_start else " (existing)")
 
 
 def backend_for(cfg: Any, plans: Sequence[Any], cfgs: Optional[Sequence[Any]] = None) -> Backend:

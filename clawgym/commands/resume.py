@@ -190,7 +190,7 @@ def run(args: argparse.Namespace) -> int:
     if args.dry_run:
         print(format_plan(plan))
         return 0
-    from clawgym.launch import launch_single  # heavy imports (ray) only for real launches
+    from clawgym.pipeline import launch_single  # heavy imports (ray) only for real launches
 
     with recorded_launch(record):
         return _exit_code(launch_single(cfg, plan))

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import TYPE_CHECKING, List, Sequence
+from typing import TYPE_CHECKING, Any, Dict, List, Sequence, Tuple
 
 from hydra.core.utils import JobReturn, configure_log, filter_overrides, run_job, setup_globals
 from omegaconf import open_dict
@@ -20,6 +20,41 @@ if TYPE_CHECKING:
     from hydra_plugins.clawgym_launcher.launcher import ClawGymLauncher
 
 log = logging.getLogger(__name__)
+
+
+class _ComposeOnce:
+    """A config loader that hands each sweep job's composed config over once more.
+
+    Hydra's sweeper composes every job of a batch (``validate_batch_is_legal``) and then
+    calls the launcher, which would compose each again: the first config composed for a
+    job's overrides is kept and returned to the next request for the same overrides
+    (the launcher's), then forgotten. Everything else goes to the real loader.
+    """
+
+    def __init__(self, loader: Any) -> None:
+        self._loader = loader
+        self._kept: Dict[Tuple[str, ...], Any] = {}
+
+    def load_sweep_config(self, master_config: Any, sweep_overrides: List[str]) -> Any:
+        key = tuple(sweep_overrides)
+        kept = self._kept.pop(key, None)
+        if kept is not None and kept[0] is master_config:
+            return kept[1]
+        cfg = self._loader.load_sweep_config(master_config, list(sweep_overrides))
+        self._kept[key] = (master_config, cfg)
+        return cfg
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._loader, name)
+
+
+def compose_once(hydra_context: Any, config: Any) -> None:
+    """Install :class:`_ComposeOnce` for clawgym sweeps (other apps keep Hydra's loader)."""
+    from clawgym.config import is_clawgym_config
+
+    if hydra_context is not None and is_clawgym_config(config) and \
+            not isinstance(hydra_context.config_loader, _ComposeOnce):
+        hydra_context.config_loader = _ComposeOnce(hydra_context.config_loader)
 
 
 def launch(launcher: "ClawGymLauncher", job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> List[JobReturn]:

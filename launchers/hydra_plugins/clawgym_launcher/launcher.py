@@ -25,6 +25,11 @@ class ClawGymLauncher(Launcher):
         self.config = config
         self.hydra_context = hydra_context
         self.task_function = task_function
+        from hydra_plugins.clawgym_launcher import _core
+
+        # The sweeper composes every job to check it (validate_batch_is_legal) right before
+        # launch(): keep those configs, so each clawgym job is composed once in all.
+        _core.compose_once(hydra_context, config)
 
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
         from hydra_plugins.clawgym_launcher import _core
