@@ -136,7 +136,7 @@ def test_scancel_mid_run_leaves_no_ray_process(slurm_cluster, clawgym_checkout, 
     lines: List[str] = []
     reader = threading.Thread(target=lambda: lines.extend(iter(proc.stdout.readline, "")), daemon=True)
     reader.start()
-    deadline = time.time() + 300
+    deadline = time.time() + 480
     while not any("[standin] step" in ln for ln in lines):
         if proc.poll() is not None or time.time() > deadline:
             proc.kill()
@@ -150,7 +150,7 @@ def test_scancel_mid_run_leaves_no_ray_process(slurm_cluster, clawgym_checkout, 
         time.sleep(0.25)
     left = marker_processes(job_id)
     assert not left, f"processes of SLURM job {job_id} still alive 10 s after scancel: {left}"
-    assert not subprocess.run(["pgrep", "-f", f"cg-slurm-{job_id}/"], capture_output=True).stdout
+    assert not subprocess.run(["pgrep", "-f", f"cg-slurm-{job_id}-"], capture_output=True).stdout
     try:
         rc = proc.wait(timeout=60)
     finally:

@@ -173,6 +173,8 @@ def batch_script(plan: LaunchPlan, c: Mapping[str, Any], *, plan_file: str, outp
         "  # Whatever still carries this job's marker on this node (e.g. job drivers in their own sessions).",
         '  "${RUNNER[@]}" reap',
         '  [ -n "$workers_pid" ] && wait "$workers_pid" 2>/dev/null',
+        "  # Ray's sockets and session logs of this job on this node.",
+        '  [ -n "${TEMP_DIR:-}" ] && rm -rf "$TEMP_DIR"',
         "  return 0",
         "}",
         "",
@@ -208,7 +210,8 @@ def batch_script(plan: LaunchPlan, c: Mapping[str, Any], *, plan_file: str, outp
             "workers_pid=$!",
         ]
     run = ['"${RUNNER[@]}" run "$PLAN" --address "http://127.0.0.1:$DASHBOARD_PORT" --nodes "$NODES"',
-           '--gpus "$((NODES * GPUS_PER_NODE))" --head-ip "$HEAD_IP"', f"--wait-nodes {int(s['wait_nodes_s'])}"]
+           '--gpus "$((NODES * GPUS_PER_NODE))" --head-ip "$HEAD_IP" --head-pid "$head_pid"',
+           f"--wait-nodes {int(s['wait_nodes_s'])}"]
     if snapshot:
         run.append(f"--snapshot {_q(snapshot)}")
     lines += [

@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -67,9 +68,27 @@ def node_ip(head_ip: Optional[str], nodes: int) -> str:
 
 
 def _temp_dir() -> str:
+    import secrets
+
     job = os.environ.get("SLURM_JOB_ID", str(os.getpid()))
-    # Short: Ray's unix socket paths are capped at 107 bytes.
-    return f"/tmp/cg-slurm-{job}"
+    # Short: Ray's unix socket paths are capped at 107 bytes. Unique: job ids restart with a cluster.
+    return f"/tmp/cg-slurm-{job}-{secrets.token_hex(2)}"
+
+
+def head_alive(pid: Optional[int]) -> bool:
+    if not pid:
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+class HeadGone(Exception):
+    """The Ray head this job started has exited."""
 
 
 def cmd_preflight(args) -> int:
@@ -111,10 +130,12 @@ def cluster_nodes(address: str) -> Tuple[int, float]:
     return len(nodes), float(sum((n.get("resources_total") or {}).get("GPU", 0.0) for n in nodes))
 
 
-def wait_for_nodes(address: str, nodes: int, gpus: int, timeout: float) -> None:
+def wait_for_nodes(address: str, nodes: int, gpus: int, timeout: float, head_pid: Optional[int] = None) -> None:
     deadline = time.time() + timeout
     last: Tuple[int, float] = (0, 0.0)
     while True:
+        if not head_alive(head_pid):
+            raise HeadGone()
         try:
             last = cluster_nodes(address)
             if last[0] >= nodes and last[1] >= gpus:
@@ -127,6 +148,37 @@ def wait_for_nodes(address: str, nodes: int, gpus: int, timeout: float) -> None:
                              f"{timeout:.0f}s (it has {last[0]} node(s), {last[1]:g} GPUs)\n"
                              f"  fix: check the workers' output in this file; raise slurm.wait_nodes_s")
         time.sleep(1.0)
+
+
+def submit_when_ready(address: str, plan: LaunchPlan, secrets, *, timeout: float, head_pid: Optional[int] = None):
+    """Submit the plan; the head lists its nodes a little before its job API takes jobs, so a
+    refused connection is retried until ``timeout`` (or until the head exits)."""
+    from clawgym import launch as L
+
+    deadline = time.time() + timeout
+    while True:
+        if not head_alive(head_pid):
+            raise HeadGone()
+        try:
+            # started_here: the head this script started has the secrets in its environment (inherited
+            # from sbatch's), so the job inherits them; here they are only masked in the output.
+            return L.submit(address, plan, secrets=secrets, started_here=True)
+        except L.LaunchError:
+            if ray_head_job_exists(address, plan.submission_id):
+                # An attempt got as far as registering the job: follow that one.
+                return L.JobHandle(address, plan.submission_id, plan, redact=list(secrets.values()))
+            if time.time() > deadline:
+                raise
+            time.sleep(2.0)
+
+
+def ray_head_job_exists(address: str, submission_id: str) -> bool:
+    """True when the cluster knows the job (an earlier attempt registered it)."""
+    try:
+        with urllib.request.urlopen(f"{address.rstrip('/')}/api/jobs/{submission_id}", timeout=5) as resp:
+            return resp.status == 200
+    except Exception:
+        return False
 
 
 def _quick_stop(stop):
@@ -156,10 +208,8 @@ def cmd_run(args) -> int:
     watcher = None
     signal.signal(signal.SIGTERM, lambda s, f: (_ for _ in ()).throw(KeyboardInterrupt()))
     try:
-        wait_for_nodes(args.address, args.nodes, args.gpus, args.wait_nodes)
-        # started_here: the head this script started has the secrets in its environment (inherited
-        # from sbatch's), so the job inherits them; here they are only masked in the output.
-        handle = L.submit(args.address, plan, secrets=secrets, started_here=True)
+        wait_for_nodes(args.address, args.nodes, args.gpus, args.wait_nodes, head_pid=args.head_pid)
+        handle = submit_when_ready(args.address, plan, secrets, timeout=args.wait_nodes, head_pid=args.head_pid)
         if args.snapshot:
             from clawgym.pipeline import _start_watcher
 
@@ -167,6 +217,13 @@ def cmd_run(args) -> int:
             watcher = _start_watcher(plan, args.snapshot)
         handle.stop = _quick_stop(handle.stop)  # type: ignore[assignment]
         rc = handle.follow()
+    except L.LaunchError as err:
+        print(f"[clawgym] {err}", file=sys.stderr, flush=True)
+        rc = 1
+    except HeadGone:
+        print("[clawgym] the Ray head of this job exited before the job was submitted; its output is in "
+              "ray-head-<SLURM job id>.log next to this file", file=sys.stderr, flush=True)
+        rc = 1
     except KeyboardInterrupt:
         if handle is not None:
             _say(f"stopping Ray job {handle.submission_id}")
@@ -189,6 +246,7 @@ def cmd_worker(args) -> int:
             f"--address={args.address}", f"--num-gpus={gpus}",
             f"--dashboard-agent-listen-port={ray_head.free_port()}", "--min-worker-port=0", "--max-worker-port=0",
             f"--temp-dir={_temp_dir()}"]
+    temp_dir = argv[-1].split("=", 1)[1]
     proc = subprocess.Popen(argv, start_new_session=True)
 
     def stop(signum, frame):
@@ -198,6 +256,7 @@ def cmd_worker(args) -> int:
         except ProcessLookupError:
             pass
         reap()
+        shutil.rmtree(temp_dir, ignore_errors=True)
         sys.exit(143)
 
     signal.signal(signal.SIGTERM, stop)
@@ -246,6 +305,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     sp.add_argument("--head-ip", required=True)
     sp.add_argument("--wait-nodes", type=float, default=300.0)
     sp.add_argument("--snapshot")
+    sp.add_argument("--head-pid", type=int, help="the head's pid: waiting ends when it exits")
     sp.set_defaults(func=cmd_run)
     sp = sub.add_parser("worker")
     sp.add_argument("address")

@@ -57,6 +57,8 @@ teardown() {
   # Whatever still carries this job's marker on this node (e.g. job drivers in their own sessions).
   "${RUNNER[@]}" reap
   [ -n "$workers_pid" ] && wait "$workers_pid" 2>/dev/null
+  # Ray's sockets and session logs of this job on this node.
+  [ -n "${TEMP_DIR:-}" ] && rm -rf "$TEMP_DIR"
   return 0
 }
 
@@ -88,7 +90,7 @@ workers_pid=$!
 
 # Wait for every node's GPUs, submit the plan as a Ray job, follow it; its status is ours.
 "${RUNNER[@]}" run "$PLAN" --address "http://127.0.0.1:$DASHBOARD_PORT" --nodes "$NODES" \
-  --gpus "$((NODES * GPUS_PER_NODE))" --head-ip "$HEAD_IP" \
+  --gpus "$((NODES * GPUS_PER_NODE))" --head-ip "$HEAD_IP" --head-pid "$head_pid" \
   --wait-nodes 300 \
   --snapshot /shared/ClawGym-RL/exp/run/clawgym/snapshots/clawgym-run-20260101_000000 &
 runner_pid=$!
