@@ -9,7 +9,8 @@ walks the same steps for both:
 3. **capacity** (when the cluster already runs): every job fits the cluster's *free* GPUs
    and claims no port a running job claimed (checked again once the cluster is up);
 4. **preflight** every job, all reported together; nothing has started yet;
-5. **cleanup** of leftovers, then the **snapshot** of each job;
+5. **cleanup** of leftovers, then the **snapshot** of each job (while a cluster that has to be
+   started comes up: its processes start first, and nothing is submitted before the snapshots);
 6. **cluster**: the backend connects, reuses or starts one (:meth:`Backend.start`);
 7. **submit** jobs as they fit the free GPUs (first fit in job order), **follow** them
    (one job: its output on the console; several: a thread each, with progress lines),
@@ -247,14 +248,21 @@ class Pipeline:
             # A running cluster: refuse what cannot fit, before preflight and before any snapshot.
             self._check_capacity()
         self._preflight()
-        self._cleanup_and_snapshot()
-        early = len(self.jobs) == 1 and not self._sweep and not self.backend.answers()
+        # A cluster that must be started takes seconds: cleanup and snapshots happen meanwhile
+        # (still before any submission); otherwise now.
+        starting = not self.backend.answers()
+        if not starting:
+            self._cleanup_and_snapshot()
+        early = len(self.jobs) == 1 and not self._sweep and starting
         try:
             with launch._sigterm_as_interrupt():
                 try:
-                    self._connect(secrets, submit_early=early)
+                    self._connect(secrets, submit_early=early, prepare=self._cleanup_and_snapshot if starting else None)
                     if not early:
                         self._check_capacity(after_start=True)
+                    if self._sweep:
+                        cap = f"{self.capacity:g} GPUs free" if self.capacity is not None else "the cluster queues jobs"
+                        say(f"[sweep] {len(self.jobs)} jobs on {self.backend.address} ({cap})")
                     _quiet_ray_sdk() if self._sweep else None
                     if self.detach:
                         self._submit_detached()
@@ -397,7 +405,8 @@ class Pipeline:
 
     # -------------------------------------------------------- cluster and jobs
 
-    def _connect(self, secrets: Mapping[str, str], *, submit_early: bool) -> None:
+    def _connect(self, secrets: Mapping[str, str], *, submit_early: bool,
+                 prepare: Optional[Callable[[], None]] = None) -> None:
         from clawgym import launch
         from clawgym.backends import BackendError
 
@@ -412,8 +421,14 @@ class Pipeline:
                 except launch.LaunchError as err:
                     early["error"] = err  # retried once the cluster is complete
 
+        def while_waiting() -> None:
+            # Runs while the cluster starts (its own processes): work that does not need it.
+            if prepare is not None:
+                prepare()
+            launch._warm_ray_import()
+
         try:
-            self.backend.start(secrets, on_address=on_address, while_waiting=launch._warm_ray_import)
+            self.backend.start(secrets, on_address=on_address, while_waiting=while_waiting)
         except (BackendError, launch.LaunchError) as err:
             if self._sweep:
                 raise Refused(f"clawgym: sweep stopped before any job was submitted: {err}") from None
@@ -423,11 +438,6 @@ class Pipeline:
             if early.get("error") is not None and self._registered(j):
                 return  # the early attempt got as far as registering it
             self._start(j)
-        if self._sweep:
-            b = self.backend
-            cap = f"{self.capacity:g} GPUs free" if self.capacity is not None else "GPUs queued by the cluster"
-            say(f"[sweep] {len(self.jobs)} jobs on {b.address} ({cap}"
-                f"{', head started by clawgym' if getattr(b, 'started_here', False) else ''})")
 
     def _registered(self, j: PipelineJob) -> bool:
         from clawgym import launch
@@ -648,8 +658,13 @@ class Pipeline:
             return
         ours_running = [j.submission_id for j in self.jobs if j.submission_id and j.status in (STOPPED, FAILED)]
         detached = self.detach and any(j.handle is not None for j in self.jobs)
+        from clawgym.launch import EXIT_LOST_CONTACT
+
         if self.hangup:
             keep, reason = True, "its launcher lost the terminal (SIGHUP) while jobs ran"
+        elif any(j.exit_code == EXIT_LOST_CONTACT for j in self.jobs):
+            # Its jobs may still run: never stopped on a guess.
+            keep, reason = True, "its dashboard stopped answering while a job was followed"
         elif detached and not self.interrupted:
             keep, reason = True, "detached jobs run on it"
         else:

@@ -92,8 +92,10 @@ class Backend:
               while_waiting: Optional[Callable[[], None]] = None) -> Optional[str]:
         """Make a Ray address available for the jobs and return it (None: the backend queues).
 
-        ``on_address(address)`` is called as soon as jobs can be submitted, possibly before
-        ``start`` returns; ``while_waiting()`` runs while a cluster starts.
+        ``while_waiting()`` runs exactly once, while a cluster starts (or at once when there is
+        nothing to start), and always before ``on_address``; the pipeline writes snapshots
+        there. ``on_address(address)`` is called once jobs can be submitted, possibly before
+        ``start`` returns. Whatever this starts is stopped again if either callback raises.
         """
         raise NotImplementedError
 

@@ -31,6 +31,8 @@ class ExistingCluster(RayJobsBackend):
             launch._client(self.address)  # reachable, or a clear error
         except launch.LaunchError as err:
             raise BackendError(str(err)) from None
+        if while_waiting is not None:
+            while_waiting()
         if on_address is not None:
             on_address(self.address)
         return self.address
