@@ -567,6 +567,10 @@ class SlurmBackend:
         return False
 
     def start(self, secrets: Mapping[str, str], *, on_address: Any = None, while_waiting: Any = None) -> Optional[str]:
+        """Nothing to start here (each batch job starts its own Ray): the pipeline's waiting work
+        (cleanup, snapshots) runs at once; no address, since SLURM queues the jobs."""
+        if while_waiting is not None:
+            while_waiting()
         return None
 
     def free_gpus(self) -> Optional[float]:
