@@ -173,3 +173,16 @@ def test_missing_slurm_skips_with_reason_or_fails_when_required(monkeypatch):
     monkeypatch.setenv("CLAWGYM_REQUIRE_SLURM", "1")
     with pytest.raises(Failed, match="CLAWGYM_REQUIRE_SLURM=1"):
         _unavailable("not installed: slurmctld (slurm-wlm)")
+
+
+def test_without_sbatch_a_slurm_launch_is_refused_before_anything_is_written(clawgym_checkout, tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    env["PATH"] = os.path.dirname(sys.executable)  # python, but no SLURM client commands
+    env["CLAWGYM_STATE_DIR"] = str(tmp_path / "state")
+    run_name = f"nosbatch{os.getpid()}"
+    res = subprocess.run([sys.executable, str(ROOT / "train.py"), *base(clawgym_checkout), f"run_name={run_name}",
+                          f"hydra.run.dir={tmp_path}/run"], cwd=ROOT, env=env, capture_output=True, text=True,
+                         timeout=120)
+    assert res.returncode != 0
+    assert "'sbatch' is not on PATH" in res.stderr and "cluster=slurm runs on a SLURM login node" in res.stderr
+    assert not (clawgym_checkout / "exp" / run_name).exists()
