@@ -156,3 +156,28 @@ def test_without_kubectl_apply_prints_how(tmp_path: Path):
                          capture_output=True, text=True, cwd=REPO, timeout=120, env=env)
     assert res.returncode == 0, res.stderr
     assert "kubectl is not on PATH" in res.stdout and f"apply -f {out}/rayjob.yaml" in res.stdout
+
+
+def test_apply_runs_kubectl_with_the_current_context(tmp_path: Path):
+    from tests.conftest import ROOT as REPO
+
+    # A recording kubectl (test double): answers current-context, records the apply call.
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    calls = tmp_path / "kubectl_calls"
+    kubectl = bin_dir / "kubectl"
+    kubectl.write_text(f"""#!/bin/sh
+echo "$@" >> {calls}
+if [ "$1" = config ]; then echo test-context; exit 0; fi
+echo "rayjob.ray.io/created"
+""")
+    kubectl.chmod(0o755)
+    out = tmp_path / "out"
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+    res = subprocess.run([os.sys.executable, str(REPO / "train.py"), "cluster=kuberay", "kuberay.apply=true",
+                          "kuberay.namespace=rl", "kuberay.image=img:1", "kuberay.pvc=runs", f"hydra.run.dir={out}"],
+                         capture_output=True, text=True, cwd=REPO, timeout=120, env=env)
+    assert res.returncode == 0, res.stderr
+    lines = calls.read_text().splitlines()
+    assert lines == ["config current-context", f"--context test-context apply -n rl -f {out}/rayjob.yaml"]
+    assert "RayJob applied (context test-context)" in res.stdout

@@ -27,7 +27,7 @@ import sys
 import time
 import urllib.request
 from pathlib import Path
-from typing import Dict, List, Optional, Tuple
+from typing import List, Optional, Tuple
 
 from clawgym import ray_head
 from clawgym.plan import LaunchPlan
