@@ -49,9 +49,12 @@ BACKENDS = ("local", "existing", "slurm", "kuberay")
 
 def backend_name(c: Any) -> str:
     """The backend a (plain or composed) config asks for; ``local`` with ``ray.address`` set is ``existing``."""
+    if c is None:
+        return "local"
     cluster = c.get("cluster") if hasattr(c, "get") else None
     name = str((cluster or {}).get("backend", "local") if cluster is not None else "local")
-    if name == "local" and c["ray"]["address"]:
+    ray = c.get("ray") if hasattr(c, "get") else None
+    if name == "local" and ray is not None and ray.get("address"):
         return "existing"
     return name
 
