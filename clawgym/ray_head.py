@@ -264,7 +264,11 @@ def ownership(rec: HeadRecord) -> str:
 def join_head(rec: HeadRecord) -> HeadRecord:
     """Add this launch to the head's users (the record on disk is re-read under the lock)."""
     with record_lock(rec.dashboard_port):
-        current = load_record(rec.dashboard_port) or rec
+        current = load_record(rec.dashboard_port)
+        if current is None or current.marker != rec.marker:
+            # Its last user stopped it between our check and now.
+            raise HeadError(f"the Ray head at {rec.dashboard_address} was stopped by the launch that used it last "
+                            f"while this launch was getting ready\n  fix: run the command again")
         me = this_launch()
         current.users = [u for u in current.users if _user_alive(u) and int(u["pid"]) != me["pid"]] + [me]
         write_record(current)

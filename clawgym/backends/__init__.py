@@ -16,8 +16,12 @@ run is a sweep of one):
 ``close``          clean up what this backend started, through what it recorded at start
 =================  ===========================================================================
 
-plus ``checks_this_machine`` (preflight checks this machine's GPUs and ports: only when the
-cluster is started here) and ``hints`` (how to follow, stop and clean up detached jobs).
+plus small helpers: ``answers`` (the cluster runs already, so capacity is checked before
+preflight), ``total_gpus`` (a job needing more can never run), ``running_elsewhere`` (jobs of
+other launches, for messages), ``checks_this_machine`` (preflight checks this machine's GPUs
+and ports: only when the cluster is started here) and ``hints`` (how to follow, stop and
+clean up jobs nobody follows). Handles returned by ``submit`` follow with
+``follow(echo=, lost_contact_after=, say=)`` and stop with ``stop()``.
 
 One owner per resource: what a backend starts, it records when it starts it and stops
 through that record (the local head's record lives in :mod:`clawgym.ray_head`). Backends

@@ -66,7 +66,10 @@ class LocalHead(RayJobsBackend):
             rec = self.reusable
             state = ray_head.ownership(rec)
             self._report_reuse(rec, state)
-            self.record = ray_head.join_head(rec)
+            try:
+                self.record = ray_head.join_head(rec)
+            except ray_head.HeadError as err:
+                raise BackendError(str(err)) from None
             self.address = rec.dashboard_address
             self.started_here = True  # its environment carries the secrets (settle compared them)
             if while_waiting is not None:
