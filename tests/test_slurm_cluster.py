@@ -151,6 +151,8 @@ def test_scancel_mid_run_leaves_no_ray_process(slurm_cluster, clawgym_checkout, 
     left = marker_processes(job_id)
     assert not left, f"processes of SLURM job {job_id} still alive 10 s after scancel: {left}"
     assert not subprocess.run(["pgrep", "-f", f"cg-slurm-{job_id}-"], capture_output=True).stdout
+    # Ray's temp dir of the job went with it.
+    assert not list(Path("/tmp").glob(f"cg-slurm-{job_id}-*"))
     try:
         rc = proc.wait(timeout=60)
     finally:

@@ -52,13 +52,14 @@ teardown() {
   fi
   # `ray start --block` ignores SIGTERM for about a minute once its GCS is gone: kill the process group.
   [ -n "$head_pid" ] && { kill -KILL -- "-$head_pid"; wait "$head_pid"; } 2>/dev/null
+  # Ray's sockets and session logs of this job on this node (first: SLURM kills this shell KillWait
+  # seconds after its SIGTERM).
+  [ -n "${TEMP_DIR:-}" ] && rm -rf "$TEMP_DIR"
   # srun forwards TERM to every worker task, which kills its own Ray process group.
   [ -n "$workers_pid" ] && kill -TERM "$workers_pid" 2>/dev/null
   # Whatever still carries this job's marker on this node (e.g. job drivers in their own sessions).
   "${RUNNER[@]}" reap
   [ -n "$workers_pid" ] && wait "$workers_pid" 2>/dev/null
-  # Ray's sockets and session logs of this job on this node.
-  [ -n "${TEMP_DIR:-}" ] && rm -rf "$TEMP_DIR"
   return 0
 }
 
