@@ -14,6 +14,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from clawgym.config import to_plain
 from clawgym.plan import LaunchPlan, build_plan_from_dict, format_plan
+from clawgym.registry import RegistryError
 from clawgym.validate import ConfigError, validate
 
 PLAN_FILE = "launch_plan.json"
@@ -87,6 +88,10 @@ def run(cfg: DictConfig) -> Any:
             validate(resolved)
         except ConfigError as err:
             fail(err)
+        except RegistryError as err:
+            # A missing or broken flag registry is a broken install: say so without a traceback.
+            print(f"clawgym: {err}", file=sys.stderr)
+            sys.exit(2)
         plan = build_plan_from_dict(resolved, environ=os.environ, timestamp=timestamp())
     from clawgym.backends import backend_name
 

@@ -13,7 +13,7 @@ import sys
 from typing import List, Optional
 
 #: Subcommand modules under clawgym.commands, in help order.
-COMMANDS = ["show", "diff", "resume", "stamp", "preflight", "jobs"]
+COMMANDS = ["show", "diff", "resume", "stamp", "preflight", "jobs", "flags"]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -36,7 +36,11 @@ def register_resolvers() -> None:
 def register_configs() -> None:
     """Store the root schema and one ``base_<group>`` schema per group."""
     cs = ConfigStore.instance()
-    cs.store(name="base_config", node=ClawGymConfig, provider="clawgym")
+    root = OmegaConf.structured(ClawGymConfig)
+    # ``args`` holds trainer flags by dest; it is not struct so ``args.lr_warmup_iters=10``
+    # needs no ``+`` (the registry, not the schema, knows its keys: see validate.py).
+    OmegaConf.set_struct(root.args, False)
+    cs.store(name="base_config", node=root, provider="clawgym")
     for group, schema in GROUPS.items():
         cs.store(group=group, name=f"base_{group}", node=schema, provider="clawgym")
 

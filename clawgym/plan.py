@@ -117,133 +117,52 @@ def gpus_required(c: Mapping[str, Any]) -> int:
     return max(actor, g["rollout_gpus"]) if g["colocate"] else actor + g["rollout_gpus"]
 
 
-def _model_args(a: _Argv, m: Mapping[str, Any]) -> None:
-    a.switch("--swiglu", m["swiglu"])
-    a.opt("--num-layers", m["num_layers"])
-    a.opt("--hidden-size", m["hidden_size"])
-    a.opt("--ffn-hidden-size", m["ffn_hidden_size"])
-    a.opt("--num-attention-heads", m["num_attention_heads"])
-    a.switch("--group-query-attention", m["num_query_groups"] < m["num_attention_heads"])
-    a.opt("--num-query-groups", m["num_query_groups"])
-    if m["position_embedding"] == "rope":
-        a.opt("--position-embedding-type", "rope")
-    else:
-        a.switch("--use-rotary-position-embeddings", True)
-    a.switch("--disable-bias-linear", m["disable_bias_linear"])
-    a.opt("--normalization", m["normalization"])
-    a.opt("--norm-epsilon", m["norm_epsilon"])
-    a.opt("--rotary-base", m["rotary_base"])
-    a.opt("--rotary-percent", m["rotary_percent"])
-    a.opt("--vocab-size", m["vocab_size"])
-    a.opt("--kv-channels", m["kv_channels"])
-    a.switch("--qk-layernorm", m["qk_layernorm"])
-    a.switch("--untie-embeddings-and-output-weights", m["untie_embeddings_and_output_weights"])
-    a.opt("--num-experts", m["num_experts"])
-    a.opt("--moe-ffn-hidden-size", m["moe_ffn_hidden_size"])
-    a.opt("--moe-router-score-function", m["moe_router_score_function"])
-    a.opt("--moe-token-dispatcher-type", m["moe_token_dispatcher_type"])
-    a.opt("--moe-router-topk", m["moe_router_topk"])
-    a.opt("--moe-layer-freq", m["moe_layer_freq"])
-    a.switch("--moe-grouped-gemm", m["moe_grouped_gemm"])
-    a.opt("--moe-token-drop-policy", m["moe_token_drop_policy"])
-    a.opt("--moe-router-dtype", m["moe_router_dtype"])
-    a.switch("--moe-permute-fusion", m["moe_permute_fusion"])
-    a.opt("--moe-aux-loss-coeff", m["moe_aux_loss_coeff"])
+def trainer_flavour(c: Mapping[str, Any]) -> str:
+    """The trainer flavour of a resolved config (configs from before flavours are the fork's)."""
+    return str((c.get("trainer") or {}).get("flavour") or "clawgym")
 
 
 def trainer_argv(c: Mapping[str, Any], *, use_wandb: bool) -> List[str]:
-    """Every trainer flag of a resolved config, each once, grouped as the seed script does."""
-    g, m, r, p, o = c["gpu_layout"], c["model"], c["rollout"], c["perf"], c["optimizer"]
-    e, s, gr, paths, ck = c["eval"], c["sglang"], c["grpo"], c["paths"], c["checkpoint"]
+    """Every trainer flag of a resolved config, each once: the curated flags of the owner
+    table (clawgym/flagmap.py, grouped as the seed script does), then ``args.*`` (by dest,
+    sorted), then ``extra_args`` verbatim."""
+    from clawgym.flagmap import ROWS, Context
+
+    flavour = trainer_flavour(c)
+    ctx = Context(use_wandb=use_wandb)
     a = _Argv()
-    # Placement.
-    a.opt("--actor-num-nodes", g["actor_num_nodes"])
-    a.opt("--actor-num-gpus-per-node", g["actor_gpus"])
-    a.opt("--rollout-num-gpus", g["rollout_gpus"])
-    a.opt("--num-gpus-per-node", g["num_gpus"])
-    a.switch("--colocate", g["colocate"])
-    _model_args(a, m)
-    # Checkpoints.
-    a.opt("--megatron-to-hf-mode", ck["megatron_to_hf_mode"])
-    a.opt("--hf-checkpoint", paths["hf_checkpoint"])
-    a.opt("--ref-load", paths["ref_load"])
-    a.opt("--load", ck["load"])
-    a.opt("--save", paths["save"])
-    a.opt("--save-interval", ck["save_interval"])
-    # Rollout.
-    a.switch("--disable-rollout-global-dataset", not r["global_dataset"])
-    a.opt("--rollout-function-path", r["function_path"])
-    a.opt("--num-rollout", r["num_rollout"])
-    a.opt("--rollout-batch-size", r["batch_size"])
-    a.opt("--n-samples-per-prompt", r["n_samples_per_prompt"])
-    a.opt("--rollout-max-response-len", r["max_response_len"])
-    a.opt("--rollout-max-context-len", r["max_context_len"])
-    a.opt("--rollout-temperature", r["temperature"])
-    a.opt("--reward-key", r["reward_key"])
-    a.opt("--num-steps-per-rollout", r["num_steps_per_rollout"])
-    # Optimizer.
-    a.opt("--optimizer", o["name"])
-    a.opt("--lr", o["lr"])
-    a.opt("--lr-decay-style", o["lr_decay_style"])
-    a.opt("--weight-decay", o["weight_decay"])
-    a.opt("--adam-beta1", o["adam_beta1"])
-    a.opt("--adam-beta2", o["adam_beta2"])
-    a.switch("--optimizer-cpu-offload", o["cpu_offload"])
-    a.switch("--overlap-cpu-optimizer-d2h-h2d", o["overlap_cpu_optimizer_d2h_h2d"])
-    a.switch("--use-precision-aware-optimizer", o["use_precision_aware_optimizer"])
-    # GRPO.
-    a.opt("--advantage-estimator", gr["advantage_estimator"])
-    a.switch("--dynamic-history", gr["dynamic_history"])
-    a.switch("--use-kl-loss", gr["use_kl_loss"])
-    a.opt("--kl-loss-coef", gr["kl_loss_coef"])
-    a.opt("--kl-loss-type", gr["kl_loss_type"])
-    a.opt("--entropy-coef", gr["entropy_coef"])
-    a.opt("--eps-clip", gr["eps_clip"])
-    a.opt("--eps-clip-high", gr["eps_clip_high"])
-    a.switch("--use-dynamic-global-batch-size", gr["use_dynamic_global_batch_size"])
-    a.switch("--calculate-per-token-loss", gr["calculate_per_token_loss"])
-    # Parallelism and memory.
-    a.opt("--tensor-model-parallel-size", p["tensor_parallel"])
-    a.switch("--sequence-parallel", p["sequence_parallel"])
-    a.opt("--pipeline-model-parallel-size", p["pipeline_parallel"])
-    a.opt("--context-parallel-size", p["context_parallel"])
-    a.opt("--expert-model-parallel-size", p["expert_parallel"])
-    a.opt("--expert-tensor-parallel-size", p["expert_tensor_parallel"])
-    a.opt("--recompute-granularity", p["recompute_granularity"])
-    a.opt("--recompute-method", p["recompute_method"])
-    a.opt("--recompute-num-layers", p["recompute_num_layers"])
-    a.switch("--use-dynamic-batch-size", p["use_dynamic_batch_size"])
-    a.opt("--max-tokens-per-gpu", p["max_tokens_per_gpu"])
-    a.opt("--log-probs-chunk-size", p["log_probs_chunk_size"])
-    # Eval.
-    a.opt("--eval-interval", e["interval"])
-    a.opt("--eval-function-path", e["function_path"])
-    a.switch("--skip-eval-before-train", e["skip_before_train"])
-    # SGLang.
-    a.opt("--rollout-num-gpus-per-engine", s["tp"])
-    a.opt("--sglang-tool-call-parser", s["tool_call_parser"])
-    a.opt("--sglang-mem-fraction-static", s["mem_fraction_static"])
-    a.opt("--sglang-context-length", s["context_length"])
-    # An empty parser means none, as the seed's ${REASONING_PARSER:+...}.
-    a.opt("--sglang-reasoning-parser", s["reasoning_parser"] or None)
-    # Numerics.
-    a.opt("--attention-dropout", m["attention_dropout"])
-    a.opt("--hidden-dropout", m["hidden_dropout"])
-    a.switch("--accumulate-allreduce-grads-in-fp32", p["accumulate_allreduce_grads_in_fp32"])
-    a.switch("--attention-softmax-in-fp32", p["attention_softmax_in_fp32"])
-    a.opt("--attention-backend", p["attention_backend"])
-    # W&B: the key travels in the environment only.
-    if use_wandb:
-        a.switch("--use-wandb", True)
-        a.opt("--wandb-project", c["wandb"]["project"])
-        a.opt("--wandb-group", c["wandb"]["group"])
-    # ClawGym-RL hooks.
-    a.opt("--custom-generate-function-path", r["generate_function_path"])
-    a.opt("--custom-rm-path", r["reward_function_path"])
+    for row in ROWS:
+        value = row.emitted(c, ctx)
+        if value is None or value is False:
+            continue
+        if row.fork_only and flavour != "clawgym":
+            # Validation refuses this first (trainer-flag-fork-only); never emit a flag the trainer lacks.
+            raise ValueError(f"{row.flag} ({row.key}) exists only in the ClawGym fork, not in trainer={flavour}")
+        if value is True:
+            a.switch(row.flag, True)
+        else:
+            a.opt(row.flag, value)
+    user_args = c.get("args") or {}
+    if user_args:
+        from clawgym.registry import load_registry
+        from clawgym.trainer_args import render_arg
+
+        reg = load_registry(flavour)
+        for dest in sorted(user_args):
+            tokens = render_arg(reg, dest, user_args[dest])
+            if tokens:
+                a._mark(tokens[0])
+                a.args += tokens
+    extra_flags = set()
     for item in c["extra_args"]:
+        item = str(item)
         if item.startswith("--"):
-            a._mark(item.split("=", 1)[0])
-        a.args.append(str(item))
+            flag = item.split("=", 1)[0]
+            # extra_args may repeat its own flag (append actions); never a flag generated above.
+            if flag not in extra_flags:
+                a._mark(flag)
+                extra_flags.add(flag)
+        a.args.append(item)
     return a.args
 
 
@@ -259,6 +178,11 @@ def job_env(c: Mapping[str, Any]) -> Dict[str, str]:
         "PYTHONFAULTHANDLER": "1",
         "MASTER_ADDR": node_ip,
         "no_proxy": f"127.0.0.1,{node_ip}",
+    }
+    if not (c.get("trainer") or {}).get("agent_env", True):
+        return env
+    # The ClawGym-RL agent environment: the fork's rollout and API-server hooks read it.
+    env.update({
         "OPENCLAW_TRAIN_TASKS": paths["train_tasks"],
         "OPENCLAW_EVAL_TASKS": paths["eval_tasks"],
         "OPENCLAW_TRAIN_MAX_TURNS": str(r["train_max_turns"]),
@@ -278,7 +202,7 @@ def job_env(c: Mapping[str, Any]) -> Dict[str, str]:
         "PORT": str(s["api_port"]),
         "TOOL_CALL_PARSER": s["tool_call_parser"],
         "REASONING_PARSER": s["reasoning_parser"] or "",
-    }
+    })
     return env
 
 
@@ -401,12 +325,12 @@ def format_plan(plan: LaunchPlan) -> str:
     args = plan.entrypoint[2:]
     i = 0
     while i < len(args):
-        if i + 1 < len(args) and not args[i + 1].startswith("--"):
-            out.append(f"  {args[i]} {args[i + 1]}")
-            i += 2
-        else:
-            out.append(f"  {args[i]}")
-            i += 1
+        # A flag with every value that follows it (nargs flags take several).
+        j = i + 1
+        while j < len(args) and not args[j].startswith("--"):
+            j += 1
+        out.append("  " + " ".join(args[i:j]))
+        i = j
     out += ["", "job environment:"]
     out += [f"  {k}={v}" for k, v in plan.runtime_env.get("env_vars", {}).items()]
     if plan.ray_start is not None:

@@ -120,10 +120,10 @@ class RolloutConfig:
 
     # Slime's rollout hook (ClawGym-RL drives OpenClaw gateways from it).
     function_path: str = "clawgym_rl_rollout.generate_rollout_clawgym_rl"
-    # Custom per-sample generate hook (the ClawGymRL API server).
-    generate_function_path: str = "clawgym_rl_api_server.generate"
-    # Custom reward hook.
-    reward_function_path: str = "clawgym_rl_api_server.reward_func"
+    # Custom per-sample generate hook (the ClawGymRL API server); None leaves slime's own.
+    generate_function_path: Optional[str] = "clawgym_rl_api_server.generate"
+    # Custom reward hook; None leaves slime's own (``--rm-type``).
+    reward_function_path: Optional[str] = "clawgym_rl_api_server.reward_func"
     # ClawGym-RL manages its own task data; slime's global dataset stays off.
     global_dataset: bool = False
     # Total rollout iterations (huge = run until stopped).
@@ -138,8 +138,8 @@ class RolloutConfig:
     max_context_len: int = 65536
     # Sampling temperature; GRPO needs sample diversity, so > 0.
     temperature: float = 0.7
-    # Key of the reward dict used as the scalar score.
-    reward_key: str = "score"
+    # Key of the reward dict used as the scalar score; None when the reward is a scalar.
+    reward_key: Optional[str] = "score"
     # Gradient updates per rollout (1 = standard online GRPO).
     num_steps_per_rollout: int = 1
     # Concurrent OpenClaw containers during training rollouts.
@@ -235,8 +235,8 @@ class EvalConfig:
 
     # Evaluate every N rollouts; None turns periodic eval off.
     interval: Optional[int] = 5
-    # Eval reuses the rollout hook unless set otherwise.
-    function_path: str = "${rollout.function_path}"
+    # Eval reuses the rollout hook unless set otherwise; None leaves slime's choice (the rollout hook).
+    function_path: Optional[str] = "${rollout.function_path}"
     # Skip the evaluation that the synchronous driver runs before the first step.
     skip_before_train: bool = False
     # Concurrent OpenClaw containers during evaluation.
@@ -315,8 +315,8 @@ class PathsConfig:
 class CheckpointConfig:
     """Checkpoint format and schedule."""
 
-    # Megatron <-> HF weight conversion mode (ClawGym fork flag).
-    megatron_to_hf_mode: str = "bridge"
+    # Megatron <-> HF weight conversion mode (ClawGym fork flag; None under trainer=slime).
+    megatron_to_hf_mode: Optional[str] = "bridge"
     # Save every N rollouts; None saves never.
     save_interval: Optional[int] = 5
     # Megatron checkpoint to resume from (set by ``clawgym resume``); None starts fresh.
@@ -471,6 +471,20 @@ class WandbConfig:
 
 
 @dataclass
+class TrainerConfig:
+    """Which trainer the job runs: it decides the flag registry that checks the argv, the flags
+    the plan may emit, and the defaults of other groups (``conf/trainer/<flavour>.yaml``)."""
+
+    # "clawgym": the ClawGym-Agents RL/slime fork (strict parser, fork-only flags such as
+    # --dynamic-history); "slime": upstream THUDM/slime. Names the flag registry
+    # clawgym/registry/data/<flavour>.json; choose it with trainer=<flavour>, not by setting this.
+    flavour: str = "clawgym"
+    # Give the job the ClawGym-RL agent environment (OPENCLAW_*, the API server's HOST/PORT and
+    # parsers): the fork's rollout and API-server hooks read it; upstream slime has no use for it.
+    agent_env: bool = True
+
+
+@dataclass
 class ClawGymConfig:
     """Root of the composed config."""
 
@@ -506,6 +520,8 @@ class ClawGymConfig:
     slurm: SlurmConfig = field(default_factory=SlurmConfig)
     # KubeRay RayJob settings (used by cluster=kuberay).
     kuberay: KubeRayConfig = field(default_factory=KubeRayConfig)
+    # The trainer group (conf/trainer/): ClawGym fork or upstream slime.
+    trainer: TrainerConfig = field(default_factory=TrainerConfig)
     # Experiment name (the seed's EXP_NAME): the run name's stem and a W&B tag.
     exp_name: str = "clawgym-rl-4b-instruct-2507"
     # Name of this run: save dir and W&B run. Sweep jobs get the swept overrides appended.
@@ -516,7 +532,13 @@ class ClawGymConfig:
     preflight_only: bool = False
     # Preflight checks to skip, by name.
     skip_checks: List[str] = field(default_factory=list)
-    # Trainer flags we do not model, appended verbatim; must not repeat a generated flag.
+    # Any other trainer flag, by its argparse dest: ``args.lr_warmup_iters=10``. Checked against
+    # the trainer flavour's flag registry (name, type, choices, switches take booleans, nargs
+    # take lists) and emitted after the curated flags; ``clawgym flags`` lists them. Free-form
+    # (not struct) so that ``args.<dest>=`` needs no ``+``; a flag a group key owns is refused.
+    args: Dict[str, Any] = field(default_factory=dict)
+    # Raw trainer argv tokens appended verbatim, for what ``args`` cannot express; every flag
+    # must still exist in the registry, parse with its type, and not be owned by a key or ``args``.
     extra_args: List[str] = field(default_factory=list)
     # Extra environment variables for the job (never secrets: they are stored).
     extra_env: Dict[str, str] = field(default_factory=dict)
@@ -538,4 +560,5 @@ GROUPS: Dict[str, Any] = {
     "ray": RayConfig,
     "wandb": WandbConfig,
     "cluster": ClusterConfig,
+    "trainer": TrainerConfig,
 }

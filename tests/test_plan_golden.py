@@ -31,6 +31,16 @@ UPDATE = os.environ.get("CLAWGYM_UPDATE_GOLDEN") == "1"
 GOLDENS: Dict[str, List[str]] = {
     "defaults": [],
     "colocate_8": ["gpu_layout=colocate_8"],
+    # args.<dest> of several parts and actions (int, alias option, store_true, nargs '+', store_false,
+    # BooleanOptionalAction, choices) after the curated flags, then checked extra_args.
+    "args": ["args.lr_warmup_iters=10", "args.sglang_ep_size=8", "args.moe_enable_deepep=true",
+             "args.eval_prompt_data=[aime,/data/aime.jsonl]", "args.gradient_accumulation_fusion=false",
+             "args.offload_train=false", "args.transformer_impl=local", "extra_args=[--seed,7]"],
+    # Upstream slime: its own hooks and no fork flags or OpenClaw env; a prompt-data run through args.
+    "slime": ["trainer=slime", "args.prompt_data=/data/dapo-math-17k.jsonl", "args.input_key=prompt",
+              "args.label_key=label", "args.apply_chat_template=true", "args.rollout_shuffle=true",
+              "args.rm_type=deepscaler", "args.global_batch_size=64", "args.eval_prompt_data=[aime,/data/aime.jsonl]",
+              "eval.interval=20"],
 }
 
 SECRETS = {"WANDB_API_KEY": "wandb-api-secret-1234567890", "WANDB_KEY": "wandb-key-secret-0987654321",

@@ -102,6 +102,10 @@ def apply_overrides(cfg: Any, overrides: Sequence[str]) -> List[str]:
         if o.is_delete():
             raise ResumeError(f"clawgym resume: {o.input_line!r} deletes a key; set it to a value (or null) instead")
         value = o.value()
+        if key in ("trainer", "trainer.flavour"):
+            # The flavour sets other groups' defaults too, and a checkpoint belongs to one trainer.
+            raise ResumeError(f"clawgym resume: {o.input_line!r} switches the trainer; a resumed run keeps the "
+                              "trainer it was launched with.\n  fix: launch afresh with train.py " + o.input_line)
         if key in GROUPS and isinstance(value, str) and value in group_options(key):
             with open_dict(cfg):
                 cfg[key] = OmegaConf.merge(OmegaConf.structured(GROUPS[key]), _group_node(key, value))
