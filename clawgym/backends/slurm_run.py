@@ -113,9 +113,9 @@ def cmd_preflight(args) -> int:
             print(f"[clawgym] preflight in the allocation failed: {p}", file=sys.stderr, flush=True)
         return 2
     ip = node_ip(args.head_ip, args.nodes)
-    ports = [ray_head.free_port() for _ in range(3)]
+    ports = [ray_head.free_port() for _ in range(4)]
     print(f"HEAD_IP={ip}\nNODE_GPUS={gpus}\nGCS_PORT={ports[0]}\nDASHBOARD_PORT={ports[1]}\n"
-          f"AGENT_PORT={ports[2]}\nTEMP_DIR={_temp_dir()}")
+          f"CLIENT_PORT={ports[2]}\nAGENT_PORT={ports[3]}\nTEMP_DIR={_temp_dir()}")
     sys.stderr.write(f"[clawgym] preflight in the allocation passed: {gpus} GPUs on {os.uname().nodename}, "
                      f"Ray head {ip}:{ports[0]}, dashboard 127.0.0.1:{ports[1]}\n")
     return 0
@@ -243,7 +243,7 @@ def cmd_worker(args) -> int:
               file=sys.stderr, flush=True)
         return 2
     argv = [sys.executable, "-m", "ray.scripts.scripts", "start", "--block", "--disable-usage-stats",
-            f"--address={args.address}", f"--num-gpus={gpus}", "--ray-client-server-port=0",
+            f"--address={args.address}", f"--num-gpus={gpus}",
             f"--dashboard-agent-listen-port={ray_head.free_port()}", "--min-worker-port=0", "--max-worker-port=0",
             f"--temp-dir={_temp_dir()}"]
     temp_dir = argv[-1].split("=", 1)[1]

@@ -62,16 +62,14 @@ trap 'on_signal SIGTERM' TERM
 trap 'on_signal SIGINT' INT
 
 # Preflight inside the allocation: the GPUs SLURM granted and free per-job ports on this node.
-# It prints HEAD_IP, NODE_GPUS, GCS_PORT, DASHBOARD_PORT, AGENT_PORT and TEMP_DIR.
+# It prints HEAD_IP, NODE_GPUS, GCS_PORT, DASHBOARD_PORT, CLIENT_PORT, AGENT_PORT and TEMP_DIR.
 settings=$("${RUNNER[@]}" preflight "$PLAN" --nodes "$NODES" --gpus-per-node "$GPUS_PER_NODE") || exit 2
 eval "$settings"
 
-# Ray head on the first node (this one), in a process group of its own. No Ray Client server
-# (port 0): jobs go through the job API, and a client server that cannot read its node info
-# within 30 s (a loaded node) makes `ray start --block` kill the whole head.
+# Ray head on the first node (this one), in a process group of its own.
 setsid "${RAY[@]}" start --head --block --disable-usage-stats --node-ip-address="$HEAD_IP" \
   --port="$GCS_PORT" --num-gpus="$NODE_GPUS" --dashboard-host=127.0.0.1 --dashboard-port="$DASHBOARD_PORT" \
-  --ray-client-server-port=0 --dashboard-agent-listen-port="$AGENT_PORT" \
+  --ray-client-server-port="$CLIENT_PORT" --dashboard-agent-listen-port="$AGENT_PORT" \
   --min-worker-port=0 --max-worker-port=0 --temp-dir="$TEMP_DIR" >"$LOG_DIR/ray-head-$SLURM_JOB_ID.log" 2>&1 &
 head_pid=$!
 
