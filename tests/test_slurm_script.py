@@ -82,6 +82,14 @@ def test_batch_script_is_valid_bash(name: str, tmp_path: Path):
     assert res.returncode == 0, res.stderr
 
 
+def test_continued_command_lines_hold_no_comment():
+    # A comment line inside a backslash-continued command ends the command there (bash -n cannot tell).
+    lines = script_for(MULTI_NODE).splitlines()
+    for prev, line in zip(lines, lines[1:]):
+        if prev.rstrip().endswith("\\"):
+            assert not line.lstrip().startswith("#"), (prev, line)
+
+
 def test_sbatch_directives_come_before_any_command():
     # sbatch stops reading #SBATCH lines at the first command.
     lines = script_for(MULTI_NODE).splitlines()
