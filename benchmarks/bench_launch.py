@@ -168,8 +168,18 @@ def main(argv: Optional[List[str]] = None) -> int:
         state = work / "clawgym_state"
         env_extra = {"CLAWGYM_STATE_DIR": str(state)}
         os.environ["CLAWGYM_STATE_DIR"] = str(state)
+        failures = 0
         for i in range(args.repeat):
-            results["seed"].append(run_seed(args.seed, work / f"seed{i}"))
+            for attempt in range(3):
+                # On an overloaded machine the seed's own `ray start` can time out; say so and retry.
+                try:
+                    results["seed"].append(run_seed(args.seed, work / f"seed{i}_{attempt}"))
+                    break
+                except RuntimeError as exc:
+                    failures += 1
+                    print(f"seed run {i} attempt {attempt} failed: {exc}", file=sys.stderr, flush=True)
+            else:
+                raise SystemExit("the seed failed three times in a row; see the messages above")
             local = [f"ray.port={ray_head.free_port()}", f"ray.dashboard_port={ray_head.free_port()}",
                      "ray.num_gpus=8"]
             results["clawgym_local_head"].append(run_clawgym(work / f"local{i}", f"bench-local{i}", local, env_extra))
@@ -189,6 +199,8 @@ def main(argv: Optional[List[str]] = None) -> int:
           f"{args.repeat}, load average {os.getloadavg()[0]:.1f}):")
     for k, v in results.items():
         print(f"  {k:<26} {med[k]:6.2f}   runs: {', '.join(f'{x:.2f}' for x in v)}")
+    if failures:
+        print(f"  (seed runs that failed and were retried: {failures})")
     print(f"ratio clawgym local head / seed:       {med['clawgym_local_head'] / med['seed']:.2f}  (target <= 0.50)")
     print(f"ratio clawgym existing cluster / seed: {med['clawgym_existing_cluster'] / med['seed']:.2f}")
     return 0

@@ -253,7 +253,7 @@ class Pipeline:
         starting = not self.backend.answers()
         if not starting:
             self._cleanup_and_snapshot()
-        early = len(self.jobs) == 1 and not self._sweep and starting
+        early = len(self.jobs) == 1 and not self._sweep and not self.backend.answers()
         try:
             with launch._sigterm_as_interrupt():
                 try:
