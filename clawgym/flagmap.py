@@ -17,6 +17,7 @@ import`` maps a script's flags back to keys through :func:`owners`.
 
 Fork-only rows (``fork_only=True``) exist in the ClawGym fork's parser only; under
 ``trainer=slime`` they are not emitted, and a config that would emit one is refused.
+Upstream-only rows (``upstream_only=True``) are the converse under ``trainer=clawgym``.
 """
 
 from __future__ import annotations
@@ -59,6 +60,8 @@ class Row:
     kind: str
     # Exists only in the ClawGym fork's parser.
     fork_only: bool = False
+    # Exists only in upstream slime's parser (newer than the fork), e.g. --allgather-cp.
+    upstream_only: bool = False
     # What to emit, when not simply the key's value: None/False = nothing, True = the bare flag,
     # anything else = ``flag value``.
     compute: Optional[Compute] = None
@@ -105,40 +108,80 @@ ROWS: Tuple[Row, ...] = (
     Row("--rollout-num-gpus", "gpu_layout.rollout_gpus", "value"),
     Row("--num-gpus-per-node", "gpu_layout.num_gpus", "value"),
     Row("--colocate", "gpu_layout.colocate", "switch"),
-    # Model architecture.
+    # Model architecture (the layer spec first, as slime's model scripts put it).
+    Row("--spec", _model("spec"), "value"),
     Row("--swiglu", _model("swiglu"), "switch"),
     Row("--num-layers", _model("num_layers"), "value"),
     Row("--hidden-size", _model("hidden_size"), "value"),
     Row("--ffn-hidden-size", _model("ffn_hidden_size"), "value"),
     Row("--num-attention-heads", _model("num_attention_heads"), "value"),
-    # Grouped-query attention whenever there are fewer KV heads than query heads.
+    # Grouped-query attention whenever there are fewer KV heads than query heads (None: MLA models).
     Row("--group-query-attention", _model("num_query_groups"), "derived",
-        compute=lambda c, ctx: c["model"]["num_query_groups"] < c["model"]["num_attention_heads"]),
+        compute=lambda c, ctx: c["model"]["num_query_groups"] is not None
+        and c["model"]["num_query_groups"] < c["model"]["num_attention_heads"]),
     Row("--num-query-groups", _model("num_query_groups"), "value"),
+    Row("--max-position-embeddings", _model("max_position_embeddings"), "value"),
+    Row("--seq-length", _model("seq_length"), "value"),
     Row("--position-embedding-type", _model("position_embedding"), "derived",
         compute=lambda c, ctx: "rope" if c["model"]["position_embedding"] == "rope" else None),
     Row("--use-rotary-position-embeddings", _model("position_embedding"), "derived",
         compute=lambda c, ctx: c["model"]["position_embedding"] != "rope"),
+    Row("--no-position-embedding", _model("add_position_embedding"), "inverse_switch"),
     Row("--disable-bias-linear", _model("disable_bias_linear"), "switch"),
+    Row("--add-qkv-bias", _model("add_qkv_bias"), "switch"),
     Row("--normalization", _model("normalization"), "value"),
+    Row("--apply-layernorm-1p", _model("apply_layernorm_1p"), "switch"),
     Row("--norm-epsilon", _model("norm_epsilon"), "value"),
     Row("--rotary-base", _model("rotary_base"), "value"),
     Row("--rotary-percent", _model("rotary_percent"), "value"),
+    Row("--rotary-interleaved", _model("rotary_interleaved"), "switch"),
+    Row("--use-rope-scaling", _model("use_rope_scaling"), "switch"),
+    Row("--rotary-scaling-factor", _model("rotary_scaling_factor"), "value"),
+    Row("--mscale", _model("mscale"), "value"),
+    Row("--mscale-all-dim", _model("mscale_all_dim"), "value"),
+    Row("--no-rope-fusion", _model("apply_rope_fusion"), "inverse_switch"),
     Row("--vocab-size", _model("vocab_size"), "value"),
+    Row("--make-vocab-size-divisible-by", _model("make_vocab_size_divisible_by"), "value"),
     Row("--kv-channels", _model("kv_channels"), "value"),
     Row("--qk-layernorm", _model("qk_layernorm"), "switch"),
+    Row("--post-self-attn-layernorm", _model("post_self_attn_layernorm"), "switch"),
+    Row("--post-mlp-layernorm", _model("post_mlp_layernorm"), "switch"),
     Row("--untie-embeddings-and-output-weights", _model("untie_embeddings_and_output_weights"), "switch"),
+    Row("--no-masked-softmax-fusion", _model("masked_softmax_fusion"), "inverse_switch"),
+    # Multi-latent attention.
+    Row("--multi-latent-attention", _model("multi_latent_attention"), "switch"),
+    Row("--q-lora-rank", _model("q_lora_rank"), "value"),
+    Row("--kv-lora-rank", _model("kv_lora_rank"), "value"),
+    Row("--qk-head-dim", _model("qk_head_dim"), "value"),
+    Row("--qk-pos-emb-head-dim", _model("qk_pos_emb_head_dim"), "value"),
+    Row("--v-head-dim", _model("v_head_dim"), "value"),
+    # Gated attention (Qwen3-Next, Qwen3.5).
+    Row("--use-gated-attention", _model("use_gated_attention"), "switch"),
+    Row("--attention-output-gate", _model("attention_output_gate"), "switch"),
+    Row("--mtp-num-layers", _model("mtp_num_layers"), "value"),
+    # Mixture of experts.
     Row("--num-experts", _model("num_experts"), "value"),
     Row("--moe-ffn-hidden-size", _model("moe_ffn_hidden_size"), "value"),
+    Row("--moe-shared-expert-intermediate-size", _model("moe_shared_expert_intermediate_size"), "value"),
+    Row("--moe-shared-expert-gate", _model("moe_shared_expert_gate"), "switch"),
     Row("--moe-router-score-function", _model("moe_router_score_function"), "value"),
+    Row("--moe-router-pre-softmax", _model("moe_router_pre_softmax"), "switch"),
+    Row("--moe-router-enable-expert-bias", _model("moe_router_enable_expert_bias"), "switch"),
+    Row("--moe-router-bias-update-rate", _model("moe_router_bias_update_rate"), "value"),
+    Row("--moe-router-load-balancing-type", _model("moe_router_load_balancing_type"), "value"),
     Row("--moe-token-dispatcher-type", _model("moe_token_dispatcher_type"), "value"),
     Row("--moe-router-topk", _model("moe_router_topk"), "value"),
+    Row("--moe-router-topk-scaling-factor", _model("moe_router_topk_scaling_factor"), "value"),
+    Row("--moe-router-num-groups", _model("moe_router_num_groups"), "value"),
+    Row("--moe-router-group-topk", _model("moe_router_group_topk"), "value"),
     Row("--moe-layer-freq", _model("moe_layer_freq"), "value"),
     Row("--moe-grouped-gemm", _model("moe_grouped_gemm"), "switch"),
     Row("--moe-token-drop-policy", _model("moe_token_drop_policy"), "value"),
     Row("--moe-router-dtype", _model("moe_router_dtype"), "value"),
     Row("--moe-permute-fusion", _model("moe_permute_fusion"), "switch"),
     Row("--moe-aux-loss-coeff", _model("moe_aux_loss_coeff"), "value"),
+    Row("--enable-experimental", _model("enable_experimental"), "switch"),
+    Row("--allgather-cp", _model("allgather_cp"), "switch", upstream_only=True),
     # Checkpoints.
     Row("--megatron-to-hf-mode", "checkpoint.megatron_to_hf_mode", "value", fork_only=True),
     Row("--hf-checkpoint", "paths.hf_checkpoint", "value"),
@@ -225,11 +268,15 @@ SECRET_FLAGS = ("--wandb-key", "--sglang-api-key")
 
 def rows(flavour: str) -> List[Row]:
     """The rows whose flag exists in ``flavour``'s trainer, in emission order."""
-    return [r for r in ROWS if flavour == "clawgym" or not r.fork_only]
+    return [r for r in ROWS if not (r.fork_only and flavour != "clawgym") and not (r.upstream_only and flavour == "clawgym")]
 
 
 def fork_only_rows() -> List[Row]:
     return [r for r in ROWS if r.fork_only]
+
+
+def upstream_only_rows() -> List[Row]:
+    return [r for r in ROWS if r.upstream_only]
 
 
 def owners(flavour: str = "clawgym") -> Dict[str, Owner]:

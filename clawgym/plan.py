@@ -138,8 +138,14 @@ def trainer_argv(c: Mapping[str, Any], *, use_wandb: bool) -> List[str]:
         if row.fork_only and flavour != "clawgym":
             # Validation refuses this first (trainer-flag-fork-only); never emit a flag the trainer lacks.
             raise ValueError(f"{row.flag} ({row.key}) exists only in the ClawGym fork, not in trainer={flavour}")
+        if row.upstream_only and flavour == "clawgym":
+            raise ValueError(f"{row.flag} ({row.key}) exists only in upstream slime, not in trainer={flavour}")
         if value is True:
             a.switch(row.flag, True)
+        elif isinstance(value, (list, tuple)):
+            # nargs flags (e.g. --spec MODULE FUNCTION): one token per item.
+            a._mark(row.flag)
+            a.args += [row.flag, *[_num(v) for v in value]]
         else:
             a.opt(row.flag, value)
     user_args = c.get("args") or {}
@@ -179,9 +185,10 @@ def job_env(c: Mapping[str, Any]) -> Dict[str, str]:
         "MASTER_ADDR": node_ip,
         "no_proxy": f"127.0.0.1,{node_ip}",
     }
-    if not (c.get("trainer") or {}).get("agent_env", True):
+    if not (c.get("trainer") or {}).get("agent_env", True) or sb["backend"] == "none":
+        # No agent sandbox, or upstream slime: no OpenClaw gateways and no ClawGymRL API server
+        # to configure. Otherwise, the fork's rollout and API-server hooks read this environment.
         return env
-    # The ClawGym-RL agent environment: the fork's rollout and API-server hooks read it.
     env.update({
         "OPENCLAW_TRAIN_TASKS": paths["train_tasks"],
         "OPENCLAW_EVAL_TASKS": paths["eval_tasks"],
@@ -200,7 +207,7 @@ def job_env(c: Mapping[str, Any]) -> Dict[str, str]:
         "SERVED_MODEL_NAME": s["served_model_name"],
         "HOST": s["api_host"],
         "PORT": str(s["api_port"]),
-        "TOOL_CALL_PARSER": s["tool_call_parser"],
+        "TOOL_CALL_PARSER": s["tool_call_parser"] or "",
         "REASONING_PARSER": s["reasoning_parser"] or "",
     })
     return env
@@ -254,7 +261,8 @@ def dashboard_address(c: Mapping[str, Any]) -> str:
 
 def secret_env(c: Mapping[str, Any], *, use_wandb: bool) -> Dict[str, List[str]]:
     """Secrets the job needs: target variable -> launcher variables to read, first set wins."""
-    names: Dict[str, List[str]] = {SGLANG_KEY_ENV: [SGLANG_KEY_ENV]}
+    # The SGLang key is the ClawGymRL API server's; without a sandbox there is no server.
+    names: Dict[str, List[str]] = {} if c["sandbox"]["backend"] == "none" else {SGLANG_KEY_ENV: [SGLANG_KEY_ENV]}
     if use_wandb:
         names[WANDB_KEY_TARGET] = list(c["wandb"]["key_env"])
     return names

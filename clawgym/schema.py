@@ -30,6 +30,9 @@ class ModelConfig:
 
     # Option name; also names the per-model record file.
     name: str = MISSING
+    # slime's model family (the scripts/models/ file prefix, e.g. "qwen3", "deepseek-v3"); for the
+    # README table and messages only, no flag.
+    family: Optional[str] = None
     # Hugging Face repository id of the initial weights.
     hf_repo: str = MISSING
     # Folder name of the downloaded checkpoint under ``<paths.root>/local/models``.
@@ -42,10 +45,11 @@ class ModelConfig:
     ffn_hidden_size: int = MISSING
     # Query heads (config.json num_attention_heads).
     num_attention_heads: int = MISSING
-    # Grouped-query attention: number of KV heads.
-    num_query_groups: int = MISSING
-    # Head dimension (config.json head_dim).
-    kv_channels: int = 128
+    # Grouped-query attention: number of KV heads (config.json num_key_value_heads). None
+    # (multi-latent attention) emits neither --group-query-attention nor --num-query-groups.
+    num_query_groups: Optional[int] = MISSING
+    # Head dimension (config.json head_dim); None leaves Megatron's hidden_size / heads.
+    kv_channels: Optional[int] = 128
     # Tokenizer vocabulary (config.json vocab_size).
     vocab_size: int = 151936
     # RoPE theta; must equal ``rope_theta`` in the checkpoint's config.json.
@@ -54,8 +58,8 @@ class ModelConfig:
     rotary_percent: Optional[float] = None
     # Layer norm type.
     normalization: str = "RMSNorm"
-    # Norm epsilon; must equal config.json rms_norm_eps.
-    norm_epsilon: float = 1e-6
+    # Norm epsilon; must equal config.json rms_norm_eps. None leaves Megatron's 1e-5.
+    norm_epsilon: Optional[float] = 1e-6
     # Linear layers without bias terms (all Qwen3 models).
     disable_bias_linear: bool = True
     # True when the output layer does not share weights with the embedding
@@ -90,6 +94,77 @@ class ModelConfig:
     moe_permute_fusion: bool = False
     # Load-balancing loss weight (0 for RL fine-tuning).
     moe_aux_loss_coeff: Optional[float] = None
+    # --- Fields below are off (None/False: no flag) unless a family needs them. ---
+    # Custom layer spec ``[module, function]`` (slime_plugins models: GLM4, GLM5, MiniMax,
+    # Qwen3-Next, Qwen3.5); emitted as ``--spec module function``.
+    spec: Optional[List[str]] = None
+    # Bias on the QKV projection only (Qwen2.5, GLM4, MiMo; config.json attention_bias).
+    add_qkv_bias: bool = False
+    # Megatron's position-embedding table size / RoPE range (config.json max_position_embeddings).
+    max_position_embeddings: Optional[int] = None
+    # Training sequence length the model file fixes (GLM4-32B); None leaves slime's default.
+    seq_length: Optional[int] = None
+    # Extra RMSNorm after attention and after the MLP (GLM4's sandwich norm).
+    post_self_attn_layernorm: bool = False
+    post_mlp_layernorm: bool = False
+    # Rotate interleaved pairs instead of halves (GLM4's RoPE layout).
+    rotary_interleaved: bool = False
+    # False emits --no-rope-fusion (families whose RoPE the fused kernel does not support).
+    apply_rope_fusion: bool = True
+    # False emits --no-position-embedding (no learned absolute table beside RoPE; GLM4.7/GLM5).
+    add_position_embedding: bool = True
+    # False emits --no-masked-softmax-fusion (Moonlight).
+    masked_softmax_fusion: bool = True
+    # Llama 3.1 RoPE scaling (config.json rope_scaling.rope_type "llama3").
+    use_rope_scaling: bool = False
+    # RoPE scaling factor (config.json rope_scaling.factor): Llama3 scaling or YaRN for MLA models.
+    rotary_scaling_factor: Optional[float] = None
+    # YaRN attention scale and its all-dims variant (config.json rope_scaling.mscale / mscale_all_dim).
+    mscale: Optional[float] = None
+    mscale_all_dim: Optional[float] = None
+    # Multi-latent attention (DeepSeek-V3, Kimi-K2, Moonlight, GLM4.7, GLM5).
+    multi_latent_attention: bool = False
+    # Query low-rank compression (config.json q_lora_rank); None: queries uncompressed.
+    q_lora_rank: Optional[int] = None
+    # Key/value low-rank compression (config.json kv_lora_rank).
+    kv_lora_rank: Optional[int] = None
+    # Query/key head dim without the rotary part (config.json qk_nope_head_dim).
+    qk_head_dim: Optional[int] = None
+    # Rotary part of the query/key head (config.json qk_rope_head_dim).
+    qk_pos_emb_head_dim: Optional[int] = None
+    # Value head dim (config.json v_head_dim).
+    v_head_dim: Optional[int] = None
+    # Gated attention output (Qwen3-Next, Qwen3.5); both flags are set together by slime's files.
+    use_gated_attention: bool = False
+    attention_output_gate: bool = False
+    # Norm weights stored as (1 + w) (Qwen3-Next, Qwen3.5).
+    apply_layernorm_1p: bool = False
+    # Pad the vocabulary to a multiple of this (None: Megatron's 128).
+    make_vocab_size_divisible_by: Optional[int] = None
+    # Multi-token-prediction layers (config.json num_nextn_predict_layers; MiMo).
+    mtp_num_layers: Optional[int] = None
+    # Width of the always-on shared expert(s) (config.json shared_expert_intermediate_size,
+    # or n_shared_experts x moe_intermediate_size).
+    moe_shared_expert_intermediate_size: Optional[int] = None
+    # Sigmoid gate on the shared expert's output (Qwen3-Next, Qwen3.5).
+    moe_shared_expert_gate: bool = False
+    # Softmax before top-k (DeepSeek-style routing).
+    moe_router_pre_softmax: bool = False
+    # Aux-loss-free balancing bias per expert (config.json topk_method "noaux_tc" / use_routing_bias).
+    moe_router_enable_expert_bias: bool = False
+    # Update rate of that bias (0 keeps the checkpoint's bias fixed during RL).
+    moe_router_bias_update_rate: Optional[float] = None
+    # Load-balancing scheme (aux_loss, seq_aux_loss, sinkhorn, none).
+    moe_router_load_balancing_type: Optional[str] = None
+    # Scale of the routed experts' output (config.json routed_scaling_factor).
+    moe_router_topk_scaling_factor: Optional[float] = None
+    # Group-limited routing: expert groups and groups picked per token (config.json n_group / topk_group).
+    moe_router_num_groups: Optional[int] = None
+    moe_router_group_topk: Optional[int] = None
+    # Megatron's experimental features (GLM5's sparse attention).
+    enable_experimental: bool = False
+    # slime's sequential all-gather context-parallel layout (GLM5's sparse attention needs it).
+    allgather_cp: bool = False
     # Dropout is off for RL fine-tuning.
     attention_dropout: float = 0.0
     # Dropout after attention and MLP blocks.
@@ -134,14 +209,15 @@ class RolloutConfig:
     n_samples_per_prompt: int = 8
     # Max tokens of one model generation (also OPENCLAW_MAX_TOKENS).
     max_response_len: int = 8192
-    # Max context of a conversation (also OPENCLAW_CONTEXT_WINDOW).
-    max_context_len: int = 65536
+    # Max context of a conversation (also OPENCLAW_CONTEXT_WINDOW); None leaves slime's default (no limit).
+    max_context_len: Optional[int] = 65536
     # Sampling temperature; GRPO needs sample diversity, so > 0.
     temperature: float = 0.7
     # Key of the reward dict used as the scalar score; None when the reward is a scalar.
     reward_key: Optional[str] = "score"
-    # Gradient updates per rollout (1 = standard online GRPO).
-    num_steps_per_rollout: int = 1
+    # Gradient updates per rollout (1 = standard online GRPO); None when args.global_batch_size sizes
+    # the steps instead (slime refuses both when they disagree).
+    num_steps_per_rollout: Optional[int] = 1
     # Concurrent OpenClaw containers during training rollouts.
     train_num_workers: int = 64
     # User messages sent to the gateway per training task.
@@ -200,12 +276,12 @@ class PerfConfig:
     use_dynamic_batch_size: bool = True
     # Token budget per GPU micro-batch (needed by dynamic batch size).
     max_tokens_per_gpu: Optional[int] = 65536
-    # Chunk size of log-prob computation (guards against OOM).
-    log_probs_chunk_size: int = 1024
+    # Chunk size of log-prob computation (guards against OOM); None leaves slime's default (no chunks).
+    log_probs_chunk_size: Optional[int] = 1024
     accumulate_allreduce_grads_in_fp32: bool = True
     attention_softmax_in_fp32: bool = True
-    # Megatron attention kernel (flash, fused, unfused, local, auto).
-    attention_backend: str = "flash"
+    # Megatron attention kernel (flash, fused, unfused, local, auto); None leaves Megatron's default.
+    attention_backend: Optional[str] = "flash"
 
 
 @dataclass
@@ -253,14 +329,15 @@ class SglangConfig:
 
     # GPUs per SGLang engine (tensor parallel); slime's --rollout-num-gpus-per-engine.
     tp: int = 1
-    # SGLang tool-call parser for the model's chat format.
-    tool_call_parser: str = "qwen25"
+    # SGLang tool-call parser for the model's chat format; None for runs without tool calls.
+    tool_call_parser: Optional[str] = "qwen25"
     # Chain-of-thought parser; None leaves it off.
     reasoning_parser: Optional[str] = None
     # Share of GPU memory SGLang reserves (weights + KV cache).
     mem_fraction_static: float = 0.8
-    # Must hold the longest rollout context, or long conversations are rejected with 400.
-    context_length: int = "${rollout.max_context_len}"  # type: ignore[assignment]
+    # Must hold the longest rollout context, or long conversations are rejected with 400;
+    # None leaves SGLang's default (the checkpoint's config.json).
+    context_length: Optional[int] = "${rollout.max_context_len}"  # type: ignore[assignment]
     # Model name the API server reports to the OpenClaw gateways.
     served_model_name: str = "qwen3-4b-instruct"
     # API server bind address; loopback unless the gateways run elsewhere.
@@ -275,7 +352,8 @@ class SglangConfig:
 class SandboxConfig:
     """Where each OpenClaw agent runs during rollouts."""
 
-    # "docker": one container per task from ``image``; "chroot": a chroot into ``rootfs``.
+    # "docker": one container per task from ``image``; "chroot": a chroot into ``rootfs``;
+    # "none": no agent sandbox (prompt-data RL, SFT, distillation; conf/sandbox/none.yaml).
     backend: str = "docker"
     # Gateway image (docker backend; still passed to the job as OPENCLAW_GATEWAY_IMAGE).
     image: str = "clawgym-rl:v0.1"

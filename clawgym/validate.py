@@ -108,7 +108,8 @@ def rule_model_sizes_positive(v: _Collector) -> None:
 
 def rule_query_groups_divide_heads(v: _Collector) -> None:
     m = v.c["model"]
-    if m["num_query_groups"] > 0 and m["num_attention_heads"] % m["num_query_groups"]:
+    # None: no GQA (multi-latent attention), nothing to divide.
+    if m["num_query_groups"] and m["num_query_groups"] > 0 and m["num_attention_heads"] % m["num_query_groups"]:
         v.add("query-groups-divide-heads", ["model.num_attention_heads", "model.num_query_groups"],
               "attention heads must be a multiple of the query groups",
               "use the checkpoint's num_key_value_heads for model.num_query_groups")
@@ -128,6 +129,22 @@ def rule_moe_complete(v: _Collector) -> None:
               "the router cannot pick more experts than exist", "lower model.moe_router_topk")
 
 
+def rule_model_family_fields(v: _Collector) -> None:
+    m = v.c["model"]
+    if m.get("multi_latent_attention"):
+        for k in ("kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim"):
+            if m.get(k) is None:
+                v.add("mla-complete", ["model.multi_latent_attention", f"model.{k}"],
+                      "multi-latent attention needs its KV rank and head dims",
+                      f"set model.{k} from the checkpoint's config.json (kv_lora_rank, qk_nope_head_dim, "
+                      "qk_rope_head_dim, v_head_dim)")
+    spec = m.get("spec")
+    if spec is not None and (len(spec) != 2 or not all(spec)):
+        v.add("spec-module-and-function", ["model.spec"],
+              "--spec takes the module and the function that builds the layer spec",
+              "set model.spec=[slime_plugins.models.<module>,<function>] or null")
+
+
 def rule_rollout_sizes_positive(v: _Collector) -> None:
     v.positive("rollout-sizes-positive",
                [f"rollout.{k}" for k in ("num_rollout", "batch_size", "n_samples_per_prompt", "max_response_len",
@@ -144,7 +161,7 @@ def rule_temperature_positive(v: _Collector) -> None:
 
 def rule_context_exceeds_response(v: _Collector) -> None:
     r = v.c["rollout"]
-    if r["max_context_len"] <= r["max_response_len"]:
+    if r["max_context_len"] is not None and r["max_context_len"] <= r["max_response_len"]:
         v.add("context-exceeds-response", ["rollout.max_context_len", "rollout.max_response_len"],
               "the context window must be larger than one response (it also holds the prompt and history)",
               "raise rollout.max_context_len or lower rollout.max_response_len")
@@ -218,9 +235,22 @@ def rule_sglang(v: _Collector) -> None:
 
 def rule_sandbox(v: _Collector) -> None:
     s = v.c["sandbox"]
-    if s["backend"] not in ("docker", "chroot"):
-        v.add("sandbox-backend-known", ["sandbox.backend"], "the sandbox is docker or chroot",
-              "choose sandbox=docker or sandbox=chroot")
+    if s["backend"] not in ("docker", "chroot", "none"):
+        v.add("sandbox-backend-known", ["sandbox.backend"], "the sandbox is docker, chroot or none",
+              "choose sandbox=docker, sandbox=chroot or sandbox=none")
+    if s["backend"] == "none":
+        # The ClawGym-RL hooks drive OpenClaw gateways: without a sandbox they cannot run.
+        from clawgym.schema import RolloutConfig
+
+        openclaw = {RolloutConfig.function_path, RolloutConfig.generate_function_path,
+                    RolloutConfig.reward_function_path}
+        for key in ("rollout.function_path", "eval.function_path", "rollout.generate_function_path",
+                    "rollout.reward_function_path"):
+            if _get(v.c, key) in openclaw:
+                v.add("sandbox-none-without-openclaw-hooks", ["sandbox.backend", key],
+                      "sandbox=none runs no OpenClaw gateway, but this hook is the ClawGym-RL one that drives them",
+                      f"leave {key} at sandbox=none's value (slime's own), or set your hook, "
+                      "or pick sandbox=docker/chroot")
     if s["backend"] == "chroot" and not s["rootfs"]:
         v.add("chroot-needs-rootfs", ["sandbox.backend", "sandbox.rootfs"],
               "the chroot sandbox needs the path of an OpenClaw rootfs",
@@ -254,7 +284,8 @@ def rule_ray(v: _Collector) -> None:
 
 LOCAL_RULES: List[Rule] = [
     rule_gpu_counts_positive, rule_trainer_matches_colocation, rule_model_sizes_positive,
-    rule_query_groups_divide_heads, rule_moe_complete, rule_rollout_sizes_positive, rule_temperature_positive,
+    rule_query_groups_divide_heads, rule_moe_complete, rule_model_family_fields, rule_rollout_sizes_positive,
+    rule_temperature_positive,
     rule_context_exceeds_response, rule_eps_clip_order, rule_kl_choices, rule_perf_sizes_positive,
     rule_dynamic_batch_needs_max_tokens, rule_recompute_consistent, rule_optimizer, rule_eval, rule_sglang,
     rule_sandbox, rule_names, rule_ray,
@@ -297,7 +328,9 @@ def rule_tp_divides_actor_gpus(v: _Collector) -> None:
 
 def rule_tp_fits_heads(v: _Collector) -> None:
     m, tp = v.c["model"], v.c["perf"]["tensor_parallel"]
-    heads, groups = m["num_attention_heads"], m["num_query_groups"]
+    # Without GQA every head is its own group (Megatron sets num_query_groups = heads).
+    heads = m["num_attention_heads"]
+    groups = m["num_query_groups"] if m["num_query_groups"] is not None else heads
     if tp <= 0 or heads <= 0 or groups <= 0:
         return
     if heads % tp:
@@ -327,7 +360,8 @@ def rule_sglang_tp_fits(v: _Collector) -> None:
 
 def rule_context_lengths(v: _Collector) -> None:
     s, r = v.c["sglang"], v.c["rollout"]
-    if s["context_length"] < r["max_context_len"]:
+    if s["context_length"] is not None and r["max_context_len"] is not None and \
+            s["context_length"] < r["max_context_len"]:
         v.add("sglang-context-holds-rollout-context", ["sglang.context_length", "rollout.max_context_len"],
               "SGLang must accept the longest rollout context, or long conversations are rejected with 400",
               "raise sglang.context_length to at least rollout.max_context_len (or leave it unset to follow it)")
@@ -423,8 +457,16 @@ def rule_trainer_flavour_known(v: _Collector) -> None:
 
 def rule_curated_flags_exist_in_trainer(v: _Collector) -> None:
     """Under upstream slime, a curated key must not emit a flag only the ClawGym fork has."""
-    from clawgym.flagmap import Context, fork_only_rows
+    from clawgym.flagmap import Context, fork_only_rows, upstream_only_rows
 
+    if (v.c.get("trainer") or {}).get("flavour", "clawgym") == "clawgym":
+        for row in upstream_only_rows():
+            value = row.emitted(v.c, Context(use_wandb=True))
+            if value is None or value is False:
+                continue
+            v.add("trainer-flag-upstream-only", [row.key, "trainer.flavour"],
+                  f"{row.flag} (from {row.key}) exists only in upstream slime; the ClawGym fork "
+                  "(trainer=clawgym) has no such flag", f"set {row.key}=false, or choose trainer=slime")
     if (v.c.get("trainer") or {}).get("flavour", "clawgym") != "slime":
         return
     for row in fork_only_rows():

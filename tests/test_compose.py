@@ -78,6 +78,17 @@ def test_option_composes_validates_and_plans(group: str, option: str):
         assert [v.code for v in found] == codes
         cfg = compose([f"{group}={option}", *settings])
         found = violations(cfg)
+    if (group, option) in (("model", "glm5_744b_a40b"), ("model", "glm5_2_744b_a40b")):
+        # GLM-5 needs --allgather-cp, which only upstream slime has: exactly that is reported under the
+        # default trainer=clawgym, and trainer=slime is enough.
+        assert [v.code for v in found] == ["trainer-flag-upstream-only"]
+        cfg = compose([f"{group}={option}", "trainer=slime"])
+        found = violations(cfg)
+    if (group, option) == ("model", "qwen2_5_0_5b"):
+        # 14 heads do not split over the default layout's TP 4: exactly that is reported, TP 2 is enough.
+        assert [v.code for v in found] == ["tp-divides-heads"]
+        cfg = compose([f"{group}={option}", "perf.tensor_parallel=2"])
+        found = violations(cfg)
     assert found == [], [v.format() for v in found]
     plan = build_plan(cfg, environ={}, timestamp=TS)
     assert_flags_once(plan)
@@ -88,7 +99,8 @@ def test_model_options_are_the_models_they_name():
     for option in group_options("model"):
         c = to_plain(compose([f"model={option}"]))
         assert c["model"]["name"] == option
-        assert c["model"]["hf_repo"].startswith("Qwen/") and c["model"]["checkpoint_dirname"]
+        org, _, repo = c["model"]["hf_repo"].partition("/")
+        assert org and repo and c["model"]["checkpoint_dirname"] and c["model"]["family"], option
 
 
 def test_defaults_are_the_seeds():

@@ -2,7 +2,8 @@
 
 The seed (``../shared/seed/run_qwen3_4b.sh``) is copied into a fixture checkout and run
 with bash. Its PATH holds only the stand-ins of ``tests/seed_standins`` (``ray``,
-``pkill``, ``docker``, ``sleep``: they record argv and environment and run nothing)
+``pkill``, ``docker``, ``sleep``: ``clawgym import``'s recorder, which records argv and
+environment and runs nothing)
 plus a few harmless coreutils, so the real ``pkill``/``ray stop``/``docker rm`` are
 unreachable. What the stand-ins recorded is compared with clawgym's plan for
 ``paths.root=<fixture checkout>``: the trainer's effective flags (argparse semantics),
@@ -29,6 +30,8 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 import pytest
 
 from tests.conftest import ROOT, SHARED
+
+from clawgym.importer.capture import RECORDER  # noqa: E402
 
 SEED = SHARED / "seed" / "run_qwen3_4b.sh"
 STANDINS = ROOT / "tests" / "seed_standins"
@@ -339,8 +342,10 @@ def run_seed(root: Path, env: Mapping[str, str], tmp_path: Path) -> SeedRun:
         "PATH": seed_path(root),
         "HOME": str(tmp_path),
         "LANG": "C.UTF-8",
-        "CLAWGYM_STANDIN_LOG": str(log),
-        "CLAWGYM_STANDIN_PYTHON": sys.executable,
+        # The stand-ins are clawgym import's recorder (one mechanism for both).
+        "CLAWGYM_IMPORT_LOG": str(log),
+        "CLAWGYM_IMPORT_PY": sys.executable,
+        "CLAWGYM_IMPORT_RECORDER": str(RECORDER),
         **{k: v.format(root=root) for k, v in env.items()},
     }
     bash = shutil.which("bash")

@@ -18,11 +18,12 @@ gpus        local head: this node shows the GPUs the run holds
 ports       local head: API server, Ray GCS and dashboard ports are free
 cluster     existing cluster: its dashboard answers and it declares the GPUs the run holds
 checkout    the trainer script and Megatron-LM are where the plan points
-tasks       the train/eval task folders hold tasks (counts reported)
-functions   the custom rollout/eval/generate/reward hooks exist on the job's PYTHONPATH
+tasks       sandbox=docker/chroot: the train/eval task folders hold tasks (counts reported)
+prompts     --prompt-data / --eval-prompt-data are JSONL with the --input-key/--label-key (first lines)
+functions   every custom function path in the trainer's flags exists on the job's PYTHONPATH
 =========== ======================================================================
 
-Importing this package imports no docker SDK; the chroot backend never does.
+Importing this package imports no docker SDK; the chroot and none backends never do.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from typing import Any, Callable, List, Mapping, Optional
 
 from clawgym.preflight.checkout import check_checkout, check_functions, check_tasks
 from clawgym.preflight.checkpoint import check_checkpoint, check_save_dir
+from clawgym.preflight.data import check_prompt_data
 from clawgym.preflight.core import (FAILED, NOT_APPLICABLE, OK, SKIPPED, Check, CheckFailed, CheckResult, Context,
                                     NotApplicable, PreflightError, Report, plain_config)
 from clawgym.preflight.machine import check_cluster, check_gpus, check_ports
@@ -50,6 +52,11 @@ def _chroot(c: Mapping[str, Any]) -> bool:
     return c["sandbox"]["backend"] == "chroot"
 
 
+def _openclaw(c: Mapping[str, Any]) -> bool:
+    """The rollout drives OpenClaw agents (any sandbox but none)."""
+    return c["sandbox"]["backend"] != "none"
+
+
 #: Every check, in the order they run.
 CHECKS: List[Check] = [
     Check("docker", "Docker engine", check_docker, _docker),
@@ -62,7 +69,8 @@ CHECKS: List[Check] = [
     Check("cluster", "Ray cluster", check_cluster),
     Check("ports", "ports", check_ports),
     Check("checkout", "trainer checkout", check_checkout),
-    Check("tasks", "task folders", check_tasks),
+    Check("tasks", "task folders", check_tasks, _openclaw),
+    Check("prompts", "prompt data", check_prompt_data),
     Check("functions", "custom hooks", check_functions),
 ]
 

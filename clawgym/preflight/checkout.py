@@ -9,9 +9,9 @@ from __future__ import annotations
 import ast
 import json
 from pathlib import Path
-from typing import Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Tuple
 
-from clawgym.preflight.core import CheckFailed, Context
+from clawgym.preflight.core import CheckFailed, Context, NotApplicable
 
 #: How many offending task entries an error lists.
 SHOW = 3
@@ -162,36 +162,82 @@ def defines(path: Path, attr: str) -> Optional[bool]:
     return None if "*" in found else attr in found
 
 
+#: Trainer flags whose value is a ``module.attr`` slime imports (load_function), in slime's
+#: arguments.py from v0.2.2 to v0.3.1 and the ClawGym fork. Config-file paths
+#: (--custom-config-path, --megatron-config-path, --eval-config) are not among them.
+FUNCTION_PATH_FLAGS = (
+    "--rollout-function-path", "--eval-function-path", "--custom-generate-function-path", "--custom-rm-path",
+    "--custom-reward-post-process-path", "--dynamic-sampling-filter-path", "--buffer-filter-path",
+    "--rollout-data-postprocess-path", "--rollout-sample-filter-path", "--rollout-all-samples-process-path",
+    "--rollout-sample-hook-path", "--custom-rollout-log-function-path", "--custom-eval-rollout-log-function-path",
+    "--custom-convert-samples-to-train-data-path", "--custom-loss-function-path",
+    "--custom-advantage-function-path", "--custom-tis-function-path", "--custom-pg-loss-reducer-function-path",
+    "--custom-model-provider-path", "--custom-megatron-init-path", "--custom-megatron-before-log-prob-hook-path",
+    "--custom-megatron-before-train-step-hook-path", "--custom-update-weight-post-write-path",
+    "--data-source-path",
+)
+
+#: The curated key that emits a function-path flag (named in messages when it set the value).
+FUNCTION_KEYS = {
+    "--rollout-function-path": "rollout.function_path",
+    "--eval-function-path": "eval.function_path",
+    "--custom-generate-function-path": "rollout.generate_function_path",
+    "--custom-rm-path": "rollout.reward_function_path",
+}
+
+
+def _source(c: Mapping[str, Any], flag: str, value: str) -> str:
+    """How a message names a function path: its config key when that key set it, else the flag."""
+    key = FUNCTION_KEYS.get(flag)
+    if key is not None:
+        group, name = key.split(".")
+        if c[group][name] == value:
+            return key
+    return flag
+
+
 def check_functions(ctx: Context) -> str:
-    """The custom rollout, eval, generate and reward hooks exist on the job's PYTHONPATH."""
+    """Every custom function path in the trainer's flags is a module.attr on the job's PYTHONPATH.
+
+    Read from the plan's argv, so a hook set by a config key, ``args.*`` or ``extra_args``
+    is checked alike (the last occurrence of a flag wins, as in argparse).
+    """
+    from clawgym.preflight.data import plan_flags
+
     c, plan = ctx.c, ctx.plan
     env = plan.runtime_env.get("env_vars", {})
     # The job runs ``python3 <script>`` in the working dir, so that dir is on sys.path too.
     search = [p for p in env.get("PYTHONPATH", "").split(":") if p] + [plan.working_dir]
-    hooks: Dict[str, str] = {
-        "rollout.function_path": c["rollout"]["function_path"],
-        "eval.function_path": c["eval"]["function_path"],
-        "rollout.generate_function_path": c["rollout"]["generate_function_path"],
-        "rollout.reward_function_path": c["rollout"]["reward_function_path"],
-    }
+    flags = plan_flags(plan)
+    targets: List[Tuple[str, str]] = []
+    for flag in FUNCTION_PATH_FLAGS:
+        values = flags.get(flag)
+        if values:
+            targets.append((_source(c, flag, values[-1]), values[-1]))
+    spec = flags.get("--spec")
+    if spec and len(spec) == 2:
+        # A model's layer spec (slime_plugins.models...): the plugin must exist in this slime checkout.
+        source = "model.spec" if list(c["model"].get("spec") or []) == spec else "--spec"
+        targets.append((source, ".".join(spec)))
     checked: Dict[str, str] = {}
-    for key, target in hooks.items():
-        if not target:
-            continue
+    for key, target in targets:
         if target in checked:
             continue
         module, _, attr = target.rpartition(".")
         if not module or not attr:
             raise CheckFailed(f"{key}={target} is not of the form module.function",
-                              f"set {key} to e.g. clawgym_rl_rollout.generate_rollout_clawgym_rl")
+                              f"set {key} to e.g. my_package.my_module.my_function")
         path = find_module(module, search)
         if path is None:
             raise CheckFailed(
                 f"{key}={target}: module {module} is not on the job's PYTHONPATH ({':'.join(search)})",
-                f"fix {key}, or put {module.replace('.', '/')}.py under paths.root (the ClawGym-RL checkout)")
+                f"fix {key}, or put {module.replace('.', '/')}.py under paths.root (the ClawGym-RL checkout), "
+                "or add its folder to the job's PYTHONPATH (extra_env)")
         has = defines(path, attr)
         if has is False:
             raise CheckFailed(f"{key}={target}: {path} defines no top-level {attr}",
                               f"fix the function name in {key} (or add def {attr}(...) to {path})")
         checked[target] = str(path)
+    if not checked:
+        raise NotApplicable("no custom function path in the trainer's flags")
     return ", ".join(checked) + " found"

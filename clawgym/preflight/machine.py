@@ -134,6 +134,9 @@ def check_ports(ctx: Context) -> str:
         ("ray.port", c["ray"]["node_ip"], c["ray"]["port"]),
         ("ray.dashboard_port", c["ray"]["dashboard_host"], c["ray"]["dashboard_port"]),
     ]
+    if c["sandbox"]["backend"] == "none":
+        # No ClawGymRL API server runs without a sandbox.
+        wanted = wanted[1:]
     seen = {}
     for key, _host, port in wanted:
         if port in seen:

@@ -1,0 +1,461 @@
+"""Run a launch script for real, with stand-ins, and read back what it would submit.
+
+The script runs under bash in a temporary directory laid out like its repository
+(the directories on the way to the script are real, everything else is a symlink
+into the repository, so ``${SCRIPT_DIR}/models/x.sh`` or ``${SCRIPT_DIR}/slime``
+resolve as they would at home). Its PATH holds only:
+
+* stand-ins (:data:`STANDINS`) that record their argv, cwd and environment through
+  :mod:`clawgym.importer.recorder` and do nothing: ``ray`` (``ray job submit`` is the
+  launch we are after; ``ray start/stop/status`` start and stop nothing), ``pkill``,
+  ``sleep``, ``nvidia-smi`` (answers: no GPU, no NVLink), ``docker``, file writers...
+* a few harmless tools (:data:`HARMLESS_TOOLS`) the scripts compute with (grep, sed, seq...).
+
+``kill`` (a bash builtin) is shadowed by a recording function, and a command found
+nowhere is recorded by bash's ``command_not_found_handle`` (``python3 convert.py``,
+``torchrun ...``) and reported by name, never run. ``source``/``.`` are wrapped to
+record which files the script sources and to take ``scripts/models/*.sh`` from the
+user's slime checkout (``--slime-root``).
+
+Every temporary path in what was recorded is mapped back to the repository, so the
+captured argv names the user's real files.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import stat
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+
+RECORDER = Path(__file__).resolve().parent / "recorder.py"
+
+#: Tools shadowed by a recording stand-in, and why. None of them does anything.
+STANDINS: Dict[str, str] = {
+    "ray": "ray start/stop/status and ray job submit: the launch we capture; nothing is started or stopped",
+    "pkill": "process cleanup (clawgym stops only what it started)",
+    "pgrep": "process lookup before cleanup",
+    "killall": "process cleanup",
+    "sleep": "waits after cleanup",
+    "nvidia-smi": "GPU/NVLink probes: answered with no GPU and no NVLink",
+    "docker": "container cleanup",
+    "lsof": "port lookup before cleanup",
+    "fuser": "port lookup before cleanup",
+    "ps": "process lookup",
+    "tee": "log mirroring (passes its input through, writes nothing)",
+    "mkdir": "creates directories",
+    "cp": "writes files",
+    "mv": "writes files",
+    "rm": "deletes files",
+    "ln": "writes links",
+    "touch": "writes files",
+    "chmod": "changes files",
+    "ssh": "runs commands on other nodes",
+    "pdsh": "runs commands on other nodes",
+    "scp": "copies files to other nodes",
+    "rsync": "copies files",
+    "wget": "downloads",
+    "curl": "network calls",
+    "hf": "downloads",
+    "huggingface-cli": "downloads",
+    "git": "changes checkouts",
+    "pip": "installs packages",
+    "pip3": "installs packages",
+    "nohup": "starts background processes",
+    "timeout": "runs commands",
+    "sudo": "runs commands as root",
+}
+
+#: Real tools launch scripts compute with; nothing else from the machine is on PATH.
+HARMLESS_TOOLS = (
+    "awk", "basename", "bc", "cat", "cut", "date", "dirname", "env", "expr", "false", "grep", "egrep",
+    "head", "hostname", "id", "ls", "nproc", "numfmt", "paste", "printf", "pwd", "readlink", "realpath",
+    "sed", "seq", "sort", "tail", "tr", "true", "uname", "uniq", "wc", "whoami", "xargs",
+)
+
+#: Variables bash itself sets for its children; never something a script exports.
+SHELL_OWN = {"_", "SHLVL", "PWD", "OLDPWD"}
+#: Variables the importer gives every run (PATH of stand-ins, the log...).
+IMPORTER_OWN = ("CLAWGYM_IMPORT_",)
+
+# Bash functions exported to the script (``BASH_FUNC_<name>%%``): they shadow builtins.
+_RECORD = '"$CLAWGYM_IMPORT_PY" -S "$CLAWGYM_IMPORT_RECORDER"'
+_SOURCE_FN = (
+    "() { local __cg_f=\"$1\"; shift; "
+    "if [ -n \"$CLAWGYM_IMPORT_MODELS\" ] && [[ \"${__cg_f%/*}\" == *models ]] "
+    "&& [ -f \"$CLAWGYM_IMPORT_MODELS/${__cg_f##*/}\" ] "
+    "&& { [ -n \"$CLAWGYM_IMPORT_MODELS_FORCE\" ] || [ ! -f \"$__cg_f\" ]; }; "
+    "then __cg_f=\"$CLAWGYM_IMPORT_MODELS/${__cg_f##*/}\"; fi; "
+    f"{_RECORD} source \"$__cg_f\"; "
+    "builtin source \"$__cg_f\" \"$@\"; }"
+)
+_KILL_FN = f"() {{ {_RECORD} kill \"$@\"; }}"
+_NOT_FOUND_FN = f"() {{ {_RECORD} '<not found>' \"$@\"; return 0; }}"
+
+
+class CaptureError(Exception):
+    """The script could not be run at all (missing file, no bash)."""
+
+
+@dataclass
+class Call:
+    """One command the script ran through a stand-in (or that bash did not find)."""
+
+    tool: str
+    argv: List[str]
+    cwd: str
+    env: Dict[str, str]
+
+    @property
+    def line(self) -> str:
+        return " ".join([self.tool, *self.argv]) if self.tool != "<not found>" else " ".join(self.argv)
+
+
+def split_options(tokens: Sequence[str], valued: Sequence[str]) -> Tuple[Dict[str, Any], List[str]]:
+    """``--opt value`` / ``--opt=value`` / ``--switch`` tokens of a CLI; the last value wins.
+
+    ``valued`` lists the options that take a value; returns (options, leftover tokens).
+    """
+    opts: Dict[str, Any] = {}
+    rest: List[str] = []
+    i = 0
+    while i < len(tokens):
+        tok = tokens[i]
+        if tok.startswith("--") and "=" in tok:
+            key, value = tok.split("=", 1)
+            opts[key] = value
+        elif tok in valued and i + 1 < len(tokens):
+            opts[tok] = tokens[i + 1]
+            i += 1
+        elif tok.startswith("-"):
+            opts[tok] = True
+        else:
+            rest.append(tok)
+        i += 1
+    return opts, rest
+
+
+#: ``ray job submit`` options that take a value (Ray's CLI).
+SUBMIT_VALUED = ("--address", "--runtime-env-json", "--runtime-env", "--working-dir", "--submission-id",
+                 "--job-id", "--entrypoint-num-cpus", "--entrypoint-num-gpus", "--entrypoint-memory",
+                 "--entrypoint-resources", "--metadata-json", "--log-style", "--log-color", "--headers")
+#: ``ray start`` options that take a value.
+START_VALUED = ("--address", "--node-ip-address", "--port", "--num-gpus", "--num-cpus", "--dashboard-host",
+                "--dashboard-port", "--resources", "--temp-dir", "--ray-client-server-port", "--object-store-memory",
+                "--node-manager-port", "--object-manager-port", "--min-worker-port", "--max-worker-port")
+
+
+@dataclass
+class Submit:
+    """One ``ray job submit`` the script ran."""
+
+    call: Call
+    options: Dict[str, Any]
+    entrypoint: List[str]
+
+    @property
+    def runtime_env(self) -> Dict[str, Any]:
+        raw = self.options.get("--runtime-env-json")
+        return json.loads(raw) if isinstance(raw, str) and raw.strip() else {}
+
+    @property
+    def env_vars(self) -> Dict[str, str]:
+        return {str(k): str(v) for k, v in (self.runtime_env.get("env_vars") or {}).items()}
+
+    @property
+    def working_dir(self) -> str:
+        """``--working-dir``, else the directory the script submitted from."""
+        wd = self.options.get("--working-dir") or self.runtime_env.get("working_dir")
+        return str(wd) if wd else self.call.cwd
+
+
+@dataclass
+class Capture:
+    """What a launch script did, with temporary paths mapped back to the repository."""
+
+    script: Path
+    repo_root: Path
+    slime_root: Path
+    given_env: Dict[str, str]
+    returncode: int
+    output: str
+    calls: List[Call] = field(default_factory=list)
+    # Files created or changed inside the temporary layout (relative to the repository).
+    written: List[str] = field(default_factory=list)
+
+    def calls_of(self, tool: str) -> List[Call]:
+        return [c for c in self.calls if c.tool == tool]
+
+    @property
+    def submits(self) -> List[Submit]:
+        out = []
+        for c in self.calls_of("ray"):
+            if c.argv[:2] == ["job", "submit"]:
+                tokens = c.argv[2:]
+                if "--" in tokens:
+                    cut = tokens.index("--")
+                    opts, _ = split_options(tokens[:cut], SUBMIT_VALUED)
+                    entry = tokens[cut + 1:]
+                else:
+                    opts, entry = split_options(tokens, SUBMIT_VALUED)
+                out.append(Submit(c, opts, list(entry)))
+        return out
+
+    @property
+    def head_starts(self) -> List[Call]:
+        return [c for c in self.calls_of("ray") if c.argv[:1] == ["start"] and "--head" in c.argv]
+
+    def head_options(self) -> Dict[str, Any]:
+        if not self.head_starts:
+            return {}
+        return split_options(self.head_starts[-1].argv[1:], START_VALUED)[0]
+
+    @property
+    def sourced(self) -> List[str]:
+        return [c.argv[0] for c in self.calls_of("source") if c.argv]
+
+    @property
+    def model_files(self) -> List[str]:
+        """Model files (``.../models/<name>.sh``) the script sourced, in order."""
+        return [p for p in self.sourced if Path(p).parent.name == "models"]
+
+    def exported(self, env: Mapping[str, str]) -> Dict[str, str]:
+        """Variables of ``env`` that the script set (not given to it, or given with another value)."""
+        return {k: v for k, v in env.items()
+                if k not in SHELL_OWN and not k.startswith(IMPORTER_OWN)
+                and (k not in self.given_env or self.given_env[k] != v)}
+
+    def job_env(self, submit: Submit) -> Dict[str, str]:
+        """Environment the job sees: what the script exported before starting its local head
+        (the head's processes and the job inherit it), overlaid with the runtime env."""
+        head = self.exported(self.head_starts[-1].env) if self.head_starts else {}
+        return {**head, **submit.env_vars}
+
+
+def _git_toplevel(path: Path) -> Optional[Path]:
+    git = shutil.which("git")
+    if not git:
+        return None
+    try:
+        out = subprocess.run([git, "-C", str(path), "rev-parse", "--show-toplevel"], capture_output=True,
+                             text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return Path(out.stdout.strip()).resolve() if out.returncode == 0 and out.stdout.strip() else None
+
+
+def repository_of(script: Path, slime_root: Optional[Path]) -> Path:
+    """The repository a script belongs to: its git toplevel; else the slime root when the
+    script lies inside it; else the nearest folder above it that holds ``scripts/models/``
+    (a slime checkout); else the script's own directory."""
+    top = _git_toplevel(script.parent)
+    if top is not None:
+        return top
+    if slime_root is not None and _inside(script, slime_root):
+        return slime_root
+    for folder in script.parents:
+        if (folder / "scripts" / "models").is_dir():
+            return folder
+    return script.parent
+
+
+def _inside(path: Path, root: Path) -> bool:
+    try:
+        path.resolve().relative_to(root.resolve())
+        return True
+    except ValueError:
+        return False
+
+
+def _mirror(repo: Path, script: Path, tmp_root: Path) -> Path:
+    """Lay out ``tmp_root`` like ``repo``: real directories down to the script's, the
+    script copied, everything else a symlink to the repository. Returns the copy."""
+    rel = script.parent.resolve().relative_to(repo)
+    here_real, here_tmp = repo, tmp_root
+    chain = list(rel.parts)
+    while True:
+        here_tmp.mkdir(parents=True, exist_ok=True)
+        nxt = chain[0] if chain else None
+        for entry in sorted(here_real.iterdir()):
+            if entry.name in (nxt, ".git") or (not chain and entry.name == script.name):
+                continue
+            (here_tmp / entry.name).symlink_to(entry)
+        if not chain:
+            break
+        here_real, here_tmp = here_real / nxt, here_tmp / nxt
+        chain.pop(0)
+    copy = here_tmp / script.name
+    shutil.copyfile(script, copy)
+    copy.chmod(copy.stat().st_mode | stat.S_IXUSR)
+    return copy
+
+
+def _tree_state(root: Path) -> Dict[str, Tuple[int, int]]:
+    """(size, mtime) of every regular file under root, not following symlinks."""
+    state = {}
+    for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
+        for name in filenames:
+            p = Path(dirpath) / name
+            try:
+                st = p.lstat()
+            except OSError:
+                continue
+            if stat.S_ISREG(st.st_mode):
+                state[str(p.relative_to(root))] = (st.st_size, st.st_mtime_ns)
+    return state
+
+
+def _write_standins(bindir: Path) -> None:
+    bindir.mkdir()
+    for tool in STANDINS:
+        wrapper = bindir / tool
+        wrapper.write_text(
+            "#!/bin/sh\n"
+            f"# clawgym import stand-in for `{tool}`: records the call, runs nothing.\n"
+            f'exec "$CLAWGYM_IMPORT_PY" -S "$CLAWGYM_IMPORT_RECORDER" {tool} "$@"\n'
+        )
+        wrapper.chmod(0o755)
+
+
+def _link_tools(bindir: Path) -> None:
+    bindir.mkdir()
+    for name in HARMLESS_TOOLS:
+        real = shutil.which(name)
+        if real:
+            (bindir / name).symlink_to(real)
+
+
+def _map_back(value: Any, tmp: str, real: str) -> Any:
+    if isinstance(value, str):
+        return value.replace(tmp, real)
+    if isinstance(value, list):
+        return [_map_back(v, tmp, real) for v in value]
+    if isinstance(value, dict):
+        return {k: _map_back(v, tmp, real) for k, v in value.items()}
+    return value
+
+
+def run_script(script: Path, *, slime_root: Optional[Path] = None, env: Optional[Mapping[str, str]] = None,
+               timeout: float = 120.0) -> Capture:
+    """Run ``script`` with stand-ins and return what it did.
+
+    ``env`` is the environment the script sees besides PATH/HOME (default: nothing, so
+    the script's own defaults apply). ``slime_root`` is the slime checkout whose
+    ``scripts/models/`` the script sources (default: the script's repository).
+    """
+    script = Path(script)
+    if not script.is_file():
+        raise CaptureError(f"launch script {script} not found")
+    script = script.resolve()
+    bash = shutil.which("bash")
+    if not bash:
+        raise CaptureError("bash is needed to run a launch script and is not on PATH")
+    explicit_slime = slime_root is not None
+    slime = Path(slime_root).resolve() if slime_root is not None else None
+    repo = repository_of(script, slime)
+    slime = slime or repo
+    models = slime / "scripts" / "models"
+
+    with tempfile.TemporaryDirectory(prefix="clawgym-import-") as tmp:
+        tmp_path = Path(os.path.realpath(tmp))
+        root = tmp_path / "checkout"
+        copy = _mirror(repo, script, root)
+        _write_standins(tmp_path / "standins")
+        _link_tools(tmp_path / "tools")
+        (tmp_path / "home").mkdir()
+        log = tmp_path / "calls.jsonl"
+        # Scripts are run from their slime checkout (`bash scripts/run-x.sh`), or from their own folder.
+        cwd = root / slime.relative_to(repo) if _inside(slime, repo) else copy.parent
+        given = {
+            "PATH": f"{tmp_path / 'standins'}:{tmp_path / 'tools'}",
+            "HOME": str(tmp_path / "home"),
+            "LANG": "C.UTF-8",
+            **{str(k): str(v) for k, v in (env or {}).items()},
+        }
+        run_env = {
+            **given,
+            "CLAWGYM_IMPORT_LOG": str(log),
+            "CLAWGYM_IMPORT_PY": sys.executable,
+            "CLAWGYM_IMPORT_RECORDER": str(RECORDER),
+            "CLAWGYM_IMPORT_MODELS": str(models) if models.is_dir() else "",
+            "CLAWGYM_IMPORT_MODELS_FORCE": "1" if explicit_slime else "",
+            "BASH_FUNC_source%%": _SOURCE_FN,
+            "BASH_FUNC_.%%": _SOURCE_FN,
+            "BASH_FUNC_kill%%": _KILL_FN,
+            "BASH_FUNC_command_not_found_handle%%": _NOT_FOUND_FN,
+        }
+        before = _tree_state(root)
+        try:
+            proc = subprocess.run([bash, str(copy)], env=run_env, cwd=cwd, stdin=subprocess.DEVNULL,
+                                  capture_output=True, text=True, timeout=timeout)
+            returncode, output = proc.returncode, proc.stdout + proc.stderr
+        except subprocess.TimeoutExpired as exc:
+            out = exc.stdout or b""
+            returncode, output = -1, (out.decode(errors="replace") if isinstance(out, bytes) else out) + \
+                f"\n(clawgym import: the script did not finish within {timeout:.0f} s)"
+        after = _tree_state(root)
+        written = sorted(p for p, st in after.items() if before.get(p) != st)
+        calls = [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
+        tmp_s, real_s = str(root), str(repo)
+        capture = Capture(
+            script=script, repo_root=repo, slime_root=slime, given_env=dict(given), returncode=returncode,
+            output=output.replace(tmp_s, real_s), written=written,
+        )
+        for c in calls:
+            c = _map_back(c, tmp_s, real_s)
+            c["env"] = {k: v for k, v in c["env"].items() if not k.startswith(("BASH_FUNC_",) + IMPORTER_OWN)}
+            capture.calls.append(Call(c["tool"], c["argv"], c["cwd"], c["env"]))
+        return capture
+
+
+#: How the report names what a recorded command was.
+CLEANUP_TOOLS = {"pkill", "pgrep", "killall", "kill", "sleep", "lsof", "fuser", "ps", "nvidia-smi"}
+
+
+def classify(capture: Capture, allowed_write_dirs: Sequence[str] = ()) -> List[Tuple[str, str]]:
+    """What the script did besides submitting one job, as (kind, text) rows.
+
+    kind is ``ignored`` (cleanup and probes clawgym replaces by its own ownership of
+    what it starts) or ``inexpressible`` (a command that changes the machine, runs
+    elsewhere, or was not found; a file written).
+    """
+    rows: List[Tuple[str, str]] = []
+
+    def allowed(path: str) -> bool:
+        return any(os.path.normpath(path).startswith(os.path.normpath(d)) for d in allowed_write_dirs if d)
+
+    for c in capture.calls:
+        if c.tool == "source":
+            continue
+        if c.tool == "ray":
+            sub = c.argv[:2]
+            if sub == ["job", "submit"] or (c.argv[:1] == ["start"] and "--head" in c.argv):
+                continue
+            if c.argv[:1] in (["stop"], ["status"]) or sub in (["job", "status"], ["job", "logs"], ["job", "list"]):
+                rows.append(("ignored", f"`{c.line}` (clawgym stops only the head it started)"))
+            else:
+                rows.append(("inexpressible", f"`{c.line}`: only `ray start --head` and one `ray job submit` "
+                                              "are understood (join an existing cluster with ray.address)"))
+        elif c.tool in CLEANUP_TOOLS:
+            note = " (answered: no GPU, no NVLink)" if c.tool == "nvidia-smi" else ""
+            rows.append(("ignored", f"`{c.line}`{note}"))
+        elif c.tool == "docker" and c.argv[:1] in (["rm"], ["ps"], ["kill"], ["stop"]):
+            rows.append(("ignored", f"`{c.line}` (clawgym removes its own leftover containers)"))
+        elif c.tool in ("mkdir", "tee") and all(allowed(a) for a in c.argv if not a.startswith("-")):
+            rows.append(("ignored", f"`{c.line}` (clawgym writes its log under <save>/logs too)"))
+        elif c.tool == "<not found>":
+            rows.append(("inexpressible", f"`{c.line}`: a command other than ray (not run)"))
+        else:
+            rows.append(("inexpressible", f"`{c.line}`: {STANDINS.get(c.tool, 'a command other than ray')} (not run)"))
+    for path in capture.written:
+        target = str(capture.repo_root / path)
+        if not allowed(target):
+            rows.append(("inexpressible", f"the script writes {target} (a file an experiment cannot create)"))
+    return rows
