@@ -227,7 +227,7 @@ def head_env(c: Mapping[str, Any]) -> Dict[str, str]:
 def ray_start_argv(c: Mapping[str, Any]) -> Optional[List[str]]:
     """``ray start`` for a local head; None when an existing cluster is configured."""
     ray = c["ray"]
-    if ray["address"]:
+    if ray["address"] or _cluster_starts_ray(c):
         return None
     argv = ["ray", "start", "--head", "--node-ip-address", ray["node_ip"], "--port", str(ray["port"])]
     if ray["num_gpus"] is not None:
@@ -240,8 +240,16 @@ def ray_start_argv(c: Mapping[str, Any]) -> Optional[List[str]]:
     return argv
 
 
+def _cluster_starts_ray(c: Mapping[str, Any]) -> bool:
+    """cluster=slurm / kuberay: the batch job or the RayJob starts Ray, not the launcher."""
+    return str((c.get("cluster") or {}).get("backend", "local")) in ("slurm", "kuberay")
+
+
 def dashboard_address(c: Mapping[str, Any]) -> str:
+    """The dashboard the job is submitted to; "" when the SLURM job or RayJob starts its own cluster."""
     ray = c["ray"]
+    if _cluster_starts_ray(c) and not ray["address"]:
+        return ""
     if ray["address"]:
         address = str(ray["address"])
         return address if "://" in address else f"http://{address}"
@@ -317,7 +325,8 @@ def equivalent_command(plan: LaunchPlan) -> str:
 def format_plan(plan: LaunchPlan) -> str:
     """Human-readable plan for the console."""
     out = [f"run:            {plan.run_name}", f"submission id:  {plan.submission_id}",
-           f"ray address:    {plan.address}" + ("" if plan.ray_start is None else " (local head started by clawgym)"),
+           (f"ray address:    {plan.address}" + ("" if plan.ray_start is None else " (local head started by clawgym)")
+            if plan.address else "ray address:    (a cluster the SLURM batch job or KubeRay RayJob starts)"),
            f"working dir:    {plan.working_dir}", f"save dir:       {plan.save_dir}",
            f"log file:       {plan.log_file}", f"GPUs held:      {plan.gpus_required}", "",
            f"trainer: {plan.entrypoint[0]} {plan.entrypoint[1]}"]

@@ -438,6 +438,98 @@ class RayConfig:
 
 
 @dataclass
+class ClusterConfig:
+    """Where the run's Ray cluster comes from (the ``cluster`` group)."""
+
+    # "local": a head clawgym starts on this machine (or ray.address, as before the group
+    # existed); "existing": the cluster at ray.address; "slurm": a SLURM batch job that starts
+    # Ray across its allocation (settings in slurm.*); "kuberay": a KubeRay RayJob manifest
+    # (settings in kuberay.*).
+    backend: str = "local"
+
+
+@dataclass
+class SlurmConfig:
+    """The batch job of ``cluster=slurm``. Unset (null) settings are left to the cluster's defaults.
+
+    Names follow sbatch's options (and Hydra's submitit launcher where sbatch has none).
+    """
+
+    # sbatch --partition; null: the cluster's default partition.
+    partition: Optional[str] = None
+    # sbatch --account; null: the user's default account.
+    account: Optional[str] = None
+    # sbatch --qos; null: the association's default QOS.
+    qos: Optional[str] = None
+    # sbatch --time, in SLURM's formats ("90", "4:00:00", "2-00:00:00"); null: the partition's default.
+    time: Optional[str] = None
+    # sbatch --nodes; null: from the layout (GPUs the run holds / gpu_layout.num_gpus, rounded up).
+    nodes: Optional[int] = None
+    # GPUs per node (--gres=gpu:N); null: gpu_layout.num_gpus on several nodes, the GPUs the run holds on one.
+    gpus_per_node: Optional[int] = None
+    # GPU type in the gres request (--gres=gpu:TYPE:N), e.g. h100; null: any type.
+    gpu_type: Optional[str] = None
+    # CPUs per node (one task per node, --cpus-per-task); null: the partition's default.
+    cpus_per_node: Optional[int] = None
+    # sbatch --mem (memory per node, e.g. "480G"; "0" asks for all of it); null: the partition's default.
+    mem_per_node: Optional[str] = None
+    # sbatch --job-name (squeue shows it).
+    job_name: str = "${run_name}"
+    # Extra #SBATCH lines, verbatim after "#SBATCH ", e.g. ["--exclusive", "--constraint=h100"].
+    extra_sbatch: List[str] = field(default_factory=list)
+    # Shell lines run first in the batch script (module load, conda activate ...).
+    setup: List[str] = field(default_factory=list)
+    # Interpreter that runs clawgym inside the allocation; null: the launcher's own (a shared filesystem
+    # is assumed, as for the checkout and the save dir).
+    python: Optional[str] = None
+    # Seconds before the time limit SLURM sends SIGTERM to the batch script (--signal=B:TERM@N), so the
+    # Ray job and Ray stop cleanly instead of being killed.
+    signal_delay_s: int = 120
+    # Address the Ray head binds on a multi-node job; null: the first node's first address
+    # (hostname -I). One-node jobs stay on loopback.
+    head_ip: Optional[str] = None
+    # Seconds to wait for every node of the allocation to join Ray with its GPUs.
+    wait_nodes_s: int = 300
+
+
+@dataclass
+class KubeRayConfig:
+    """The KubeRay RayJob of ``cluster=kuberay`` (spec of KubeRay v1.3, apiVersion ray.io/v1)."""
+
+    # Container image of the head and worker pods: Ray, slime, Megatron-LM and the ClawGym-RL
+    # checkout at paths.root (or that checkout on the PVC). Required.
+    image: Optional[str] = None
+    # Namespace of the RayJob; null: kubectl's current namespace.
+    namespace: Optional[str] = None
+    # metadata.name; null: from the run's submission id (lowercased, DNS-1123).
+    name: Optional[str] = None
+    # spec.rayClusterSpec.rayVersion; should match the image's Ray.
+    ray_version: Optional[str] = None
+    # PersistentVolumeClaim mounted in every pod at mount_path (checkpoints must outlive the pods).
+    pvc: Optional[str] = None
+    # Where the PVC is mounted; the save dir must be on it.
+    mount_path: Optional[str] = "${paths.save}"
+    # Kubernetes Secret whose keys are named after the job's secret variables (WANDB_API_KEY,
+    # SGLANG_API_KEY); pods read them through secretKeyRef, so no value is in the manifest.
+    secret_name: str = "clawgym-secrets"
+    # Delete the Ray cluster when the job ends (spec.shutdownAfterJobFinishes).
+    shutdown_after_job_finishes: bool = True
+    # Seconds the finished RayJob (and, with shutdown, its cluster) is kept (spec.ttlSecondsAfterFinished).
+    ttl_seconds_after_finished: int = 3600
+    # spec.activeDeadlineSeconds: the job fails after this long; null: no deadline.
+    active_deadline_seconds: Optional[int] = None
+    # CPU and memory requests/limits per pod (e.g. "16", "64Gi"); null: the namespace's defaults.
+    head_cpu: Optional[str] = None
+    head_memory: Optional[str] = None
+    worker_cpu: Optional[str] = None
+    worker_memory: Optional[str] = None
+    # Without dry_run: run `kubectl apply -f` on the manifest (needs kubectl and a context); false prints how.
+    apply: bool = False
+    # kubectl --context; null: the current context.
+    context: Optional[str] = None
+
+
+@dataclass
 class WandbConfig:
     """Weights & Biases logging."""
 
@@ -500,6 +592,12 @@ class ClawGymConfig:
     ray: RayConfig = field(default_factory=RayConfig)
     # The wandb group (conf/wandb/).
     wandb: WandbConfig = field(default_factory=WandbConfig)
+    # The cluster group (conf/cluster/): where the Ray cluster comes from.
+    cluster: ClusterConfig = field(default_factory=ClusterConfig)
+    # SLURM batch job settings (used by cluster=slurm).
+    slurm: SlurmConfig = field(default_factory=SlurmConfig)
+    # KubeRay RayJob settings (used by cluster=kuberay).
+    kuberay: KubeRayConfig = field(default_factory=KubeRayConfig)
     # The trainer group (conf/trainer/): ClawGym fork or upstream slime.
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     # Experiment name (the seed's EXP_NAME): the run name's stem and a W&B tag.
@@ -539,5 +637,6 @@ GROUPS: Dict[str, Any] = {
     "checkpoint": CheckpointConfig,
     "ray": RayConfig,
     "wandb": WandbConfig,
+    "cluster": ClusterConfig,
     "trainer": TrainerConfig,
 }

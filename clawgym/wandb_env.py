@@ -45,10 +45,12 @@ def wandb_config_path(c: Mapping[str, Any]) -> Optional[str]:
 
 
 def config_file_enabled(c: Mapping[str, Any]) -> bool:
-    """Whether the job reads the config file: forced, or (auto) only with a local head."""
+    """Whether the job reads the config file: forced, or (auto) only with a local head or a SLURM
+    job (which shares the launcher's filesystem); not on KubeRay, whose pods see only their PVC."""
     forced = c["wandb"].get("config_file")
     if forced is None:
-        return not c["ray"]["address"]
+        backend = str((c.get("cluster") or {}).get("backend", "local"))
+        return not c["ray"]["address"] and backend != "kuberay"
     return bool(forced)
 
 

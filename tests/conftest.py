@@ -11,6 +11,7 @@ pytest_plugins = [
     "tests.fixtures.checkout",
     "tests.fixtures.ray_cluster",
     "tests.fixtures.docker_engine",
+    "tests.fixtures.slurm_cluster",
 ]
 
 #: The shared reference material (seed script); absent outside this workplace.

@@ -59,14 +59,24 @@ def test_every_group_has_options():
         assert group_options(group), f"conf/{group}/ has no option"
 
 
+#: (group, option) -> (violation codes it reports alone, the settings that satisfy them).
+NEEDS_SETTING = {
+    ("sandbox", "chroot"): (["chroot-needs-rootfs"], ["sandbox.rootfs=/srv/rootfs"]),
+    ("cluster", "existing"): (["existing-cluster-needs-address"], ["ray.address=http://head:8265"]),
+    ("cluster", "kuberay"): (["kuberay-needs-image", "kuberay-needs-pvc"],
+                             ["kuberay.image=registry.example/clawgym:1", "kuberay.pvc=clawgym-save"]),
+}
+
+
 @pytest.mark.parametrize("group, option", OPTIONS, ids=[f"{g}={o}" for g, o in OPTIONS])
 def test_option_composes_validates_and_plans(group: str, option: str):
     cfg = compose([f"{group}={option}"])
     found = violations(cfg)
-    if (group, option) == ("sandbox", "chroot"):
-        # The chroot option cannot know the rootfs: exactly that is reported, and setting it is enough.
-        assert [(v.code, v.keys) for v in found] == [("chroot-needs-rootfs", ["sandbox.backend", "sandbox.rootfs"])]
-        cfg = compose([f"{group}={option}", "sandbox.rootfs=/srv/rootfs"])
+    if (group, option) in NEEDS_SETTING:
+        # Options that cannot know a site's value: exactly that is reported, and setting it is enough.
+        codes, settings = NEEDS_SETTING[(group, option)]
+        assert [v.code for v in found] == codes
+        cfg = compose([f"{group}={option}", *settings])
         found = violations(cfg)
     if (group, option) in (("model", "glm5_744b_a40b"), ("model", "glm5_2_744b_a40b")):
         # GLM-5 needs --allgather-cp, which only upstream slime has: exactly that is reported under the

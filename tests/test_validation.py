@@ -176,6 +176,38 @@ CASES: Dict[str, Case] = {
     "value-required": Case(["model=base_model"], ["model.name"], {"model.name": "???"}),
 }
 
+# --- issue 11: the cluster group and its backends' settings
+CASES.update({
+    "cluster-backend-known": Case(["cluster.backend=nowhere"], ["cluster.backend"], {"cluster.backend": "nowhere"}),
+    "existing-cluster-needs-address": Case(["cluster=existing"], ["cluster.backend", "ray.address"],
+                                           {"cluster.backend": "existing", "ray.address": None}),
+    "cluster-starts-its-own-ray": Case(["cluster=slurm", "ray.address=http://head:8265"],
+                                       ["cluster.backend", "ray.address"],
+                                       {"cluster.backend": "slurm", "ray.address": "http://head:8265"}),
+    "slurm-sizes-positive": Case(["cluster=slurm", "slurm.nodes=0"], ["slurm.nodes"], {"slurm.nodes": 0}),
+    "slurm-times-positive": Case(["cluster=slurm", "slurm.signal_delay_s=-5"], ["slurm.signal_delay_s"],
+                                 {"slurm.signal_delay_s": -5}),
+    "slurm-time-format": Case(["cluster=slurm", "slurm.time=4h"], ["slurm.time"], {"slurm.time": "4h"}),
+    "slurm-mem-format": Case(["cluster=slurm", "slurm.mem_per_node=480GB"], ["slurm.mem_per_node"],
+                             {"slurm.mem_per_node": "480GB"}),
+    "slurm-extra-sbatch-options": Case(["cluster=slurm", "slurm.extra_sbatch=[exclusive]"], ["slurm.extra_sbatch"],
+                                       {"slurm.extra_sbatch": ["exclusive"]}),
+    "slurm-allocation-fits-run": Case(["cluster=slurm", "slurm.gpus_per_node=4"],
+                                      ["slurm.nodes", "slurm.gpus_per_node"],
+                                      {"slurm.nodes": None, "slurm.gpus_per_node": 4}),
+    "slurm-gpus-per-node-is-layouts": Case(["cluster=slurm", "slurm.nodes=2", "slurm.gpus_per_node=4"],
+                                           ["slurm.gpus_per_node", "gpu_layout.num_gpus"],
+                                           {"slurm.gpus_per_node": 4, "gpu_layout.num_gpus": 8}),
+    "kuberay-needs-image": Case(["cluster=kuberay", "kuberay.pvc=save"], ["kuberay.image"], {"kuberay.image": None}),
+    "kuberay-needs-pvc": Case(["cluster=kuberay", "kuberay.image=img:1"], ["kuberay.pvc"], {"kuberay.pvc": None}),
+    "kuberay-names-dns1123": Case(["cluster=kuberay", "kuberay.image=img:1", "kuberay.pvc=save", "kuberay.name=My_Job"],
+                                  ["kuberay.name"], {"kuberay.name": "My_Job"}),
+    "kuberay-save-dir-on-pvc": Case(["cluster=kuberay", "kuberay.image=img:1", "kuberay.pvc=save",
+                                     "kuberay.mount_path=/mnt/elsewhere", "paths.save=/data/run1"],
+                                    ["paths.save", "kuberay.mount_path"],
+                                    {"paths.save": "/data/run1", "kuberay.mount_path": "/mnt/elsewhere"}),
+})
+
 
 def rule_codes_in_source() -> set:
     """Every rule code clawgym/validate.py can report."""

@@ -31,7 +31,13 @@ here with a class implementing :class:`Backend`, and a line in :func:`backend_fo
 =============  ===========================================================
 ``local``      a head clawgym starts on this machine (``ray.address`` unset)
 ``existing``   a running cluster at ``ray.address``; never stopped
+``slurm``      one SLURM batch job per job; Ray starts inside the allocation
 =============  ===========================================================
+
+The ``cluster`` config group picks one (``cluster=local`` is the default, and with
+``ray.address`` set it means ``existing``, as before the group existed). ``kuberay``
+writes a RayJob manifest (:mod:`clawgym.backends.kuberay`) and runs no job from here, so
+it is not a pipeline backend.
 
 Importing this package imports no Ray.
 """
@@ -39,6 +45,22 @@ Importing this package imports no Ray.
 from __future__ import annotations
 
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+
+
+#: Values of ``cluster.backend``.
+BACKENDS = ("local", "existing", "slurm", "kuberay")
+
+
+def backend_name(c: Any) -> str:
+    """The backend a (plain or composed) config asks for; ``local`` with ``ray.address`` set is ``existing``."""
+    if c is None:
+        return "local"
+    cluster = c.get("cluster") if hasattr(c, "get") else None
+    name = str((cluster or {}).get("backend", "local") if cluster is not None else "local")
+    ray = c.get("ray") if hasattr(c, "get") else None
+    if name == "local" and ray is not None and ray.get("address"):
+        return "existing"
+    return name
 
 
 class BackendError(Exception):
@@ -132,6 +154,10 @@ def backend_for(cfg: Any, plans: Sequence[Any], cfgs: Optional[Sequence[Any]] = 
     """The backend the launch's config asks for (every job of a launch shares one cluster)."""
     plan = plans[0]
     cfgs = list(cfgs) if cfgs is not None else [cfg] * len(plans)
+    if backend_name(cfg) == "slurm":
+        from clawgym.backends.slurm import SlurmBackend
+
+        return SlurmBackend(plans, cfgs)
     if plan.ray_start is not None:
         from clawgym.backends.local import LocalHead
 

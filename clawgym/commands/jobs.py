@@ -6,6 +6,9 @@
     clawgym jobs stop ID [--address A]
     clawgym jobs heads
     clawgym jobs stop-head --address A [--force]
+    clawgym jobs slurm
+
+``slurm`` lists the SLURM batch jobs clawgym submitted (cluster=slurm) with their state.
 
 Without ``--address`` (not for stop-head): ``$RAY_ADDRESS`` when it is an http address,
 else the only live head that clawgym started and recorded.
@@ -50,6 +53,7 @@ def add_parser(subparsers) -> None:
     # Always explicit: stopping a head is never guessed.
     sp.add_argument("--address", required=True, help="dashboard http address of the head (see: clawgym jobs heads)")
     sp.add_argument("--force", action="store_true", help="stop it even while jobs run on it")
+    sub.add_parser("slurm", help="SLURM batch jobs clawgym submitted (cluster=slurm), with their state")
     p.set_defaults(func=run)
 
 
@@ -167,8 +171,27 @@ def _cmd_stop_head(args) -> int:
     return 0
 
 
+def _cmd_slurm(args) -> int:
+    from clawgym.backends import slurm
+
+    records = slurm.list_records()
+    if not records:
+        print("no SLURM jobs submitted by clawgym are recorded")
+        return 0
+    print(f"{'SLURM id':<10} {'state':<12} {'run name':<40} output")
+    for r in records:
+        job = slurm.SlurmJob(str(r["job_id"]), output=r.get("output"))
+        try:
+            state = job.state()
+        except slurm.SlurmError:
+            state = "?"
+        print(f"{r['job_id']:<10} {state:<12} {r.get('run_name', ''):<40} {r.get('output') or '-'}")
+    print("  cancel one: scancel <SLURM id>;  follow one: tail -f <output>")
+    return 0
+
+
 _COMMANDS = {"list": _cmd_list, "status": _cmd_status, "logs": _cmd_logs, "stop": _cmd_stop,
-             "heads": _cmd_heads, "stop-head": _cmd_stop_head}
+             "heads": _cmd_heads, "stop-head": _cmd_stop_head, "slurm": _cmd_slurm}
 
 
 def run(args) -> int:

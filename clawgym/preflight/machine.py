@@ -138,8 +138,18 @@ def layouts_that_fit(have: int) -> List[Tuple[str, int]]:
     return sorted(out, key=lambda x: (-x[1], x[0]))
 
 
+def _runs_elsewhere(ctx: Context) -> None:
+    """GPUs, ports and the cluster are not this machine's with cluster=slurm / kuberay."""
+    backend = str((ctx.c.get("cluster") or {}).get("backend", "local"))
+    if backend == "slurm":
+        raise NotApplicable("checked inside the SLURM allocation, where the job runs")
+    if backend == "kuberay":
+        raise NotApplicable("the RayJob's pods run on the Kubernetes cluster")
+
+
 def check_gpus(ctx: Context) -> str:
     """This node shows at least the GPUs the run holds and the head declares."""
+    _runs_elsewhere(ctx)
     if not ctx.local_head:
         raise NotApplicable(f"the job runs on the existing cluster at {ctx.plan.address}")
     c = ctx.c
@@ -197,6 +207,7 @@ def port_free(host: str, port: int) -> Optional[str]:
 
 def check_ports(ctx: Context) -> str:
     """The ports a local run listens on are free: API server, Ray GCS, Ray dashboard."""
+    _runs_elsewhere(ctx)
     if not ctx.local_head:
         raise NotApplicable(f"the job runs on the existing cluster at {ctx.plan.address}")
     c = ctx.c
@@ -230,6 +241,7 @@ def check_cluster(ctx: Context) -> str:
     cluster fails here rather than after the snapshot, or as a job whose placement
     group waits forever.
     """
+    _runs_elsewhere(ctx)
     if ctx.local_head:
         raise NotApplicable("clawgym starts the head on this machine")
     from clawgym import ray_head

@@ -1,0 +1,190 @@
+"""``cluster=slurm`` on a real one-node SLURM cluster (tests/fixtures/slurm_cluster.py).
+
+Each launch starts a real Ray head inside a real allocation and runs the recording
+stand-in trainer there, so the tests are few and each checks several things:
+
+- a sweep of two 8-GPU jobs on the 8-GPU node: SLURM queues the second until the first
+  ends; one succeeds and one fails, each reported with its SLURM id; secrets reach the
+  job but are absent from the batch script and from SLURM's job record; checkpoints are
+  stamped inside the allocation;
+- a single run cancelled with ``scancel`` mid-run: the launcher exits with 130 and no
+  process of the job's Ray cluster is left within 10 s.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Dict, List
+
+import pytest
+
+from tests.fixtures.checkout import LAUNCH_SKIPS, checkout_overrides
+
+ROOT = Path(__file__).resolve().parent.parent
+SECRETS = {"SGLANG_API_KEY": "sglang-secret-in-slurm-7781", "WANDB_API_KEY": "wandb-secret-in-slurm-9932"}
+#: The sweep: 2 jobs x 8 GPUs on an 8-GPU node (they cannot run at once).
+SWEEP_TIMEOUT = 600
+
+
+@pytest.fixture()
+def env(slurm_cluster, tmp_path) -> Dict[str, str]:
+    e = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "WANDB_KEY", *SECRETS)}
+    e.update(slurm_cluster.env)
+    e["CLAWGYM_STATE_DIR"] = str(tmp_path / "state")
+    return e
+
+
+def base(checkout: Path) -> List[str]:
+    # wandb.enabled=false: the W&B key is still a secret the plan carries when set, but no
+    # W&B run is attempted by anything (the stand-in trainer ignores it anyway).
+    return [*checkout_overrides(checkout, skip_checks=LAUNCH_SKIPS), "cluster=slurm"]
+
+
+def marker_processes(job_id: str) -> List[int]:
+    """Pids of processes carrying this SLURM job's Ray marker (CLAWGYM_HEAD_ID=slurm-<id>-...)."""
+    want = f"CLAWGYM_HEAD_ID=slurm-{job_id}-".encode()
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            env = (entry / "environ").read_bytes()
+        except OSError:
+            continue
+        if any(var.startswith(want) for var in env.split(b"\0")):
+            found.append(int(entry.name))
+    return found
+
+
+def test_slurm_sweep_queues_jobs_reports_each_and_keeps_secrets_out(slurm_cluster, clawgym_checkout, env, tmp_path):
+    env = {**env, **SECRETS}
+    exp = f"slsw{os.getpid()}"
+    cmd = [sys.executable, str(ROOT / "train.py"), "-m", *base(clawgym_checkout), f"exp_name={exp}",
+           "+extra_env.STANDIN_CHECKPOINTS=1", "+extra_env.STANDIN_EXIT_CODE=0,3", "wandb.enabled=true",
+           f"hydra.sweep.dir={tmp_path}/sweep"]
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines: List[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(iter(proc.stdout.readline, "")), daemon=True)
+    reader.start()
+    # While the first job runs, SLURM holds the second (its 8 GPUs are taken).
+    seen_pending_while_running = False
+    records: Dict[str, str] = {}
+    deadline = time.time() + SWEEP_TIMEOUT
+    while proc.poll() is None and time.time() < deadline:
+        out = slurm_cluster.run("squeue", "-h", "-o", "%i %T", check=False).stdout.split()
+        states = dict(zip(out[0::2], out[1::2]))
+        if "RUNNING" in states.values() and "PENDING" in states.values():
+            seen_pending_while_running = True
+        for jid in states:
+            # SLURM's job record, while SLURM holds the job (-dd: with the batch script's details).
+            records[jid] = slurm_cluster.run("scontrol", "show", "job", "-dd", jid, check=False).stdout
+        time.sleep(1.0)
+    if proc.poll() is None:
+        proc.kill()
+        pytest.fail("the sweep did not finish in time:\n" + "".join(lines))
+    reader.join(timeout=10)
+    output = "".join(lines)
+    assert proc.returncode == 1, output  # one job failed
+    assert seen_pending_while_running, output
+    ids = re.findall(r"submitted SLURM job (\d+)", output)
+    assert len(ids) == 2, output
+    # The summary names each job's SLURM id and its outcome.
+    summary = output[output.rindex("submission id"):]
+    assert re.search(rf"slurm:{ids[0]}\s+succeeded", summary) and re.search(rf"slurm:{ids[1]}\s+failed", summary), summary
+    save = {code: clawgym_checkout / "exp" / f"{exp}_extra_env.STANDIN_EXIT_CODE={code}" for code in ("0", "3")}
+    rec0 = json.loads((save["0"] / "standin_record.json").read_text())
+    rec1 = json.loads((save["3"] / "standin_record.json").read_text())
+    # Queued, not packed: the second job started after the first ended.
+    assert rec1["start"] >= rec0["end"]
+    assert rec0["exit_code"] == 0 and rec1["exit_code"] == 3
+    # The job ran inside the allocation with the GPUs SLURM granted, and got the secrets.
+    assert rec0["env"]["SLURM_JOB_ID"] == ids[0] and rec0["env"]["CUDA_VISIBLE_DEVICES"] == "0,1,2,3,4,5,6,7"
+    for name, value in SECRETS.items():
+        assert rec0["env"].get(name) == value
+    # Checkpoints were stamped inside the allocation.
+    stamp = json.loads((save["0"] / "iter_0000001" / "clawgym_snapshot" / "stamp.json").read_text())
+    assert stamp["iteration"] == 1
+    # Secrets: never in the batch scripts, SLURM's job records or the launcher's output.
+    scripts = list((save["0"] / "clawgym" / "slurm").glob("*/slurm_batch.sh")) + \
+        list((save["3"] / "clawgym" / "slurm").glob("*/slurm_batch.sh"))
+    assert len(scripts) == 2
+    assert records and all(jid in records for jid in ids), records.keys()
+    for value in SECRETS.values():
+        for script in scripts:
+            assert value not in script.read_text()
+        for jid, text in records.items():
+            assert value not in text, f"secret in scontrol show job {jid}"
+        assert value not in output
+    # `clawgym jobs slurm` lists both with SLURM's state.
+    listing = subprocess.run([sys.executable, "-m", "clawgym", "jobs", "slurm"], cwd=ROOT, env=env,
+                             capture_output=True, text=True, timeout=60).stdout
+    assert re.search(rf"^{ids[0]}\s+COMPLETED", listing, re.M) and re.search(rf"^{ids[1]}\s+FAILED", listing, re.M)
+
+
+def test_scancel_mid_run_leaves_no_ray_process(slurm_cluster, clawgym_checkout, env, tmp_path):
+    run_name = f"slcancel{os.getpid()}"
+    cmd = [sys.executable, str(ROOT / "train.py"), *base(clawgym_checkout), f"run_name={run_name}",
+           "+extra_env.STANDIN_SLEEP=600", f"hydra.run.dir={tmp_path}/run"]
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines: List[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(iter(proc.stdout.readline, "")), daemon=True)
+    reader.start()
+    deadline = time.time() + 480
+    while not any("[standin] step" in ln for ln in lines):
+        if proc.poll() is not None or time.time() > deadline:
+            proc.kill()
+            pytest.fail("the job did not start running:\n" + "".join(lines))
+        time.sleep(0.5)
+    job_id = re.search(r"submitted SLURM job (\d+)", "".join(lines)).group(1)
+    assert marker_processes(job_id), "the job's Ray processes should carry its marker"
+    slurm_cluster.run("scancel", job_id)
+    t0 = time.time()
+    while marker_processes(job_id) and time.time() - t0 < 10:
+        time.sleep(0.25)
+    left = marker_processes(job_id)
+    assert not left, f"processes of SLURM job {job_id} still alive 10 s after scancel: {left}"
+    assert not subprocess.run(["pgrep", "-f", f"cg-slurm-{job_id}-"], capture_output=True).stdout
+    # Ray's temp dir of the job went with it.
+    assert not list(Path("/tmp").glob(f"cg-slurm-{job_id}-*"))
+    try:
+        rc = proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    reader.join(timeout=10)
+    output = "".join(lines)
+    assert rc == 130, output
+    assert f"SLURM job {job_id} cancelled" in output
+
+
+def test_missing_slurm_skips_with_reason_or_fails_when_required(monkeypatch):
+    from _pytest.outcomes import Failed, Skipped
+
+    from tests.fixtures.slurm_cluster import _unavailable
+
+    monkeypatch.delenv("CLAWGYM_REQUIRE_SLURM", raising=False)
+    with pytest.raises(Skipped, match="not installed: slurmctld"):
+        _unavailable("not installed: slurmctld (slurm-wlm)")
+    monkeypatch.setenv("CLAWGYM_REQUIRE_SLURM", "1")
+    with pytest.raises(Failed, match="CLAWGYM_REQUIRE_SLURM=1"):
+        _unavailable("not installed: slurmctld (slurm-wlm)")
+
+
+def test_without_sbatch_a_slurm_launch_is_refused_before_anything_is_written(clawgym_checkout, tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    env["PATH"] = os.path.dirname(sys.executable)  # python, but no SLURM client commands
+    env["CLAWGYM_STATE_DIR"] = str(tmp_path / "state")
+    run_name = f"nosbatch{os.getpid()}"
+    res = subprocess.run([sys.executable, str(ROOT / "train.py"), *base(clawgym_checkout), f"run_name={run_name}",
+                          f"hydra.run.dir={tmp_path}/run"], cwd=ROOT, env=env, capture_output=True, text=True,
+                         timeout=120)
+    assert res.returncode != 0
+    assert "'sbatch' is not on PATH" in res.stderr and "cluster=slurm runs on a SLURM login node" in res.stderr
+    assert not (clawgym_checkout / "exp" / run_name).exists()
