@@ -37,3 +37,35 @@ def _restore_hydra_singletons():
     state = Singleton.get_state()
     yield
     Singleton.set_state(state)
+
+
+def _stream_closed(handler) -> bool:
+    stream = getattr(handler, "stream", None)
+    return bool(stream is not None and getattr(stream, "closed", False))
+
+
+@pytest.fixture(autouse=True)
+def _restore_root_logging():
+    """Every test starts with the root logger the previous one found, minus dead handlers.
+
+    A Hydra job run in-process configures the root logger with handlers bound to the
+    streams pytest captured for that test; once that capture is closed, the next test
+    that logs (Hydra does on compose) would print '--- Logging error ---' tracebacks into
+    its own captured stderr.
+    """
+    import logging
+
+    root = logging.getLogger()
+    loggers = [root, *(lg for lg in logging.Logger.manager.loggerDict.values() if isinstance(lg, logging.Logger))]
+    for lg in loggers:
+        for h in [h for h in lg.handlers if _stream_closed(h)]:
+            lg.removeHandler(h)
+    handlers, level = list(root.handlers), root.level
+    yield
+    for h in list(root.handlers):
+        if h not in handlers:
+            root.removeHandler(h)
+    for h in handlers:
+        if h not in root.handlers:
+            root.addHandler(h)
+    root.setLevel(level)
