@@ -29,7 +29,7 @@ class Case(NamedTuple):
     env: Dict[str, str] = {}
 
 
-#: Rule code -> a config breaking it. Codes are those of clawgym/validate.py.
+#: Rule code -> a config breaking it. Codes are those of clawgym/validate/.
 CASES: Dict[str, Case] = {
     # --- issue 2 §6 rules
     "split-gpus-fit": Case(["gpu_layout.actor_gpus=6"],
@@ -210,8 +210,8 @@ CASES.update({
 
 
 def rule_codes_in_source() -> set:
-    """Every rule code clawgym/validate.py can report."""
-    src = (ROOT / "clawgym" / "validate.py").read_text()
+    """Every rule code the modules of clawgym/validate/ can report."""
+    src = "\n".join(p.read_text() for p in sorted((ROOT / "clawgym" / "validate").glob("*.py")))
     codes = set(re.findall(r"v\.(?:add|positive)\(\s*\"([a-z0-9-]+)\"", src))
     codes |= set(re.findall(r"Violation\([^)]*?\"([a-z0-9-]+)\"\)", src, re.S))
     return codes

@@ -1,0 +1,62 @@
+"""Model architecture: sizes, attention groups, MoE and family-specific fields, recompute settings."""
+
+from __future__ import annotations
+
+
+from clawgym.validate.core import _Collector
+
+
+def rule_model_sizes_positive(v: _Collector) -> None:
+    v.positive("model-sizes-positive",
+               [f"model.{k}" for k in ("num_layers", "hidden_size", "ffn_hidden_size", "num_attention_heads",
+                                      "num_query_groups", "kv_channels", "vocab_size", "rotary_base")],
+               "model sizes")
+
+
+def rule_query_groups_divide_heads(v: _Collector) -> None:
+    m = v.c["model"]
+    # None: no GQA (multi-latent attention), nothing to divide.
+    if m["num_query_groups"] and m["num_query_groups"] > 0 and m["num_attention_heads"] % m["num_query_groups"]:
+        v.add("query-groups-divide-heads", ["model.num_attention_heads", "model.num_query_groups"],
+              "attention heads must be a multiple of the query groups",
+              "use the checkpoint's num_key_value_heads for model.num_query_groups")
+
+
+def rule_moe_complete(v: _Collector) -> None:
+    m = v.c["model"]
+    if m["num_experts"] is None:
+        return
+    for k in ("moe_ffn_hidden_size", "moe_router_topk"):
+        if m[k] is None:
+            v.add("moe-complete", ["model.num_experts", f"model.{k}"],
+                  "a MoE model (num_experts set) needs its expert FFN size and router top-k",
+                  f"set model.{k} from the checkpoint's config.json")
+    if m["moe_router_topk"] is not None and m["moe_router_topk"] > m["num_experts"]:
+        v.add("moe-topk-within-experts", ["model.moe_router_topk", "model.num_experts"],
+              "the router cannot pick more experts than exist", "lower model.moe_router_topk")
+
+
+def rule_model_family_fields(v: _Collector) -> None:
+    m = v.c["model"]
+    if m.get("multi_latent_attention"):
+        for k in ("kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim"):
+            if m.get(k) is None:
+                v.add("mla-complete", ["model.multi_latent_attention", f"model.{k}"],
+                      "multi-latent attention needs its KV rank and head dims",
+                      f"set model.{k} from the checkpoint's config.json (kv_lora_rank, qk_nope_head_dim, "
+                      "qk_rope_head_dim, v_head_dim)")
+    spec = m.get("spec")
+    if spec is not None and (len(spec) != 2 or not all(spec)):
+        v.add("spec-module-and-function", ["model.spec"],
+              "--spec takes the module and the function that builds the layer spec",
+              "set model.spec=[slime_plugins.models.<module>,<function>] or null")
+
+
+def rule_recompute_consistent(v: _Collector) -> None:
+    p = v.c["perf"]
+    if p["recompute_granularity"] not in (None, "full", "selective"):
+        v.add("recompute-granularity-known", ["perf.recompute_granularity"],
+              "Megatron knows full and selective recompute", "set perf.recompute_granularity to full, selective or null")
+    if p["recompute_granularity"] == "selective" and p["recompute_method"] is not None:
+        v.add("selective-recompute-no-method", ["perf.recompute_granularity", "perf.recompute_method"],
+              "selective recompute takes no recompute method", "set perf.recompute_method=null")

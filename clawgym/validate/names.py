@@ -1,0 +1,175 @@
+"""Names and paths: run names become folder names; the save dir is a folder of its own."""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+from pathlib import Path
+from typing import Any, List, Optional
+
+from clawgym.validate.core import _Collector
+
+
+#: Longest file name most filesystems take, in bytes (Linux NAME_MAX).
+NAME_MAX = 255
+
+
+#: The widest launch timestamp clawgym puts into submission ids (``%Y%m%d_%H%M%S``).
+_TIMESTAMP_WIDTH = len("20260101_000000")
+
+
+#: Room for the ``.<n>`` suffix that keeps same-second snapshot names apart.
+_UNIQUE_SUFFIX_WIDTH = len(".99")
+
+
+#: Room for a process id in temp names.
+_PID_WIDTH = 7
+
+
+def longest_derived_name(run_name: str, hostname: Optional[str] = None) -> str:
+    """The longest file name clawgym derives from a run name: the temp dir its launch
+    snapshot is written to (``.tmp-<submission id>.<n>-<host>-<pid>``; the submission id
+    is ``clawgym-<run_name>-<timestamp>``)."""
+    from clawgym.plan import submission_id
+
+    sid = re.sub(r"[^A-Za-z0-9_.-]+", "-", submission_id(run_name, "0" * _TIMESTAMP_WIDTH))
+    host = socket.gethostname() if hostname is None else hostname
+    return f".tmp-{sid}{'9' * _UNIQUE_SUFFIX_WIDTH}-{host}-{'9' * _PID_WIDTH}"
+
+
+def name_problem(name: Any) -> Optional[str]:
+    """Why ``name`` cannot be one folder name, or None."""
+    if not isinstance(name, str) or not name:
+        return "it is empty"
+    if name in (".", ".."):
+        return f"{name!r} names the current or parent folder, not a folder of its own"
+    if "/" in name:
+        return "it contains '/', which would make it several nested folders"
+    if "\0" in name:
+        return "it contains a NUL character, which no path can hold"
+    if name.strip() != name:
+        return "it has surrounding spaces"
+    return None
+
+
+def rule_names(v: _Collector) -> None:
+    """exp_name and run_name become folder names (the save dir, snapshot dirs): one safe component each."""
+    for k in ("exp_name", "run_name"):
+        name = v.c[k]
+        if k == "run_name" and name == v.c["exp_name"]:
+            continue  # derived from exp_name: reported there
+        why = name_problem(name)
+        if why is not None:
+            v.add("names-are-folder-names", [k],
+                  f"names become folder names (the save dir <paths.root>/exp/<run_name>, snapshot dirs): "
+                  f"one plain name, not '.' or '..', no '/', no NUL, no surrounding spaces; here {why}",
+                  f"set {k} to a plain name, e.g. {k}=my-run")
+            continue
+        longest = longest_derived_name(name)
+        size = len(longest.encode())
+        if size > NAME_MAX:
+            room = len(name.encode()) - (size - NAME_MAX)
+            v.add("name-within-name-max", [k],
+                  f"{k} is {len(name.encode())} bytes; the longest folder name clawgym derives from it "
+                  f"(the launch snapshot's temp dir '.tmp-clawgym-<name>-<timestamp>.<n>-<host>-<pid>') "
+                  f"would be {size} bytes, over the filesystem's limit of {NAME_MAX} bytes per name",
+                  f"shorten {k} to at most {max(room, 1)} bytes")
+    save = v.c["paths"]["save"]
+    if isinstance(save, str) and save:
+        long = [p for p in Path(save).parts if len(p.encode()) > NAME_MAX]
+        if long:
+            v.add("name-within-name-max", ["paths.save"],
+                  f"a folder name in paths.save is {len(long[0].encode())} bytes, over the filesystem's limit of "
+                  f"{NAME_MAX} bytes per name",
+                  "shorten that part of paths.save (or run_name, when paths.save derives from it)")
+
+
+def rule_save_interval_needs_save(v: _Collector) -> None:
+    if v.c["checkpoint"]["save_interval"] is not None and not v.c["paths"]["save"]:
+        v.add("save-interval-needs-save-dir", ["checkpoint.save_interval", "paths.save"],
+              "a save interval needs a directory to save to",
+              "set paths.save, or checkpoint.save_interval=null to save nothing")
+    if v.c["checkpoint"]["save_interval"] is not None and v.c["checkpoint"]["save_interval"] <= 0:
+        v.add("save-interval-positive", ["checkpoint.save_interval"], "a save interval counts rollouts and must be > 0",
+              "set checkpoint.save_interval, e.g. 5, or null")
+    if v.c["paths"]["save"] and v.c["checkpoint"]["save_interval"] is None:
+        v.add("save-dir-needs-interval", ["paths.save", "checkpoint.save_interval"],
+              "Megatron requires a save interval whenever a save dir is given",
+              "set checkpoint.save_interval, or paths.save=null to save nothing")
+
+
+def _real(path: str) -> Path:
+    """Absolute, normalized, symlinks resolved as far as the path exists."""
+    return Path(os.path.realpath(os.path.expanduser(path)))
+
+
+def _run_save_dir(path: Path) -> bool:
+    """True when ``path`` is the save dir of a clawgym run (it holds launch snapshots)."""
+    from clawgym.snapshot import SNAPSHOTS_RELPATH
+
+    try:
+        return (path / SNAPSHOTS_RELPATH).is_dir()
+    except OSError:
+        return False
+
+
+def runs_below(path: Path, *, depth: int = 3, budget: int = 2000) -> List[Path]:
+    """Save dirs of other runs strictly below ``path`` (breadth-first, at most ``depth``
+    levels and ``budget`` folders looked at; checkpoint and hidden folders are not entered)."""
+    found: List[Path] = []
+    level = [path]
+    for _ in range(depth):
+        nxt: List[Path] = []
+        for d in level:
+            try:
+                entries = [e for e in os.scandir(d) if e.is_dir(follow_symlinks=False)]
+            except OSError:
+                continue
+            for e in entries:
+                if e.name.startswith(".") or e.name.startswith("iter_") or e.name == "clawgym":
+                    continue
+                budget -= 1
+                if budget < 0:
+                    return found
+                child = Path(e.path)
+                if _run_save_dir(child):
+                    found.append(child)
+                else:
+                    nxt.append(child)
+        level = nxt
+    return found
+
+
+def rule_save_dir_placement(v: _Collector) -> None:
+    """The save dir is a folder of its own: not the checkout, not around or inside another run's."""
+    save, root = v.c["paths"]["save"], v.c["paths"]["root"]
+    if not isinstance(save, str) or not save:
+        return
+    s = _real(save)
+    if isinstance(root, str) and root:
+        r = _real(root)
+        if s == r or s in r.parents:
+            v.add("save-dir-not-checkout", ["paths.save", "paths.root"],
+                  f"the save dir resolves to {s}, {'the checkout itself' if s == r else 'a folder above the checkout'}"
+                  " (paths.root): the trainer would write iter_*/, logs/ and clawgym/snapshots/ among its files",
+                  "give paths.save a folder of its own, e.g. leave paths.save at <paths.root>/exp/<run_name> "
+                  "with a plain run_name")
+            return
+    for parent in s.parents:
+        if _run_save_dir(parent):
+            v.add("save-dir-inside-another-run", ["paths.save"],
+                  f"the save dir {s} is inside {parent}, the save dir of another run (it holds clawgym/snapshots); "
+                  "its checkpoints and retention would mix with this run's",
+                  "set paths.save to a folder outside other runs' save dirs (or leave it at "
+                  "<paths.root>/exp/<run_name> and choose another run_name)")
+            return
+    if s.is_dir() and not _run_save_dir(s):
+        below = runs_below(s)
+        if below:
+            more = f" and {len(below) - 1} more" if len(below) > 1 else ""
+            v.add("save-dir-above-another-run", ["paths.save"],
+                  f"the save dir {s} holds the save dir of another run ({below[0]}{more}); "
+                  "this run's checkpoints, logs and snapshots would land around it",
+                  "set paths.save to a folder of its own, not a parent of other runs' save dirs "
+                  "(or leave it at <paths.root>/exp/<run_name>)")

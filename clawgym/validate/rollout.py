@@ -1,0 +1,56 @@
+"""The rollout side: SGLang engine settings, the sandbox, context lengths."""
+
+from __future__ import annotations
+
+
+from clawgym.validate.core import _Collector, _get
+
+
+def rule_sglang(v: _Collector) -> None:
+    s = v.c["sglang"]
+    v.positive("sglang-sizes-positive", ["sglang.tp", "sglang.context_length"], "SGLang engine sizes")
+    if not 0 < s["mem_fraction_static"] <= 1:
+        v.add("mem-fraction-in-range", ["sglang.mem_fraction_static"],
+              "the static memory fraction is a share of GPU memory, in (0, 1]", "set sglang.mem_fraction_static, e.g. 0.8")
+    if not 0 < s["api_port"] < 65536:
+        v.add("api-port-in-range", ["sglang.api_port"], "ports are 1..65535", "set sglang.api_port, e.g. 30001")
+
+
+def rule_sandbox(v: _Collector) -> None:
+    s = v.c["sandbox"]
+    if s["backend"] not in ("docker", "chroot", "none"):
+        v.add("sandbox-backend-known", ["sandbox.backend"], "the sandbox is docker, chroot or none",
+              "choose sandbox=docker, sandbox=chroot or sandbox=none")
+    if s["backend"] == "none":
+        # The ClawGym-RL hooks drive OpenClaw gateways: without a sandbox they cannot run.
+        from clawgym.schema import RolloutConfig
+
+        openclaw = {RolloutConfig.function_path, RolloutConfig.generate_function_path,
+                    RolloutConfig.reward_function_path}
+        for key in ("rollout.function_path", "eval.function_path", "rollout.generate_function_path",
+                    "rollout.reward_function_path"):
+            if _get(v.c, key) in openclaw:
+                v.add("sandbox-none-without-openclaw-hooks", ["sandbox.backend", key],
+                      "sandbox=none runs no OpenClaw gateway, but this hook is the ClawGym-RL one that drives them",
+                      f"leave {key} at sandbox=none's value (slime's own), or set your hook, "
+                      "or pick sandbox=docker/chroot")
+    if s["backend"] == "chroot" and not s["rootfs"]:
+        v.add("chroot-needs-rootfs", ["sandbox.backend", "sandbox.rootfs"],
+              "the chroot sandbox needs the path of an OpenClaw rootfs",
+              "set sandbox.rootfs=/path/to/openclaw/rootfs (the seed's OPENCLAW_ROOTFS)")
+    if s["backend"] == "docker" and not s["image"]:
+        v.add("docker-needs-image", ["sandbox.backend", "sandbox.image"], "the docker sandbox needs a gateway image",
+              "set sandbox.image, e.g. clawgym-rl:v0.1")
+    if not s["container_prefix"]:
+        v.add("container-prefix-nonempty", ["sandbox.container_prefix"],
+              "leftover cleanup matches containers by name prefix; an empty prefix matches everything",
+              "set sandbox.container_prefix, e.g. clawgym-rl-")
+
+
+def rule_context_lengths(v: _Collector) -> None:
+    s, r = v.c["sglang"], v.c["rollout"]
+    if s["context_length"] is not None and r["max_context_len"] is not None and \
+            s["context_length"] < r["max_context_len"]:
+        v.add("sglang-context-holds-rollout-context", ["sglang.context_length", "rollout.max_context_len"],
+              "SGLang must accept the longest rollout context, or long conversations are rejected with 400",
+              "raise sglang.context_length to at least rollout.max_context_len (or leave it unset to follow it)")
