@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Iterable, List, Optional, Sequence
+from typing import Dict, Iterable, List, Optional, Sequence
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, OmegaConf
@@ -51,16 +51,44 @@ def help_groups(choices: object = None) -> str:
     return "\n".join(lines).replace("$", "$$")
 
 
-def register_configs() -> None:
-    """Store the root schema and one ``base_<group>`` schema per group."""
-    cs = ConfigStore.instance()
+def _schema_nodes() -> Dict[str, DictConfig]:
+    """The typed nodes the ConfigStore holds: the root schema (``base_config``) and one per group.
+
+    Building them from the dataclasses (``OmegaConf.structured``) costs more CPU than the rest of
+    a dry run's imports together; the nodes depend only on ``schema.py`` and the OmegaConf and
+    Hydra versions, so they are built once per machine and kept, pickled, in the user's cache
+    (see :mod:`clawgym.schema_cache`). A cache that cannot be read or written is rebuilt.
+    """
+    from clawgym.schema_cache import cached_nodes
+
+    return cached_nodes(_build_schema_nodes)
+
+
+def _build_schema_nodes() -> Dict[str, DictConfig]:
     root = OmegaConf.structured(ClawGymConfig)
     # ``args`` holds trainer flags by dest; it is not struct so ``args.lr_warmup_iters=10``
-    # needs no ``+`` (the registry, not the schema, knows its keys: see validate.py).
+    # needs no ``+`` (the registry, not the schema, knows its keys: see clawgym/validate/flags.py).
     OmegaConf.set_struct(root.args, False)
-    cs.store(name="base_config", node=root, provider="clawgym")
+    nodes = {"base_config": root}
     for group, schema in GROUPS.items():
-        cs.store(group=group, name=f"base_{group}", node=schema, provider="clawgym")
+        nodes[f"{group}/base_{group}"] = OmegaConf.structured(schema)
+    return nodes
+
+
+def register_configs() -> None:
+    """Store the root schema and one ``base_<group>`` schema per group."""
+    from hydra.core.config_store import ConfigNode
+
+    cs = ConfigStore.instance()
+    for path, node in _schema_nodes().items():
+        group, _, name = path.rpartition("/")
+        # ConfigStore.store would copy each node once more (OmegaConf.structured of a DictConfig);
+        # these are fresh (unpickled or just built) and owned by the store alone.
+        cur = cs.repo
+        for d in group.split("/") if group else []:
+            cur = cur.setdefault(d, {})
+        cur[f"{name}.yaml"] = ConfigNode(name=f"{name}.yaml", node=node, group=group or None, package=None,
+                                         provider="clawgym")
 
 
 def ensure_launcher_plugin() -> None:

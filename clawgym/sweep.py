@@ -99,6 +99,65 @@ def task_config(sweep_config: DictConfig) -> DictConfig:
     return cfg
 
 
+# ---------------------------------------------------------------- composition
+
+def _is_value_override(override: Any, loader: Any) -> bool:
+    """True for ``key=value`` (also ``+key=``, ``++key=``, ``~key``) on a config key: an override
+    Hydra applies after composing, that cannot change the defaults list."""
+    if override.is_hydra_override() or override.package is not None:
+        return False
+    try:
+        return not loader.repository.group_exists(override.key_or_group)
+    except Exception:
+        return False
+
+
+def compose_jobs(loader: Any, master: DictConfig, job_overrides: Sequence[Sequence[str]]) -> List[DictConfig]:
+    """Each job's sweep config, as ``loader.load_sweep_config(master, overrides)`` gives it.
+
+    Hydra composes the whole tree for every job; with clawgym's typed schema that is most of a
+    sweep's cost. Jobs whose overrides differ only in values (``rollout.temperature=0.6,0.8``)
+    share their defaults list and composed tree: that tree is composed once per distinct set of
+    group choices, and each job gets a copy with its value overrides applied by Hydra's own
+    override code, and the ``hydra`` node's fields that depend on the overrides (the task and
+    hydra override lists, ``job.override_dirname``) set as Hydra sets them.
+    ``tests/test_sweep_compose.py`` holds the result to Hydra's own, node for node.
+    """
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.types import RunMode
+
+    try:
+        from hydra._internal.config_loader_impl import ConfigLoaderImpl, get_overrides_dirname
+    except ImportError:  # a Hydra without these internals: compose each job as Hydra does
+        return [loader.load_sweep_config(master, list(o)) for o in job_overrides]
+    if not hasattr(loader, "repository") or not hasattr(ConfigLoaderImpl, "_apply_overrides_to_config"):
+        return [loader.load_sweep_config(master, list(o)) for o in job_overrides]
+
+    parser = OverridesParser.create()
+    base_hydra = list(OmegaConf.to_container(master.hydra.overrides.hydra))
+    templates: Dict[Tuple[str, ...], DictConfig] = {}
+    out: List[DictConfig] = []
+    for overrides in job_overrides:
+        parsed = parser.parse_overrides(overrides=list(overrides))
+        values = [o for o in parsed if _is_value_override(o, loader)]
+        shape = tuple(o.input_line for o in parsed if not _is_value_override(o, loader))
+        if shape not in templates:
+            templates[shape] = loader.load_configuration(config_name=master.hydra.job.config_name,
+                                                         overrides=base_hydra + list(shape), run_mode=RunMode.RUN)
+        cfg = copy.deepcopy(templates[shape])
+        ConfigLoaderImpl._apply_overrides_to_config(values, cfg)
+        everything = parser.parse_overrides(overrides=base_hydra + list(overrides))
+        app = [o for o in everything if not o.is_hydra_override()]
+        cfg.hydra.overrides.hydra = [o.input_line for o in everything if o.is_hydra_override()]
+        cfg.hydra.overrides.task = [o.input_line for o in app]
+        dirname = cfg.hydra.job.config.override_dirname
+        cfg.hydra.job.override_dirname = get_overrides_dirname(
+            overrides=app, kv_sep=dirname.kv_sep, item_sep=dirname.item_sep, exclude_keys=dirname.exclude_keys)
+        OmegaConf.copy_cache(from_config=master, to_config=cfg)
+        out.append(cfg)
+    return out
+
+
 # ---------------------------------------------------------------- naming
 
 def _split(override: str) -> Tuple[str, str]:
@@ -207,17 +266,14 @@ class SweepSession:
 
     # -------------------------------------------------------- composition and checks
 
-    def _compose(self, overrides: Sequence[str], num: int) -> DictConfig:
-        cfg = self.hydra_context.config_loader.load_sweep_config(self.config, list(overrides))
-        with open_dict(cfg):
-            cfg.hydra.job.id = num
-            cfg.hydra.job.num = num
-        return cfg
-
     def compose_all(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> None:
         """Compose every job, adding default names (and API ports) that tell jobs apart."""
         user = [list(o) for o in job_overrides]
-        configs = [self._compose(o, initial_job_idx + i) for i, o in enumerate(user)]
+        configs = compose_jobs(self.hydra_context.config_loader, self.config, user)
+        for i, cfg in enumerate(configs):
+            with open_dict(cfg):
+                cfg.hydra.job.id = initial_job_idx + i
+                cfg.hydra.job.num = initial_job_idx + i
         kinds = [self._kind(c) for c in configs]
         extra: List[List[str]] = [[] for _ in user]
         differing = differing_overrides(user, ignore=("exp_name", "run_name"))

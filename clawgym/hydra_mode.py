@@ -1,0 +1,79 @@
+"""One compose per ``python train.py`` instead of two.
+
+Before it runs an app, Hydra 1.3 composes the whole config once just to read ``hydra.mode``
+(``Hydra.get_mode``), then composes it again for the run. With clawgym's typed schema a
+compose is most of a dry run's cost. clawgym's own config tree never sets ``hydra.mode``
+(``tests/test_hydra_mode.py`` checks every YAML file of ``conf/``), so the answer is known
+without composing: the value of a ``hydra.mode=`` override, else None (Hydra then takes the
+mode from ``-m``/``--multirun``, as it does for a tree that does not set it).
+
+Anything the fast answer cannot vouch for goes to Hydra's own ``get_mode``: an override that
+selects a config file clawgym does not ship or one that names ``hydra`` or a global package, an extra search
+path, or another app's config. Installed by ``train.py`` only, for its own process.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any, List, Optional
+
+_MODE_OVERRIDE = re.compile(r"^~?\+{0,2}hydra\.mode=(.*)$")
+#: A group selection: ``group=option``, ``+group=option``, ``++group=option`` or ``group@pkg=option``.
+_GROUP_OVERRIDE = re.compile(r"^[+~]{0,2}([A-Za-z0-9_/]+)(?:@[^=]*)?=(.*)$")
+
+
+def _config_may_set_mode(conf: Path, group: str, option: str) -> bool:
+    """False only when ``conf/<group>/<option>.yaml`` exists and cannot reach ``hydra.mode``:
+    it names no ``hydra`` key and no global package (a group option lands under its group)."""
+    path = conf / group / f"{option}.yaml"
+    try:
+        text = path.read_text()
+    except OSError:
+        return True  # not ours (another search path, a typo Hydra will report): ask Hydra
+    return "hydra" in text or "_global_" in text
+
+
+def known_mode(overrides: List[str], conf: Path) -> tuple:
+    """(True, mode) when the mode follows from the overrides alone, else (False, None)."""
+    from hydra.types import RunMode
+
+    mode: Optional[Any] = None
+    for o in overrides:
+        m = _MODE_OVERRIDE.match(o)
+        if m:
+            value = m.group(1).strip()
+            if value not in ("RUN", "MULTIRUN"):
+                return False, None  # let Hydra report it
+            mode = RunMode[value]
+            continue
+        if o.startswith(("hydra.searchpath", "+hydra.searchpath", "++hydra.searchpath")):
+            return False, None
+        m = _GROUP_OVERRIDE.match(o)
+        if m and (conf / m.group(1)).is_dir():
+            for option in m.group(2).split(","):
+                if _config_may_set_mode(conf, m.group(1), option.strip()):
+                    return False, None
+    return True, mode
+
+
+def install(primary: str = "config") -> None:
+    """Answer ``Hydra.get_mode`` for clawgym's primary config without composing it."""
+    from hydra._internal.hydra import Hydra
+
+    from clawgym.config import config_dir
+
+    original = Hydra.get_mode
+    if getattr(original, "_clawgym", False):
+        return
+    conf = config_dir()
+
+    def get_mode(self: Any, config_name: Optional[str], overrides: List[str]) -> Any:
+        if config_name == primary:
+            ok, mode = known_mode(list(overrides), conf)
+            if ok:
+                return mode
+        return original(self, config_name=config_name, overrides=overrides)
+
+    get_mode._clawgym = True  # type: ignore[attr-defined]
+    Hydra.get_mode = get_mode  # type: ignore[method-assign]

@@ -1,0 +1,76 @@
+"""A sweep composes each distinct set of group choices once; every job's config is Hydra's own."""
+
+from __future__ import annotations
+
+import pytest
+from omegaconf import OmegaConf
+
+from clawgym.config import config_dir
+from clawgym.sweep import compose_jobs
+
+SWEEPS = {
+    "values only": [["rollout.temperature=0.5"], ["rollout.temperature=0.9"], ["rollout.temperature=1.0"]],
+    "groups and values": [["gpu_layout=split_4_4", "rollout.train_num_workers=32"],
+                          ["gpu_layout=colocate_8", "rollout.train_num_workers=32"],
+                          ["gpu_layout=split_4_4", "rollout.train_num_workers=64"],
+                          ["gpu_layout=colocate_8", "rollout.train_num_workers=64"]],
+    "adds, deletes, dicts and lists": [["+extra_env.FOO=1", "args.seed=1", "extra_args=[--seed,3]"],
+                                       ["+extra_env.FOO=2", "++args.seed=2", "extra_env={}"]],
+    "model choice and value on its group": [["model=qwen3_8b", "model.num_layers=4"], ["model=qwen3_0_6b"],
+                                            ["model.num_layers=2"]],
+    "hydra overrides": [["hydra.job.name=a", "sandbox=none"], ["hydra.job.name=b", "sandbox=chroot",
+                                                               "sandbox.rootfs=/r"]],
+}
+
+
+@pytest.fixture()
+def loader():
+    from hydra import initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    with initialize_config_dir(config_dir=str(config_dir()), version_base="1.3"):
+        yield GlobalHydra.instance().config_loader()
+
+
+def _master(loader, overrides=()):
+    from hydra.types import RunMode
+
+    return loader.load_configuration(config_name="config", overrides=list(overrides), run_mode=RunMode.MULTIRUN)
+
+
+@pytest.mark.parametrize("name", list(SWEEPS))
+def test_each_job_config_equals_hydras_own_compose(loader, name):
+    master = _master(loader, ["hydra.sweep.dir=/tmp/somewhere"])
+    jobs = SWEEPS[name]
+    ours = compose_jobs(loader, master, jobs)
+    for overrides, cfg in zip(jobs, ours):
+        theirs = loader.load_sweep_config(master, list(overrides))
+        assert OmegaConf.to_yaml(cfg) == OmegaConf.to_yaml(theirs), overrides
+        assert OmegaConf.is_struct(cfg) == OmegaConf.is_struct(theirs)
+        assert OmegaConf.to_container(cfg.hydra.overrides) == OmegaConf.to_container(theirs.hydra.overrides)
+        assert cfg.hydra.job.override_dirname == theirs.hydra.job.override_dirname
+
+
+def test_values_only_sweep_composes_once(loader, monkeypatch):
+    master = _master(loader)
+    calls = []
+    original = type(loader).load_configuration
+
+    def counted(self, *a, **k):
+        calls.append(k.get("overrides"))
+        return original(self, *a, **k)
+
+    monkeypatch.setattr(type(loader), "load_configuration", counted)
+    compose_jobs(loader, master, [[f"rollout.temperature=0.{i}"] for i in range(1, 9)])
+    assert len(calls) == 1
+    calls.clear()
+    compose_jobs(loader, master, SWEEPS["groups and values"])
+    assert len(calls) == 2  # one per gpu_layout choice
+
+
+def test_a_typo_in_a_job_is_still_hydras_error(loader):
+    from hydra.errors import ConfigCompositionException
+
+    master = _master(loader)
+    with pytest.raises(ConfigCompositionException):
+        compose_jobs(loader, master, [["rollout.temperatur=0.5"]])
