@@ -16,6 +16,14 @@ travel in a git-excluded folder ``.calib/`` of that checkout, named in ``carry``
     # on the device (torch 2.11 cu130, no TE, no apex, no network):
     PYTHONPATH=.calib python3 .calib/measure_memory.py --all --out $OUT/points.jsonl
 
+    # then, here (no torch needed): the agreed reference file from what came back under $OUT
+    python3 benchmarks/measure_memory.py --assemble points1.jsonl points2.jsonl points3.jsonl \
+        --out benchmarks/memory_reference.json
+
+The committed reference was made so on 2026-12-01/02 (three device calls, 21 configurations,
+~12 minutes of device time; each configuration's process takes 20-35 s, most of it imports and
+the first step's torch.compile of slime's loss helpers).
+
 ``--all`` runs every point of ``POINTS`` below, each in its own process (``--point ID``) so
 allocator fragmentation never carries from one configuration to the next. Each process builds
 the model, runs train step 1 (Adam moments are allocated lazily there), then a log-prob pass
@@ -23,6 +31,20 @@ the model, runs train step 1 (Adam moments are allocated lazily there), then a l
 ``reset_peak_memory_stats()`` come before each measured phase. The log-prob pass runs with the
 optimizer state resident, as in a non-colocated slime run (slime computes the old policy's
 log-probs right before training each rollout step).
+
+What the numbers say (V = 151936; "fp32 [T, V]" = 4·T·V bytes, 9.27 GiB at T = 16384):
+  * static (weights + fp32 grad buffer + fp32 main params + 2 fp32 moments) = 18.0-18.2 bytes/param;
+  * log-prob pass, above static: 1.5 x fp32 [T, V] (the bf16 logits and their fp32 copy coexist at
+    Float16Module's cast), chunked; 2.0 x without --log-probs-chunk-size; with a rollout
+    temperature != 1 slime's ``logits / temperature`` adds a second fp32 [T, V] (2.0 x + one chunk);
+  * train step, above static: 2 x fp32 [T, V] (the fp32 logits and the per-chunk softmax that
+    ``_VocabParallelLogProbEntropy`` saves for backward: chunking does not lower the train peak),
+    3 x with temperature != 1, plus the activations (full/uniform/1: the layer inputs plus one
+    layer's; none: every layer's);
+  * selective recompute (core_attn only) saves < 0.1 % against none with flash attention;
+  * outside the allocator (CUDA context, NCCL, cuBLAS): 2.42 GiB, constant;
+  * reserved - allocated (fragmentation): 0.04-8.5 GiB, up to 16 GiB for a log-prob pass at
+    T = 32768 with temperature 0.7 (the large [T, V] blocks).
 
 What runs is the real thing where it can run there:
   * Megatron-core's GPTModel, Float16Module (bf16 weights, fp32 logits out),
