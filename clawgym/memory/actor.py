@@ -1,0 +1,235 @@
+"""The Megatron actor on one GPU: static state, a train step's peak, a log-prob pass's peak.
+
+Terms (bytes; GiB = 2^30 bytes), for the largest pipeline stage of one rank:
+
+* weights: bf16, 2 bytes per parameter the rank holds.
+* gradients: Megatron's DDP grad buffer, 4 bytes (``--accumulate-allreduce-grads-in-fp32``) or 2.
+* optimizer (distributed optimizer, which slime forces on): fp32 main params and Adam's two
+  moments, 4 + 4 + 4 bytes, sharded over data parallel (dense parameters over TP x PP's DP
+  group, expert parameters over the expert-DP group); the precision-aware optimizer's
+  ``--main-params-dtype`` / ``--exp-avg-dtype`` / ``--exp-avg-sq-dtype`` change the widths.
+  ``--optimizer-cpu-offload`` moves ``--optimizer-offload-fraction`` (1.0) of it to host RAM.
+* activations of the tokens one GPU holds in a micro-batch (``max_tokens_per_gpu`` with dynamic
+  batching, else micro-batch x sequence; a sample longer than the budget is a micro-batch of its
+  own), divided by CP, by TP for the tensor-parallel parts and, with sequence parallel, for the
+  hidden-size parts too; saved for backward per layer, or only each recompute unit's input.
+* logits: the output layer's [T, V/TP] bf16 result, slime's fp32 copy of it (``logits.float()`` in
+  ``model_provider``), a second fp32 copy for the rollout temperature (``logits / temperature`` in
+  ``loss.get_log_probs_and_entropy``), the per-chunk softmax scratch of
+  ``ppo_utils.calculate_log_probs_and_entropy`` (``--log-probs-chunk-size``), and in training the
+  fp32 gradient of the logits.
+* overhead (``overhead_gib``, outside torch's max_memory_allocated): CUDA context, NCCL buffers,
+  and allocator fragmentation as a share of the peak.
+
+The coefficients of the activation and logit terms are calibrated against the H200 reference
+points (benchmarks/memory_reference.json; see tests/test_memory_reference.py).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Dict, Mapping
+
+from clawgym.effective import effective
+from clawgym.memory import params as P
+
+GIB = float(1 << 30)
+
+#: Documented constants (GiB or ratios); the calibration points hold the estimate to them.
+CONSTANTS: Dict[str, float] = {
+    # CUDA context + cuBLAS/cuDNN workspaces of one torch process on Hopper (outside the allocator).
+    "cuda_context_gib": 0.6,
+    # NCCL communicator buffers per process-group kind in use (TP, DP, PP, CP, EP), outside the allocator.
+    "nccl_per_group_gib": 0.25,
+    # Allocator fragmentation: reserved over allocated at the peak, as a share of the peak.
+    "fragmentation": 0.08,
+    # Bytes per token per layer of saved activations, in units of 2 bytes x width, for the named widths.
+    "act_scale": 1.0,
+    # fp32 copies of [T, V/TP] alive at a train step's loss (fp32 logits, temperature copy, softmax
+    # saved per chunk for backward, fp32 logit gradient), before the temperature copy is counted.
+    "train_logit_fp32_copies": 3.0,
+    # fp32 copies of [T, V/TP] alive in a no-grad log-prob pass (fp32 logits) beside the bf16 output.
+    "logprob_logit_fp32_copies": 1.0,
+    # fp32 [chunk, V/TP] scratch buffers of one log-prob chunk.
+    "chunk_fp32_copies": 2.0,
+}
+
+
+@dataclass
+class Layout:
+    tp: int
+    pp: int
+    cp: int
+    ep: int
+    etp: int
+    sp: bool
+    world: int
+    dp: int
+    edp: int
+
+
+def layout(c: Mapping[str, Any]) -> Layout:
+    p, g = c["perf"], c["gpu_layout"]
+    tp, pp, cp = int(p["tensor_parallel"]), int(p["pipeline_parallel"]), int(p["context_parallel"])
+    ep, etp = int(p["expert_parallel"] or 1), int(p["expert_tensor_parallel"] or 1)
+    world = int(g["actor_gpus"]) * int(g["actor_num_nodes"])
+    return Layout(tp, pp, cp, ep, etp, bool(p["sequence_parallel"]) and tp > 1, world,
+                  max(1, world // max(1, tp * pp * cp)), max(1, world // max(1, ep * etp * pp)))
+
+
+def _dtype_bytes(name: Any, default: int) -> int:
+    return {"fp32": 4, "float32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "uint8": 1}.get(str(name), default) \
+        if name is not None else default
+
+
+def context_len(c: Mapping[str, Any]) -> int:
+    """The longest sample: rollout.max_context_len, else a response plus slime's default prompt bound."""
+    r = c["rollout"]
+    return int(r["max_context_len"] or (int(r["max_response_len"]) + 4096))
+
+
+def tokens_per_gpu(c: Mapping[str, Any]) -> int:
+    """Tokens one GPU holds in its largest micro-batch."""
+    lay = layout(c)
+    longest = -(-context_len(c) // lay.cp)
+    if c["perf"]["use_dynamic_batch_size"]:
+        budget = effective(c, "perf.max_tokens_per_gpu")
+        if budget:
+            # slime packs samples up to the budget; one longer sample is a micro-batch of its own.
+            return max(int(budget), longest)
+    mbs = int((c.get("args") or {}).get("micro_batch_size") or 1)
+    return mbs * longest
+
+
+def _layer_act_bytes(m: Mapping[str, Any], lay: Layout, moe: bool) -> float:
+    """Saved-for-backward bytes of one layer per token (bf16), no recompute, flash attention."""
+    h, nq = int(m["hidden_size"]), int(m["num_attention_heads"])
+    hs = h / (lay.tp if lay.sp else 1)
+    if m.get("multi_latent_attention"):
+        qk, rope, vd = int(m["qk_head_dim"]), int(m["qk_pos_emb_head_dim"]), int(m["v_head_dim"])
+        attn = (int(m.get("q_lora_rank") or 0) + int(m["kv_lora_rank"]) + rope) \
+            + nq * (2 * (qk + rope) + 2 * vd) / lay.tp
+    else:
+        d = P.head_dim(m)
+        nkv = int(m["num_query_groups"] or nq)
+        gate = 2 if m.get("attention_output_gate") else 1
+        attn = (nq * d * gate + 2 * nkv * d + nq * d) / lay.tp
+    # Norm inputs/outputs and the residual: four hidden-size tensors.
+    width = 4 * hs + attn
+    up = 2 if m.get("swiglu", True) else 1
+    if moe:
+        f, k = int(m["moe_ffn_hidden_size"]), int(m["moe_router_topk"] or 1)
+        # Permuted tokens (k copies), fc1 output, activation output; router logits in fp32.
+        width += k * (h + (up + 1) * f) / lay.etp + 2 * int(m["num_experts"])
+        s = m.get("moe_shared_expert_intermediate_size")
+        if s:
+            width += (up + 1) * int(s) / lay.tp
+    else:
+        width += (up + 1) * int(m["ffn_hidden_size"]) / lay.tp
+    return 2.0 * width * CONSTANTS["act_scale"]
+
+
+@dataclass
+class ActorMemory:
+    params_total: int
+    params_per_gpu: int
+    weights_gib: float
+    grads_gib: float
+    optimizer_gpu_gib: float
+    optimizer_host_gib: float
+    static_gib: float
+    activations_gib: float
+    logits_train_gib: float
+    logits_logprob_gib: float
+    train_peak_gib: float
+    logprob_peak_gib: float
+    overhead_gib: float
+    tokens_per_gpu: int
+    terms: Dict[str, Any] = field(default_factory=dict)
+
+
+def recompute(c: Mapping[str, Any]) -> Dict[str, Any]:
+    p = c["perf"]
+    gran = effective(c, "perf.recompute_granularity")
+    return {"granularity": gran, "method": effective(c, "perf.recompute_method") if gran == "full" else None,
+            "num_layers": int(effective(c, "perf.recompute_num_layers") or 1) if gran == "full" else None,
+            "raw": p.get("recompute_granularity")}
+
+
+def actor_memory(c: Mapping[str, Any]) -> ActorMemory:
+    m, o, p = c["model"], c["optimizer"], c["perf"]
+    args = c.get("args") or {}
+    lay = layout(c)
+    counts = P.count(m)
+    rank = P.per_rank(m, tp=lay.tp, pp=lay.pp, ep=lay.ep, etp=lay.etp)
+    weights = 2.0 * rank.total
+    grads = (4.0 if p["accumulate_allreduce_grads_in_fp32"] else 2.0) * rank.total
+    if o["use_precision_aware_optimizer"]:
+        per_param = (_dtype_bytes(args.get("main_params_dtype"), 4) + _dtype_bytes(args.get("exp_avg_dtype"), 4)
+                     + _dtype_bytes(args.get("exp_avg_sq_dtype"), 4))
+    else:
+        per_param = 12
+    optim = per_param * (rank.dense / lay.dp + rank.expert / lay.edp)
+    frac = float(args.get("optimizer_offload_fraction") or 1.0) if o["cpu_offload"] else 0.0
+    optim_gpu, optim_host = optim * (1 - frac), optim * frac
+    static = weights + grads + optim_gpu
+
+    T = tokens_per_gpu(c)
+    layers = P.moe_pattern(m)
+    per_stage = -(-len(layers) // lay.pp)
+    stage = layers[:per_stage]
+    acts = [_layer_act_bytes(m, lay, bool(x)) for x in stage]
+    h = int(m["hidden_size"])
+    layer_in = 2.0 * h / (lay.tp if lay.sp else 1)
+    rc = recompute(c)
+    if rc["granularity"] == "full":
+        n = max(1, rc["num_layers"] or 1)
+        if rc["method"] == "block":
+            saved = n * layer_in + sum(acts[n:]) + max(acts[:n] or [0])
+        else:
+            units = -(-len(acts) // n)
+            # Each unit's input is kept; backward recomputes one unit at a time.
+            saved = units * layer_in + n * max(acts)
+    else:
+        # Selective recompute of core attention saves nothing more with flash attention.
+        saved = sum(acts)
+    # Pipeline schedules keep up to PP micro-batches in flight on the first stage.
+    in_flight = lay.pp
+    activations = saved * T * in_flight
+
+    vshard = P.padded_vocab(m, lay.tp) / lay.tp
+    temp_copy = 1.0 if float(c["rollout"]["temperature"]) != 1.0 else 0.0
+    chunk = effective(c, "perf.log_probs_chunk_size")
+    chunk = int(chunk) if chunk and int(chunk) > 0 else T
+    chunk = min(chunk, T)
+    scratch = CONSTANTS["chunk_fp32_copies"] * 4.0 * chunk * vshard
+    logits_train = T * vshard * (2.0 + 4.0 * (CONSTANTS["train_logit_fp32_copies"] + temp_copy)) + scratch
+    logits_lp = T * vshard * (2.0 + 4.0 * (CONSTANTS["logprob_logit_fp32_copies"] + temp_copy)) + scratch
+    # A no-grad pass holds the hidden states of one layer at a time (input, output, one layer's work).
+    lp_work = T * (2 * layer_in + max(acts))
+
+    train_peak = static + activations + logits_train
+    logprob_peak = static + lp_work + logits_lp
+    groups = sum(1 for x in (lay.tp, lay.dp, lay.pp, lay.cp, lay.ep) if x > 1)
+    overhead = CONSTANTS["cuda_context_gib"] + CONSTANTS["nccl_per_group_gib"] * groups \
+        + CONSTANTS["fragmentation"] * max(train_peak, logprob_peak) / GIB
+    g = lambda b: round(b / GIB, 3)  # noqa: E731
+    return ActorMemory(
+        params_total=counts.total + counts.mtp, params_per_gpu=rank.total,
+        weights_gib=g(weights), grads_gib=g(grads), optimizer_gpu_gib=g(optim_gpu), optimizer_host_gib=g(optim_host),
+        static_gib=g(static), activations_gib=g(activations), logits_train_gib=g(logits_train),
+        logits_logprob_gib=g(logits_lp), train_peak_gib=g(train_peak), logprob_peak_gib=g(logprob_peak),
+        overhead_gib=round(overhead, 3), tokens_per_gpu=T,
+        terms={"tp": lay.tp, "pp": lay.pp, "cp": lay.cp, "ep": lay.ep, "etp": lay.etp, "dp": lay.dp,
+               "expert_dp": lay.edp, "sequence_parallel": lay.sp, "recompute": rc["granularity"],
+               "recompute_method": rc["method"], "recompute_num_layers": rc["num_layers"],
+               "log_probs_chunk_size": chunk, "padded_vocab": P.padded_vocab(m, lay.tp),
+               "grad_bytes": 4 if p["accumulate_allreduce_grads_in_fp32"] else 2,
+               "optimizer_bytes_per_param": per_param, "optimizer_offload_fraction": frac,
+               "params_dense_per_gpu": rank.dense, "params_expert_per_gpu": rank.expert,
+               "params_mtp": counts.mtp})
+
+
+def ceil_div(a: float, b: float) -> int:
+    return int(math.ceil(a / b))
