@@ -139,10 +139,8 @@ def this_node_gpu(c: Mapping[str, Any]) -> Optional[Dict[str, Any]]:
     """
     if (c.get("memory") or {}).get("gpu") is not None:
         return None
-    from clawgym.preflight.machine import gpu_models
-
     try:
-        return G.detect(gpu_models())
+        return G.detect(G.node_gpus())
     except Exception:  # a broken driver is "no GPU found" here; the gpus check reports it
         return None
 

@@ -8,6 +8,8 @@ CUDA context, NCCL buffers and allocator slack are the plan's overhead terms, no
 from __future__ import annotations
 
 from dataclasses import dataclass
+import shutil
+import subprocess
 from typing import Dict, List, Optional, Tuple
 
 
@@ -49,9 +51,50 @@ def match_model(name: str, mib: Optional[int]) -> Optional[str]:
 
 def detect(models: List[Tuple[str, Optional[int]]]) -> Optional[Dict[str, object]]:
     """What this node's GPUs are, from the preflight's NVML/nvidia-smi listing
-    (``clawgym.preflight.machine.gpu_models()``): name, table entry and memory; None without GPUs."""
+    (``node_gpus()``): name, table entry and memory; None without GPUs."""
     if not models:
         return None
     name, mib = min(models, key=lambda m: m[1] or 0)
     return {"device": name, "gpu": match_model(name, mib),
             "gpu_memory_gib": round(mib / 1024, 2) if mib else None}
+
+
+def node_gpus() -> List[Tuple[str, Optional[int]]]:
+    """(model name, memory in MiB or None) of each GPU of this node: NVML, else nvidia-smi;
+    empty when neither answers."""
+    try:
+        import pynvml  # type: ignore[import-not-found]
+
+        pynvml.nvmlInit()
+        try:
+            out = []
+            for i in range(int(pynvml.nvmlDeviceGetCount())):
+                h = pynvml.nvmlDeviceGetHandleByIndex(i)
+                name = pynvml.nvmlDeviceGetName(h)
+                name = name.decode() if isinstance(name, bytes) else str(name)
+                out.append((name, int(pynvml.nvmlDeviceGetMemoryInfo(h).total) // (1024 * 1024)))
+            return out
+        finally:
+            pynvml.nvmlShutdown()
+    except Exception:  # not installed, or no driver: ask the CLI
+        pass
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return []
+    try:
+        proc = subprocess.run([smi, "--query-gpu=name,memory.total", "--format=csv,noheader,nounits"],
+                              capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    if proc.returncode != 0:
+        return []
+    out = []
+    for line in proc.stdout.splitlines():
+        name, _, mem = line.rpartition(",")
+        if not name.strip():
+            continue
+        try:
+            out.append((name.strip(), int(float(mem.strip()))))
+        except ValueError:
+            out.append((name.strip(), None))
+    return out
