@@ -39,6 +39,10 @@ def overrides(point: Dict[str, Any], meta: Dict[str, Any]) -> List[str]:
     temp = meta.get("rollout_temperature")
     if temp is not None and not any(o.startswith("rollout.temperature=") for o in ov):
         ov.append(f"rollout.temperature={temp}")
+    # The measured micro-batch packs samples of 4096 tokens (meta.stand_ins); without this the plan
+    # takes the config's longest possible sample (rollout.max_context_len) as one micro-batch.
+    if not any(o.startswith("rollout.max_context_len=") for o in ov):
+        ov += ["rollout.max_context_len=4096", "rollout.max_response_len=3072"]
     return [*ov, "memory.gpu=h200_141gb"]
 
 

@@ -38,21 +38,26 @@ GIB = float(1 << 30)
 
 #: Documented constants (GiB or ratios); the calibration points hold the estimate to them.
 CONSTANTS: Dict[str, float] = {
-    # CUDA context + cuBLAS/cuDNN workspaces of one torch process on Hopper (outside the allocator).
-    "cuda_context_gib": 0.6,
-    # NCCL communicator buffers per process-group kind in use (TP, DP, PP, CP, EP), outside the allocator.
+    # CUDA context + cuBLAS workspaces of one torch process (outside the allocator): measured 2.42 GiB
+    # on the H200 reference points (benchmarks/memory_reference.json, outside_allocator_gib).
+    "cuda_context_gib": 2.4,
+    # NCCL communicator buffers per process-group kind in use beyond one GPU (TP, DP, PP, CP, EP).
     "nccl_per_group_gib": 0.25,
-    # Allocator fragmentation: reserved over allocated at the peak, as a share of the peak.
-    "fragmentation": 0.08,
-    # Bytes per token per layer of saved activations, in units of 2 bytes x width, for the named widths.
-    "act_scale": 1.0,
-    # fp32 copies of [T, V/TP] alive at a train step's loss (fp32 logits, temperature copy, softmax
-    # saved per chunk for backward, fp32 logit gradient), before the temperature copy is counted.
-    "train_logit_fp32_copies": 3.0,
-    # fp32 copies of [T, V/TP] alive in a no-grad log-prob pass (fp32 logits) beside the bf16 output.
-    "logprob_logit_fp32_copies": 1.0,
-    # fp32 [chunk, V/TP] scratch buffers of one log-prob chunk.
-    "chunk_fp32_copies": 2.0,
+    # Allocator fragmentation: reserved over allocated at the peak, as a share of the peak
+    # (reference points: 0% to 9%, median 4%).
+    "fragmentation": 0.06,
+    # Saved-for-backward activations relative to the tensor count in _layer_act_bytes (reference
+    # points without recompute: 0.99x to 1.13x of it).
+    "act_scale": 1.08,
+    # Bytes per token per vocabulary entry (of the TP shard) at a train step's peak (the logits'
+    # backward: fp32 logits and their fp32 gradient; the bf16 output is freed): reference 8.0.
+    "train_logit_bytes": 8.0,
+    # ... of a no-grad log-prob pass: the bf16 output and its fp32 copy (reference 6.0); past the
+    # copy, the fp32 logits and a chunk's softmax (4 + 4 x chunk / T).
+    "logprob_logit_bytes": 6.0,
+    # Another fp32 [T, V/TP] when the rollout temperature is not 1 (``logits / temperature`` in
+    # slime's get_log_probs_and_entropy); not in the reference points (measured at 1.0).
+    "temperature_copy_bytes": 4.0,
 }
 
 
@@ -103,25 +108,28 @@ def tokens_per_gpu(c: Mapping[str, Any]) -> int:
 
 
 def _layer_act_bytes(m: Mapping[str, Any], lay: Layout, moe: bool) -> float:
-    """Saved-for-backward bytes of one layer per token (bf16), no recompute, flash attention."""
+    """Saved-for-backward bytes of one layer per token (bf16), no recompute, flash attention: the
+    norms' inputs, the linear layers' inputs, QKV's output, the QK-normed and rotated q/k, the
+    attention's inputs and output, the MLP's fc1 output and activation (per routed copy for MoE)."""
     h, nq = int(m["hidden_size"]), int(m["num_attention_heads"])
     hs = h / (lay.tp if lay.sp else 1)
     if m.get("multi_latent_attention"):
         qk, rope, vd = int(m["qk_head_dim"]), int(m["qk_pos_emb_head_dim"]), int(m["v_head_dim"])
-        attn = (int(m.get("q_lora_rank") or 0) + int(m["kv_lora_rank"]) + rope) \
-            + nq * (2 * (qk + rope) + 2 * vd) / lay.tp
+        q, k, v = nq * (qk + rope), nq * (qk + rope), nq * vd
+        latent = int(m.get("q_lora_rank") or 0) + int(m["kv_lora_rank"]) + rope
     else:
         d = P.head_dim(m)
         nkv = int(m["num_query_groups"] or nq)
-        gate = 2 if m.get("attention_output_gate") else 1
-        attn = (nq * d * gate + 2 * nkv * d + nq * d) / lay.tp
-    # Norm inputs/outputs and the residual: four hidden-size tensors.
+        q, k, v = nq * d * (2 if m.get("attention_output_gate") else 1), nkv * d, nkv * d
+        latent = 0
+    # QKV output, normed q/k, rotated q/k, attention inputs, attention output (and its copy).
+    attn = ((q + 2 * k) + (q + k) + (q + k) + (q + k + v) + 2 * q) / lay.tp + latent
     width = 4 * hs + attn
     up = 2 if m.get("swiglu", True) else 1
     if moe:
-        f, k = int(m["moe_ffn_hidden_size"]), int(m["moe_router_topk"] or 1)
-        # Permuted tokens (k copies), fc1 output, activation output; router logits in fp32.
-        width += k * (h + (up + 1) * f) / lay.etp + 2 * int(m["num_experts"])
+        f, topk = int(m["moe_ffn_hidden_size"]), int(m["moe_router_topk"] or 1)
+        # Routed copies in and out, fc1 output, activation output; router logits in fp32.
+        width += topk * (2 * h + (up + 1) * f) / lay.etp + 2 * int(m["num_experts"])
         s = m.get("moe_shared_expert_intermediate_size")
         if s:
             width += (up + 1) * int(s) / lay.tp
@@ -183,34 +191,37 @@ def actor_memory(c: Mapping[str, Any]) -> ActorMemory:
     h = int(m["hidden_size"])
     layer_in = 2.0 * h / (lay.tp if lay.sp else 1)
     rc = recompute(c)
-    if rc["granularity"] == "full":
-        n = max(1, rc["num_layers"] or 1)
-        if rc["method"] == "block":
-            saved = n * layer_in + sum(acts[n:]) + max(acts[:n] or [0])
-        else:
-            units = -(-len(acts) // n)
-            # Each unit's input is kept; backward recomputes one unit at a time.
-            saved = units * layer_in + n * max(acts)
-    else:
-        # Selective recompute of core attention saves nothing more with flash attention.
-        saved = sum(acts)
-    # Pipeline schedules keep up to PP micro-batches in flight on the first stage.
-    in_flight = lay.pp
-    activations = saved * T * in_flight
-
     vshard = P.padded_vocab(m, lay.tp) / lay.tp
-    temp_copy = 1.0 if float(c["rollout"]["temperature"]) != 1.0 else 0.0
+    temp = CONSTANTS["temperature_copy_bytes"] if float(c["rollout"]["temperature"]) != 1.0 else 0.0
     chunk = effective(c, "perf.log_probs_chunk_size")
     chunk = int(chunk) if chunk and int(chunk) > 0 else T
     chunk = min(chunk, T)
-    scratch = CONSTANTS["chunk_fp32_copies"] * 4.0 * chunk * vshard
-    logits_train = T * vshard * (2.0 + 4.0 * (CONSTANTS["train_logit_fp32_copies"] + temp_copy)) + scratch
-    logits_lp = T * vshard * (2.0 + 4.0 * (CONSTANTS["logprob_logit_fp32_copies"] + temp_copy)) + scratch
-    # A no-grad pass holds the hidden states of one layer at a time (input, output, one layer's work).
+    # The loss's peak is in its backward: logits, their gradient and the hidden-state gradient.
+    logits_train = T * vshard * (CONSTANTS["train_logit_bytes"] + temp) + T * 2 * layer_in
+    logits_lp = T * vshard * (max(CONSTANTS["logprob_logit_bytes"], 4.0 + 4.0 * chunk / T) + temp)
+    # Pipeline schedules keep up to PP micro-batches in flight on the first stage.
+    in_flight = lay.pp
+    if rc["granularity"] == "full":
+        n = max(1, rc["num_layers"] or 1)
+        if rc["method"] == "block":
+            kept = T * (min(n, len(acts)) * layer_in + sum(acts[n:]))
+            recomputed = T * max(acts[:n] or [0])
+        else:
+            kept = T * -(-len(acts) // n) * layer_in
+            recomputed = T * n * max(acts)
+        # Each unit's input is kept; backward recomputes one unit at a time once the loss's
+        # buffers are gone: the peak is the larger of the two moments.
+        activations = kept * in_flight
+        train_extra = max(logits_train, recomputed)
+    else:
+        # Selective recompute of core attention saves nothing more with flash attention.
+        activations = T * sum(acts) * in_flight
+        train_extra = logits_train
+    # A no-grad pass holds one layer's working set at a time, never beside the logits.
     lp_work = T * (2 * layer_in + max(acts))
 
-    train_peak = static + activations + logits_train
-    logprob_peak = static + lp_work + logits_lp
+    train_peak = static + activations + train_extra
+    logprob_peak = static + max(lp_work, logits_lp)
     groups = sum(1 for x in (lay.tp, lay.dp, lay.pp, lay.cp, lay.ep) if x > 1)
     overhead = CONSTANTS["cuda_context_gib"] + CONSTANTS["nccl_per_group_gib"] * groups \
         + CONSTANTS["fragmentation"] * max(train_peak, logprob_peak) / GIB
