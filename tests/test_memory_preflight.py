@@ -92,3 +92,19 @@ def test_show_prints_a_runs_memory_plan(tmp_path, capsys):
     assert cli(["show", str(save), "--no-config"]) == 0
     out = capsys.readouterr().out
     assert "memory plan per GPU (h200_141gb" in out and "4,022,468,096 total" in out
+
+
+def test_with_memory_gpu_null_the_check_uses_the_gpu_this_node_shows(tmp_path, monkeypatch):
+    from tests.test_preflight import fake_nvidia_smi
+
+    fake_nvidia_smi(tmp_path / "bin", [("NVIDIA H200", 143771)])
+    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:{__import__('os').environ['PATH']}")
+    monkeypatch.setitem(sys.modules, "pynvml", None)
+    # Fits an H200 (140 GiB), not the 80 GB GPU a login node would assume.
+    overrides = ["model=qwen3_4b", "gpu_layout=split_1_1", "perf.max_tokens_per_gpu=32768",
+                 "rollout.max_context_len=32768"]
+    report, _ = preflight(*overrides)
+    assert not isinstance(report, PreflightError), report
+    assert "on h200_141gb (detected on this node (NVIDIA H200))" in report.by_name()["memory"].detail
+    err, _ = preflight(*overrides, "memory.gpu=h100_80gb")
+    assert isinstance(err, PreflightError) and err.checks == ["memory"]

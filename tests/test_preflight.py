@@ -27,7 +27,9 @@ ROOT = Path(__file__).resolve().parent.parent
 
 #: Sandbox and machine checks these tests do not exercise (their own files do).
 # Machine and cluster checks have their own tests; these run as for an existing cluster (local_head=False).
-OFF = ["docker", "image", "gpus", "ports", "cluster"]
+# memory: the memory plan has its own tests (tests/test_memory_preflight.py); these configs (e.g. an
+# MoE model on the default split_4_4 layout) need not fit a GPU to test the other checks.
+OFF = ["docker", "image", "gpus", "ports", "cluster", "memory"]
 
 QWEN3_30B_A3B_CONFIG = {
     "architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe", "hidden_size": 2048,

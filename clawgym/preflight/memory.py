@@ -1,7 +1,7 @@
 """Preflight check ``memory``: the run's per-GPU memory plan fits the GPU it will run on.
 
-The plan (``clawgym/memory/``) is the launch plan's ``memory`` (computed by the launcher against
-``memory.gpu`` or this node's GPU); a plan that does not fit is refused with its problems and the
+The plan (``clawgym/memory/``) is the launch plan's ``memory`` when ``memory.gpu`` names the GPU, else
+made again against the GPU this node shows; a plan that does not fit is refused with its problems and the
 advice that, re-evaluated, makes it fit.
 """
 
@@ -12,7 +12,9 @@ from clawgym.preflight.core import CheckFailed, Context
 
 def check_memory(ctx: Context) -> str:
     plan = getattr(ctx.plan, "memory", None)
-    if plan is None:
+    if plan is None or (ctx.c.get("memory") or {}).get("gpu") is None:
+        # Against the GPU of the node the check runs on (a SLURM job's plan was made on the login
+        # node, which may have assumed one); the plan is pure and takes milliseconds.
         from clawgym.memory import memory_plan, this_node_gpu
 
         plan = memory_plan(ctx.c, this_node_gpu(ctx.c)).to_dict()
