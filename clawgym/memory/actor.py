@@ -56,7 +56,7 @@ CONSTANTS: Dict[str, float] = {
     # copy, the fp32 logits and a chunk's softmax (4 + 4 x chunk / T).
     "logprob_logit_bytes": 6.0,
     # Another fp32 [T, V/TP] when the rollout temperature is not 1 (``logits / temperature`` in
-    # slime's get_log_probs_and_entropy); not in the reference points (measured at 1.0).
+    # slime's get_log_probs_and_entropy): reference points at 0.7 show it in both phases.
     "temperature_copy_bytes": 4.0,
 }
 
@@ -198,7 +198,9 @@ def actor_memory(c: Mapping[str, Any]) -> ActorMemory:
     chunk = min(chunk, T)
     # The loss's peak is in its backward: logits, their gradient and the hidden-state gradient.
     logits_train = T * vshard * (CONSTANTS["train_logit_bytes"] + temp) + T * 2 * layer_in
-    logits_lp = T * vshard * (max(CONSTANTS["logprob_logit_bytes"], 4.0 + 4.0 * chunk / T) + temp)
+    # Log-prob pass: the bf16 output beside its fp32 copy, or later the fp32 logits, the temperature's
+    # copy (the bf16 output is gone by then) and one chunk's softmax.
+    logits_lp = T * vshard * max(CONSTANTS["logprob_logit_bytes"], 4.0 + temp + 4.0 * chunk / T)
     # Pipeline schedules keep up to PP micro-batches in flight on the first stage.
     in_flight = lay.pp
     if rc["granularity"] == "full":
