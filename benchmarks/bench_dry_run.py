@@ -4,7 +4,10 @@ Both run as fresh subprocesses (interpreter start, imports, compose, write Hydra
 dir), alternating, several times; the medians and their ratio are printed. Target: < 1.3x,
 for the defaults and for a run with 20 ``args.*`` overrides (each checked against the flag
 registry and rendered into the argv). The flag registry's cold load time (fresh process,
-JSON parse and index) is printed too; target < 30 ms.
+JSON parse and index) is printed too; target < 30 ms. So is what the memory plan adds to a dry run
+(fresh process, after compose and validation: import of clawgym.memory, the GPU look-up, the plan, its table), as a
+delta in ms and as a share of the dry run; target <= 50 ms. A plan that does not fit also searches
+for advice (every suggestion re-evaluated): that case is printed beside it.
 
     python benchmarks/bench_dry_run.py [--reps 9]
 """
@@ -74,6 +77,31 @@ def registry_load_ms(flavour: str, reps: int) -> Tuple[float, float, float]:
         rows.append([float(x) for x in proc.stdout.split()])
     imp, wall, cpu = (statistics.median(col) for col in zip(*rows))
     return imp, wall, cpu
+
+
+#: What the memory plan may add to a dry run (ms, CPU).
+MEMORY_TARGET_MS = 50.0
+
+MEMORY_PROBE = (
+    "import time; from clawgym.config import compose, to_plain; c = to_plain(compose({overrides!r})); "
+    # A dry run has validated the config first (the flag registry is loaded by then).
+    "from clawgym.validate import violations; violations(c); "
+    "t0, c0 = time.perf_counter(), time.process_time(); "
+    "from clawgym.memory import format_memory, memory_plan, this_node_gpu; "
+    "d = memory_plan(c, this_node_gpu(c)).to_dict(); format_memory(d); "
+    "t1, c1 = time.perf_counter(), time.process_time(); print((t1 - t0) * 1000, (c1 - c0) * 1000)"
+)
+
+
+def memory_plan_ms(overrides: List[str], reps: int) -> Tuple[float, float]:
+    """Medians of (wall, CPU) ms the memory plan adds after compose, in a fresh process."""
+    rows = []
+    for _ in range(reps):
+        proc = subprocess.run([sys.executable, "-c", MEMORY_PROBE.format(overrides=overrides)], cwd=ROOT,
+                              capture_output=True, text=True, check=True)
+        rows.append([float(x) for x in proc.stdout.split()])
+    wall, cpu = (statistics.median(col) for col in zip(*rows))
+    return wall, cpu
 
 
 def group_count() -> int:
@@ -152,6 +180,14 @@ def main() -> int:
         print(f"flag registry load (trainer={flavour}, fresh process, median): cpu {cpu:.1f} ms, wall {wall:.1f} ms "
               f"(target < {REGISTRY_TARGET_MS:.0f} ms cpu) {'OK' if cpu < REGISTRY_TARGET_MS else 'OVER TARGET'}; "
               f"import of the loader {imp:.1f} ms")
+    dry_cpu = statistics.median(c for _, c in ours["python train.py dry_run=true"])
+    for label, ov in (("seed run (fits)", []),
+                      ("qwen3_235b_a22b colocate_8 (advice search)",
+                       ["model=qwen3_235b_a22b", "gpu_layout=colocate_8", "optimizer.cpu_offload=false"])):
+        wall, cpu = memory_plan_ms(ov, args.reps)
+        verdict = ("OK" if cpu <= MEMORY_TARGET_MS else "OVER TARGET") if not ov else "(informational)"
+        print(f"memory plan added to a dry run, {label}: cpu {cpu:.1f} ms, wall {wall:.1f} ms = "
+              f"{cpu / (dry_cpu * 1000) * 100:.1f}% of the dry run's cpu (target <= {MEMORY_TARGET_MS:.0f} ms) {verdict}")
     return 0
 
 

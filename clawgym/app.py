@@ -267,6 +267,7 @@ def _run(cfg: DictConfig) -> Any:
                 print(f"clawgym: {err}", file=sys.stderr)
                 sys.exit(2)
         plan = build_plan_from_dict(resolved, environ=os.environ, timestamp=timestamp())
+    attach_memory(plan, cfg)
     from clawgym.backends import backend_name
 
     backend = backend_name(cfg)
@@ -291,6 +292,21 @@ def _run(cfg: DictConfig) -> Any:
     from clawgym.pipeline import launch_single  # heavy imports (ray) only for real launches
 
     return launch_single(cfg, plan)
+
+
+def attach_memory(plan: LaunchPlan, cfg: Any) -> LaunchPlan:
+    """The run's per-GPU memory plan into ``plan.memory`` (launch_plan.json["memory"]); the
+    preflight's ``memory`` check refuses a launch whose plan does not fit."""
+    if plan.memory is not None:
+        return plan
+    from clawgym.memory import attach
+
+    try:
+        attach(plan, cfg if isinstance(cfg, dict) else to_plain(cfg))
+    except (KeyError, TypeError, ValueError, ZeroDivisionError) as exc:
+        # A config the estimator cannot model (validation passed it) is a gap, not a launch blocker.
+        print(f"clawgym: no memory plan for this config ({type(exc).__name__}: {exc})", file=sys.stderr)
+    return plan
 
 
 def dry_run_backend(backend: str, plan: LaunchPlan, resolved: Any, out: Optional[Path]) -> None:

@@ -57,9 +57,15 @@ class LaunchPlan:
     gpus_required: int = 0
     # Run name (save dir and W&B run).
     run_name: str = ""
+    # The per-GPU memory plan (``clawgym.memory.memory_plan(...).to_dict()``), attached by the
+    # launcher (it depends on the GPU found on this node); None: not computed.
+    memory: Optional[Dict[str, Any]] = None
 
     def to_dict(self) -> Dict[str, Any]:
-        return asdict(self)
+        d = asdict(self)
+        if d["memory"] is None:
+            del d["memory"]
+        return d
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=2, sort_keys=False) + "\n"
@@ -348,4 +354,8 @@ def format_plan(plan: LaunchPlan) -> str:
         out += ["", "secrets (read from the environment at launch, never stored):"]
         out += [f"  {k} <- {' or '.join('$' + n for n in v)}" for k, v in plan.secret_env.items()]
     out += ["", "equivalent command:", equivalent_command(plan)]
+    if plan.memory is not None:
+        from clawgym.memory import format_memory
+
+        out += ["", format_memory(plan.memory)]
     return "\n".join(out)

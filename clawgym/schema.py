@@ -563,6 +563,18 @@ class TrainerConfig:
 
 
 @dataclass
+class MemoryConfig:
+    """The GPU the per-GPU memory plan is checked against (``clawgym/memory/``)."""
+
+    # A GPU model of the plan's table (h100_80gb, h200_141gb, a100_80gb, a100_40gb, b200_180gb).
+    # None: the GPU the preflight's NVML check finds on this node; with none found (a login node)
+    # the plan assumes h100_80gb and says so.
+    gpu: Optional[str] = None
+    # Usable GPU memory in GiB (2^30 bytes), overriding the table's (e.g. a MIG slice); None: the table's.
+    gpu_memory_gib: Optional[float] = None
+
+
+@dataclass
 class ClawGymConfig:
     """Root of the composed config."""
 
@@ -600,6 +612,8 @@ class ClawGymConfig:
     kuberay: KubeRayConfig = field(default_factory=KubeRayConfig)
     # The trainer group (conf/trainer/): ClawGym fork or upstream slime.
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
+    # The memory group (conf/memory/): the GPU the memory plan is checked against.
+    memory: MemoryConfig = field(default_factory=MemoryConfig)
     # Experiment name (the seed's EXP_NAME): the run name's stem and a W&B tag.
     exp_name: str = "clawgym-rl-4b-instruct-2507"
     # Name of this run: save dir and W&B run. Sweep jobs get the swept overrides appended.
@@ -639,4 +653,5 @@ GROUPS: Dict[str, Any] = {
     "wandb": WandbConfig,
     "cluster": ClusterConfig,
     "trainer": TrainerConfig,
+    "memory": MemoryConfig,
 }

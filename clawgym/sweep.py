@@ -330,11 +330,13 @@ class SweepSession:
             n = len(reports)
             raise SweepRefused(f"clawgym: sweep refused, {n} of {len(self.jobs)} job{'s' if len(self.jobs) != 1 else ''}"
                                f" invalid; nothing was started\n" + "\n".join(reports))
-        from clawgym.app import timestamp
+        from clawgym.app import attach_memory, timestamp
 
         stamp = timestamp()
         for j in self.jobs:
             j.plan = build_plan(j.task_cfg, environ=self.environ, timestamp=stamp)
+            # Each job's memory plan: printed with its dry-run plan, checked by its preflight.
+            attach_memory(j.plan, j.task_cfg)
         clashes = name_clashes(self.jobs)
         if clashes:
             raise SweepRefused(

@@ -27,7 +27,7 @@ from tests.fixtures.checkout import checkout_overrides
 ROOT = Path(__file__).resolve().parent.parent
 TRAIN = ROOT / "train.py"
 #: Checks that need GPUs or the gateway image, neither of which the test machine has.
-SKIPS = ["gpus", "docker", "image"]
+SKIPS = ["gpus", "docker", "image", "memory"]  # memory: tests/test_memory_*
 
 
 def sweep_overrides(checkout: Path, tmp_path: Path, *extra: str) -> List[str]:

@@ -208,6 +208,16 @@ CASES.update({
                                     {"paths.save": "/data/run1", "kuberay.mount_path": "/mnt/elsewhere"}),
 })
 
+# --- issue 15: the memory group and colocation's offload
+CASES.update({
+    "memory-gpu-known": Case(["memory.gpu=h100"], ["memory.gpu"], {"memory.gpu": "h100"}),
+    "memory-gpu-memory-positive": Case(["memory.gpu_memory_gib=0"], ["memory.gpu_memory_gib"],
+                                       {"memory.gpu_memory_gib": 0.0}),
+    "colocate-needs-offload": Case(["gpu_layout=colocate_8", "args.offload_train=false"],
+                                   ["gpu_layout.colocate", "args.offload_train"],
+                                   {"gpu_layout.colocate": True, "args.offload_train": False}),
+})
+
 
 def rule_codes_in_source() -> set:
     """Every rule code the modules of clawgym/validate/ can report."""

@@ -36,6 +36,21 @@ def _argv_lines(entrypoint: List[str]) -> List[str]:
     return out
 
 
+def _memory_lines(snap: Any) -> List[str]:
+    """The run's memory plan: the one its launch recorded, else computed from its resolved config."""
+    from clawgym.memory import format_memory, memory_plan
+
+    plan = (snap.plan or {}).get("memory")
+    how = "as recorded at launch"
+    if plan is None:
+        try:
+            plan = memory_plan(snap.config).to_dict()
+            how = "computed now from the snapshot's config (its launch recorded none)"
+        except (KeyError, TypeError, ValueError, ZeroDivisionError) as exc:
+            return [f"memory plan: unavailable ({type(exc).__name__}: {exc})"]
+    return [format_memory(plan), f"  ({how})"]
+
+
 def format_show(target: str, *, config: str = "resolved") -> str:
     """The whole report for a save dir, snapshot dir or checkpoint dir."""
     import yaml
@@ -79,6 +94,7 @@ def format_show(target: str, *, config: str = "resolved") -> str:
         out += ["", "secrets (names only; read from the environment at launch):"]
         out += [f"  {k} <- {' or '.join('$' + n for n in v)}" for k, v in secrets.items()]
     out += ["", "trainer:"] + _argv_lines(list(snap.plan.get("entrypoint") or []))
+    out += ["", *_memory_lines(snap)]
     if save is not None:
         ckpts = list_checkpoints(save)
         tracker = read_tracker(save)

@@ -22,6 +22,7 @@ checkout    the trainer script and Megatron-LM are where the plan points
 tasks       sandbox=docker/chroot: the train/eval task folders hold tasks (counts reported)
 prompts     --prompt-data / --eval-prompt-data are JSONL with the --input-key/--label-key (first lines)
 functions   every custom function path in the trainer's flags exists on the job's PYTHONPATH
+memory      the per-GPU memory plan (clawgym/memory/) fits the GPU (memory.gpu, else this node's)
 =========== ======================================================================
 
 Importing this package imports no docker SDK; the chroot and none backends never do.
@@ -38,6 +39,7 @@ from clawgym.preflight.core import (FAILED, NOT_APPLICABLE, NOT_RUN, OK, SKIPPED
                                     Context, NotApplicable, PreflightError, Report, failure_line, plain_config)
 from clawgym.preflight.data import check_prompt_data
 from clawgym.preflight.machine import check_cluster, check_gpus, check_ports
+from clawgym.preflight.memory import check_memory
 from clawgym.preflight.sandbox import check_docker, check_image, check_root, check_rootfs
 from clawgym.preflight.sandbox import cleanup_leftovers as _cleanup_leftovers
 
@@ -73,6 +75,7 @@ CHECKS: List[Check] = [
     Check("tasks", "task folders", check_tasks, _openclaw),
     Check("prompts", "prompt data", check_prompt_data),
     Check("functions", "custom hooks", check_functions),
+    Check("memory", "memory plan", check_memory),
 ]
 
 

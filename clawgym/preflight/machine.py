@@ -62,45 +62,9 @@ def count_gpus() -> Tuple[int, str]:
     return count, how
 
 
-def gpu_models() -> List[Tuple[str, Optional[int]]]:
-    """(model name, memory in MiB or None) of each GPU of this node: NVML, else nvidia-smi;
-    empty when neither answers."""
-    try:
-        import pynvml  # type: ignore[import-not-found]
-
-        pynvml.nvmlInit()
-        try:
-            out = []
-            for i in range(int(pynvml.nvmlDeviceGetCount())):
-                h = pynvml.nvmlDeviceGetHandleByIndex(i)
-                name = pynvml.nvmlDeviceGetName(h)
-                name = name.decode() if isinstance(name, bytes) else str(name)
-                out.append((name, int(pynvml.nvmlDeviceGetMemoryInfo(h).total) // (1024 * 1024)))
-            return out
-        finally:
-            pynvml.nvmlShutdown()
-    except Exception:  # not installed, or no driver: ask the CLI
-        pass
-    smi = shutil.which("nvidia-smi")
-    if smi is None:
-        return []
-    try:
-        proc = subprocess.run([smi, "--query-gpu=name,memory.total", "--format=csv,noheader,nounits"],
-                              capture_output=True, text=True, timeout=30)
-    except (OSError, subprocess.TimeoutExpired):
-        return []
-    if proc.returncode != 0:
-        return []
-    out = []
-    for line in proc.stdout.splitlines():
-        name, _, mem = line.rpartition(",")
-        if not name.strip():
-            continue
-        try:
-            out.append((name.strip(), int(float(mem.strip()))))
-        except ValueError:
-            out.append((name.strip(), None))
-    return out
+# The node's GPU listing lives with the memory plan's GPU table (the plan looks it up without the
+# preflight package); the gpus check uses the same listing.
+from clawgym.memory.gpus import node_gpus as gpu_models  # noqa: E402
 
 
 def describe_gpus(models: List[Tuple[str, Optional[int]]]) -> str:

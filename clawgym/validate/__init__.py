@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import List
 
 from clawgym.validate.core import ConfigError, Rule, Violation, validate, violations
-from clawgym.validate import batches, cluster, flags, model, names, rollout, secrets, topology
+from clawgym.validate import batches, cluster, flags, memory, model, names, rollout, secrets, topology
 from clawgym.validate.names import NAME_MAX, longest_derived_name, name_problem, runs_below
 
 LOCAL_RULES: List[Rule] = [
@@ -25,6 +25,7 @@ LOCAL_RULES: List[Rule] = [
     batches.rule_eps_clip_order, batches.rule_kl_choices, topology.rule_perf_sizes_positive,
     batches.rule_dynamic_batch_needs_max_tokens, model.rule_recompute_consistent, batches.rule_optimizer,
     batches.rule_eval, rollout.rule_sglang, rollout.rule_sandbox, names.rule_names, cluster.rule_ray,
+    memory.rule_memory_gpu,
 ]
 
 CROSS_RULES: List[Rule] = [
@@ -33,7 +34,7 @@ CROSS_RULES: List[Rule] = [
     names.rule_save_interval_needs_save, topology.rule_experts_divide, secrets.rule_no_secrets_in_extra_env,
     flags.rule_trainer_flavour_known, flags.rule_curated_flags_exist_in_trainer, flags.rule_args,
     flags.rule_extra_args, secrets.rule_no_secret_values_in_config, names.rule_save_dir_placement,
-    cluster.rule_cluster,
+    cluster.rule_cluster, memory.rule_colocate_needs_offload,
 ]
 
 __all__ = ["ConfigError", "Violation", "validate", "violations", "LOCAL_RULES", "CROSS_RULES", "NAME_MAX",

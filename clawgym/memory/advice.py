@@ -1,0 +1,155 @@
+"""Which knobs make a plan fit, and by how much: every suggestion is re-evaluated with the plan.
+
+Moves (each a set of Hydra overrides applied to the resolved config): the CPU-offloaded
+optimizer, full recompute, a smaller ``perf.max_tokens_per_gpu``, more TP / PP / EP (within what
+Megatron accepts for the model), more actor nodes, the SGLang ``mem_fraction_static`` and engine
+TP, and a shorter ``rollout.max_context_len``. Single moves that fit are offered first; when none
+does, moves are combined greedily (each step takes the one that removes most of the deficit).
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
+
+Move = List[Tuple[str, Any]]
+
+
+def _set(c: Dict[str, Any], key: str, value: Any) -> None:
+    node = c
+    parts = key.split(".")
+    for p in parts[:-1]:
+        node = node[p]
+    if key == "rollout.max_context_len" and c["sglang"].get("context_length") == c["rollout"]["max_context_len"]:
+        c["sglang"]["context_length"] = value  # sglang.context_length interpolates it
+    node[parts[-1]] = value
+
+
+def _apply(c: Mapping[str, Any], move: Move) -> Dict[str, Any]:
+    out = copy.deepcopy(dict(c))
+    for k, v in move:
+        _set(out, k, v)
+    return out
+
+
+def _render(v: Any) -> str:
+    return "true" if v is True else "false" if v is False else "null" if v is None else str(v)
+
+
+def _ok_parallel(c: Mapping[str, Any]) -> bool:
+    """What Megatron accepts (TransformerConfig, validate_args, initialize_model_parallel)."""
+    m, p, g = c["model"], c["perf"], c["gpu_layout"]
+    tp, pp, cp, ep, etp = (int(p[k] or 1) for k in ("tensor_parallel", "pipeline_parallel", "context_parallel",
+                                                    "expert_parallel", "expert_tensor_parallel"))
+    world = int(g["actor_gpus"]) * int(g["actor_num_nodes"])
+    heads, groups = int(m["num_attention_heads"]), int(m["num_query_groups"] or m["num_attention_heads"])
+    if world % (tp * pp * cp) or heads % tp or groups % tp or int(m["num_layers"]) % pp:
+        return False
+    if ep > 1 and (not m.get("num_experts") or int(m["num_experts"]) % ep or (world // pp) % (ep * etp)):
+        return False
+    st = int(c["sglang"]["tp"])
+    return heads % st == 0 and (groups % st == 0 or st % groups == 0)
+
+
+def _moves(c: Mapping[str, Any]) -> List[Move]:
+    m, p, o, g, s, r = c["model"], c["perf"], c["optimizer"], c["gpu_layout"], c["sglang"], c["rollout"]
+    out: List[Move] = []
+    if not o["cpu_offload"]:
+        out.append([("optimizer.cpu_offload", True), ("optimizer.use_precision_aware_optimizer", True)])
+    if p["recompute_granularity"] != "full":
+        out.append([("perf.recompute_granularity", "full"), ("perf.recompute_method", "uniform"),
+                    ("perf.recompute_num_layers", 1)])
+    from clawgym.memory.actor import tokens_per_gpu
+
+    T = tokens_per_gpu(c)
+    half = T // 2
+    ctx = r.get("max_context_len")
+    tokens: Move = []
+    if p["use_dynamic_batch_size"] and p["max_tokens_per_gpu"] and int(p["max_tokens_per_gpu"]) > half >= 2048:
+        tokens.append(("perf.max_tokens_per_gpu", half))
+    if ctx and int(ctx) > half > int(r["max_response_len"]) and half >= 2048:
+        # One sample is never split across micro-batches (only CP splits it): shorten the context too.
+        tokens.append(("rollout.max_context_len", half))
+    if tokens:
+        out.append(tokens)
+    world = int(g["actor_gpus"]) * int(g["actor_num_nodes"])
+    pows = [1, 2, 4, 8, 16, 32, 64, 128]
+    for key in ("perf.tensor_parallel", "perf.pipeline_parallel", "perf.expert_parallel"):
+        cur = int(p[key.split(".")[1]] or 1)
+        for v in pows:
+            if v != cur and v <= world and (key != "perf.expert_parallel" or m.get("num_experts")):
+                out.append([(key, v)])
+    if m.get("num_experts") and int(g["actor_num_nodes"]) < 16:
+        n = int(g["actor_num_nodes"]) * 2
+        ep = max(v for v in pows if v <= min(int(m["num_experts"]), world * 2) and int(m["num_experts"]) % v == 0)
+        out.append([("gpu_layout.actor_num_nodes", n), ("perf.expert_parallel", ep)])
+    frac = s.get("mem_fraction_static")
+    if frac is not None:
+        for f in (round(frac - 0.1, 2), round(frac + 0.05, 2)):
+            if 0.3 <= f <= 0.92:
+                out.append([("sglang.mem_fraction_static", f)])
+    if int(s["tp"]) * 2 <= (world if g["colocate"] else int(g["rollout_gpus"])):
+        out.append([("sglang.tp", int(s["tp"]) * 2)])
+    return [mv for mv in out if _ok_parallel(_apply(c, mv))]
+
+
+def _deficit(plan: Any, c: Optional[Mapping[str, Any]] = None) -> float:
+    if c is not None and not _ok_parallel(c):
+        return float("inf")
+    usable = plan.gpu_memory_gib
+    d = max(0.0, plan.phases["actor_gpu_peak_gib"] - usable) + max(0.0, plan.phases["rollout_gpu_peak_gib"] - usable)
+    r = plan.rollout
+    if r["kv_tokens_per_engine"] < r["context_len"]:
+        d += (r["context_len"] - r["kv_tokens_per_engine"]) * r["kv_cell_bytes"] / float(1 << 30) + 0.01
+    return d
+
+
+def _describe(move: Move, before: Any, after: Any) -> str:
+    keys = " ".join(f"{k}={_render(v)}" for k, v in move)
+    return (f"{keys}: GPU peak {before.phases['peak_gib']:.1f} -> {after.phases['peak_gib']:.1f} GiB of "
+            f"{after.gpu_memory_gib:.1f}, KV {after.rollout['kv_tokens_per_engine']:,} tokens/engine"
+            f"{', fits' if after.fits else ''}")
+
+
+def advise(c: Mapping[str, Any], gpu: Any, plan: Any, *, max_steps: int = 12,
+           evaluate: Optional[Callable[..., Any]] = None) -> Tuple[List[str], List[List[str]]]:
+    """(advice lines, the Hydra overrides of each line) for a plan that does not fit."""
+    if evaluate is None:
+        from clawgym.memory import evaluate as evaluate  # noqa: PLW0127
+    fitting: List[Tuple[float, Move, Any]] = []
+    for mv in _moves(c):
+        after = evaluate(_apply(c, mv), gpu)
+        if after.fits:
+            fitting.append((after.phases["peak_gib"], mv, after))
+    if fitting:
+        fitting.sort(key=lambda x: (len(x[1]), -x[0]))
+        chosen = fitting[:3]
+        return ([_describe(mv, plan, after) for _, mv, after in chosen],
+                [[f"{k}={_render(v)}" for k, v in mv] for _, mv, _a in chosen])
+    # Greedy combination.
+    cur, cur_plan, steps = dict(c), plan, []  # type: ignore[var-annotated]
+    for _ in range(max_steps):
+        best = None
+        for mv in _moves(cur):
+            after = evaluate(_apply(cur, mv), gpu)
+            before = _deficit(cur_plan, cur)
+            gain = (1e9 if before == float("inf") else before) - _deficit(after)
+            if gain > 1e-6 and (best is None or gain > best[0]):
+                best = (gain, mv, after)
+        if best is None:
+            break
+        cur, cur_plan = _apply(cur, best[1]), best[2]
+        steps += best[1]
+        if cur_plan.fits:
+            break
+    merged: Dict[str, Any] = {}
+    for k, v in steps:
+        merged[k] = v
+    overrides = [f"{k}={_render(v)}" for k, v in merged.items()]
+    if cur_plan.fits:
+        return ([f"together: {' '.join(overrides)}: GPU peak {plan.phases['peak_gib']:.1f} -> "
+                 f"{cur_plan.phases['peak_gib']:.1f} GiB of {cur_plan.gpu_memory_gib:.1f}, fits"], [overrides])
+    msg = "no combination of the knobs tried fits this GPU"
+    if overrides:
+        msg += f"; the closest ({' '.join(overrides)}) still needs {cur_plan.phases['peak_gib']:.1f} GiB per GPU"
+    return [msg + "; use more GPUs/nodes or a GPU with more memory"], []

@@ -1,0 +1,100 @@
+"""GPU models the memory plan can target, and how a config or this node names one.
+
+``total_gib`` is the memory NVML reports (GiB = 2^30 bytes); ``usable_gib`` what a process can
+fill after the driver's own reservation (NVML total minus about 0.5 GiB on these boards). The
+CUDA context, NCCL buffers and allocator slack are the plan's overhead terms, not taken here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+import shutil
+import subprocess
+from typing import Dict, List, Optional, Tuple
+
+
+@dataclass(frozen=True)
+class Gpu:
+    name: str
+    description: str
+    total_gib: float
+    usable_gib: float
+
+
+GPUS: Dict[str, Gpu] = {g.name: g for g in [
+    Gpu("h100_80gb", "NVIDIA H100 80GB HBM3", 79.65, 79.15),
+    Gpu("h200_141gb", "NVIDIA H200 141GB HBM3e", 140.4, 139.9),
+    Gpu("a100_80gb", "NVIDIA A100 80GB", 80.0, 79.5),
+    Gpu("a100_40gb", "NVIDIA A100 40GB", 40.0, 39.5),
+    Gpu("b200_180gb", "NVIDIA B200 180GB HBM3e", 179.1, 178.6),
+]}
+
+#: The GPU a plan assumes when ``memory.gpu`` is null and this node shows none (a login node):
+#: the smallest common training GPU of the seed's class, so a plan that fits here fits on it.
+DEFAULT_GPU = "h100_80gb"
+
+
+def match_model(name: str, mib: Optional[int]) -> Optional[str]:
+    """The table entry of an NVML device name (e.g. "NVIDIA H100 80GB HBM3"), or None."""
+    n = name.lower()
+    gib = (mib or 0) / 1024
+    if "h200" in n:
+        return "h200_141gb"
+    if "h100" in n or "h800" in n:
+        return "h100_80gb"
+    if "b200" in n:
+        return "b200_180gb"
+    if "a100" in n or "a800" in n:
+        return "a100_40gb" if 0 < gib < 60 else "a100_80gb"
+    return None
+
+
+def detect(models: List[Tuple[str, Optional[int]]]) -> Optional[Dict[str, object]]:
+    """What this node's GPUs are, from the preflight's NVML/nvidia-smi listing
+    (``node_gpus()``): name, table entry and memory; None without GPUs."""
+    if not models:
+        return None
+    name, mib = min(models, key=lambda m: m[1] or 0)
+    return {"device": name, "gpu": match_model(name, mib),
+            "gpu_memory_gib": round(mib / 1024, 2) if mib else None}
+
+
+def node_gpus() -> List[Tuple[str, Optional[int]]]:
+    """(model name, memory in MiB or None) of each GPU of this node: NVML, else nvidia-smi;
+    empty when neither answers."""
+    try:
+        import pynvml  # type: ignore[import-not-found]
+
+        pynvml.nvmlInit()
+        try:
+            out = []
+            for i in range(int(pynvml.nvmlDeviceGetCount())):
+                h = pynvml.nvmlDeviceGetHandleByIndex(i)
+                name = pynvml.nvmlDeviceGetName(h)
+                name = name.decode() if isinstance(name, bytes) else str(name)
+                out.append((name, int(pynvml.nvmlDeviceGetMemoryInfo(h).total) // (1024 * 1024)))
+            return out
+        finally:
+            pynvml.nvmlShutdown()
+    except Exception:  # not installed, or no driver: ask the CLI
+        pass
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return []
+    try:
+        proc = subprocess.run([smi, "--query-gpu=name,memory.total", "--format=csv,noheader,nounits"],
+                              capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    if proc.returncode != 0:
+        return []
+    out = []
+    for line in proc.stdout.splitlines():
+        name, _, mem = line.rpartition(",")
+        if not name.strip():
+            continue
+        try:
+            out.append((name.strip(), int(float(mem.strip()))))
+        except ValueError:
+            out.append((name.strip(), None))
+    return out
