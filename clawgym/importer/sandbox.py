@@ -1,0 +1,324 @@
+"""The jail ``clawgym import`` runs a launch script in: make it, run the script, collect, tear down.
+
+A launch script is untrusted shell. Stand-ins on its PATH only cover the commands it
+names politely; ``/bin/rm``, ``awk 'BEGIN{system(...)}'``, ``builtin kill`` or a redirect
+run for real. So the script runs under bubblewrap (``bwrap``, Debian package
+``bubblewrap``), and every guarantee below comes from the kernel, not from the stand-ins:
+
+* new user, PID, network, UTS, IPC (and cgroup, where the kernel allows it) namespaces;
+  every capability dropped; no further user namespaces inside. The script's ``kill``
+  (builtin, ``command kill``, ``/bin/kill``, python) cannot reach a process outside:
+  none is visible. ``hostname NAME`` changes nothing (no CAP_SYS_ADMIN, own UTS).
+* the script is PID 1 of its namespace (``--as-pid-1``): when it exits, or the jail is
+  killed, the kernel kills every process it started (backgrounded, double-forked, all of
+  them). ``--die-with-parent``: when the importer dies (Ctrl-C, SIGKILL), so does the jail.
+* a filesystem of read-only views: the system directories (``/usr``, ``/etc`` without
+  its secrets, the ``/bin``-style links), the importer's Python and its recorder, and
+  the directories the caller names (the script's repository, the slime checkout). The
+  root itself is read-only. Writable: the jail's own folder (the mirror of the checkout,
+  ``HOME``) and a private ``/tmp``; both live in one host temp dir removed afterwards.
+  Sockets of the host (Docker's, munge's, Ray's under /tmp) are not in the view.
+* no network but loopback; stdin is /dev/null; a new session (no terminal to inject into).
+
+What the jail does not do: limit CPU or memory (the timeout bounds the time; a script can
+use the machine's cores and memory until then), or hide what is readable in the views.
+
+When bwrap is missing or the kernel refuses the namespaces, :class:`Jail` raises
+:class:`SandboxError` naming what is missing; the script is never run unconfined (there
+is no switch to do so). ``$CLAWGYM_BWRAP`` names another bwrap binary (tests use it to
+point at one that is missing).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+import shutil
+import signal
+import stat
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
+
+#: Variables the importer sets itself: ``--env`` cannot replace them (a PATH of the machine's
+#: tools would run slime's own ``pkill -9 python`` for real; a HOME outside the jail would
+#: receive its ``~`` writes; the importer's variables steer the stand-ins).
+RESERVED_ENV = ("PATH", "HOME")
+RESERVED_PREFIXES = ("CLAWGYM_IMPORT_", "BASH_FUNC_")
+
+#: Host directories seen read-only when present (symlinks such as /bin -> usr/bin are recreated).
+SYSTEM_DIRS = ("/usr", "/etc", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+#: Secrets under /etc the script has no business reading (the jail runs as root's uid).
+HIDDEN_FILES = ("/etc/shadow", "/etc/shadow-", "/etc/gshadow", "/etc/gshadow-", "/etc/security/opasswd")
+HIDDEN_DIRS = ("/etc/munge", "/etc/ssh", "/etc/ssl/private", "/etc/sudoers.d")
+
+#: Namespace and privilege options; a probe proves them before any script runs.
+CONFINE = ("--unshare-user", "--unshare-pid", "--unshare-net", "--unshare-uts", "--unshare-ipc",
+           "--unshare-cgroup-try", "--cap-drop", "ALL", "--die-with-parent", "--new-session")
+
+#: Seconds given to the jail to go away after it is killed (the kernel does it at once).
+_REAP_S = 10.0
+
+#: bwrap path -> None (a jail can be made) or why not; probed once per process.
+_PROBED: Dict[str, Optional[str]] = {}
+
+
+class SandboxError(Exception):
+    """No jail can be made, or the caller asked for something the jail refuses."""
+
+
+def bwrap_path() -> str:
+    """The bwrap binary: ``$CLAWGYM_BWRAP`` if set, else ``bwrap`` on PATH."""
+    given = os.environ.get("CLAWGYM_BWRAP")
+    if given:
+        if not (os.path.isfile(given) and os.access(given, os.X_OK)):
+            raise SandboxError(
+                f"the importer's sandbox needs bubblewrap, and $CLAWGYM_BWRAP={given} is not an executable; "
+                "the script was not run (nothing is run unconfined). Install the Debian package `bubblewrap` "
+                "or point $CLAWGYM_BWRAP at bwrap.")
+        return given
+    found = shutil.which("bwrap")
+    if not found:
+        raise SandboxError(
+            "the importer's sandbox needs bubblewrap (`bwrap`), which is not on PATH; the script was not run "
+            "(nothing is run unconfined). Install it: apt-get install bubblewrap")
+    return found
+
+
+def check_env(env: Mapping[str, str]) -> None:
+    """Refuse ``--env`` names the importer owns (PATH, HOME, its own variables)."""
+    for name in env:
+        if name in RESERVED_ENV or name.startswith(RESERVED_PREFIXES):
+            why = {
+                "PATH": "the script's PATH holds only the importer's stand-ins (a real PATH would let it kill, "
+                        "start or change things on this machine)",
+                "HOME": "the script's HOME is a private folder of the import, so its ~ writes are reported "
+                        "and land nowhere",
+            }.get(name, "the importer sets it to run its stand-ins")
+            raise SandboxError(f"--env {name}: cannot be given ({why}); the script was not run")
+        if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", name):
+            raise SandboxError(f"--env {name!r}: not a variable name; the script was not run")
+
+
+def interpreter() -> str:
+    """The Python the stand-ins run on: the base interpreter (a venv's python needs its venv folder,
+    which is not in the jail; the recorder uses the standard library only)."""
+    base = getattr(sys, "_base_executable", None) or sys.executable
+    return os.path.realpath(base)
+
+
+def _shared_roots() -> set:
+    roots = {"/", "/tmp", "/var", "/var/tmp", "/run", "/var/run", "/dev", "/dev/shm", "/home", "/root",
+             "/proc", "/sys", tempfile.gettempdir()}
+    roots.add(os.path.expanduser("~"))
+    return {os.path.realpath(r) for r in roots}
+
+
+@functools.lru_cache(maxsize=None)
+def _disable_userns_supported(bwrap: str) -> bool:
+    try:
+        out = subprocess.run([bwrap, "--help"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return "--disable-userns" in out.stdout + out.stderr
+
+
+def _system_view() -> List[str]:
+    args: List[str] = []
+    for d in SYSTEM_DIRS:
+        if os.path.islink(d):
+            args += ["--symlink", os.readlink(d), d]
+        elif os.path.isdir(d):
+            args += ["--ro-bind", d, d]
+    for f in HIDDEN_FILES:
+        if os.path.isfile(f):
+            args += ["--ro-bind", "/dev/null", f]
+    for d in HIDDEN_DIRS:
+        if os.path.isdir(d):
+            args += ["--tmpfs", d]
+    return args + ["--proc", "/proc", "--dev", "/dev"]
+
+
+def _confine(bwrap: str) -> List[str]:
+    return [*CONFINE, *(["--disable-userns"] if _disable_userns_supported(bwrap) else []), "--as-pid-1"]
+
+
+def probe(bwrap: Optional[str] = None) -> str:
+    """Prove that a jail can be made here (once per process); return bwrap's path.
+
+    Raises :class:`SandboxError` with bwrap's own words when it cannot."""
+    bwrap = bwrap or bwrap_path()
+    key = bwrap
+    if key not in _PROBED:
+        true = shutil.which("true", path="/usr/bin:/bin") or "/usr/bin/true"
+        try:
+            out = subprocess.run([bwrap, *_confine(bwrap), *_system_view(), "--remount-ro", "/", "--", true],
+                                 capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+            _PROBED[key] = None if out.returncode == 0 else (out.stderr.strip() or f"exit status {out.returncode}")
+        except (OSError, subprocess.SubprocessError) as exc:
+            _PROBED[key] = str(exc)
+    why = _PROBED[key]
+    if why is not None:
+        raise SandboxError(
+            f"the importer's sandbox cannot be made on this machine ({bwrap}: {why}); it needs user, PID, "
+            "network, UTS and IPC namespaces (kernel, /proc/sys/user/max_user_namespaces, a container that "
+            "allows them). The script was not run (nothing is run unconfined).")
+    return bwrap
+
+
+@dataclass
+class Outcome:
+    """How the script ended."""
+
+    returncode: int
+    output: str
+    #: The limit it ran past, in seconds; None when it ended by itself.
+    timed_out: Optional[float] = None
+
+
+def _tree(root: Path) -> Dict[str, Tuple[int, int]]:
+    """(size, mtime) of the regular files under root, not following symlinks."""
+    out: Dict[str, Tuple[int, int]] = {}
+    for dirpath, _dirs, files in os.walk(root, followlinks=False):
+        for name in files:
+            p = Path(dirpath) / name
+            try:
+                st = p.lstat()
+            except OSError:
+                continue
+            if stat.S_ISREG(st.st_mode):
+                out[str(p.relative_to(root))] = (st.st_size, st.st_mtime_ns)
+    return out
+
+
+class Jail:
+    """One import's jail. Use as a context manager; the folder is removed on exit.
+
+    ``dir`` is a host temp dir seen at the same path inside the jail (writable): the
+    caller lays out the checkout mirror and stand-ins in it. ``home`` is the script's
+    HOME, ``tmp`` the host folder behind the jail's private /tmp. :meth:`readonly` adds
+    host paths the script may read; :meth:`run` runs one command in the jail.
+    """
+
+    def __init__(self, prefix: str = "clawgym-import-"):
+        self.bwrap = probe()
+        self._tmp = tempfile.TemporaryDirectory(prefix=prefix)
+        self.dir = Path(os.path.realpath(self._tmp.name))
+        self.home = self.dir / "home"
+        self.tmp = self.dir / "tmp"
+        self.home.mkdir()
+        self.tmp.mkdir()
+        self._readonly: List[str] = []
+        self._readonly_here: List[str] = []
+        self._before: Dict[str, Dict[str, Tuple[int, int]]] = {}
+        self.readonly(os.path.dirname(interpreter()))
+        self.readonly(os.path.realpath(sys.base_prefix))
+
+    def __enter__(self) -> "Jail":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._tmp.cleanup()
+
+    def readonly(self, path: os.PathLike | str) -> None:
+        """Let the script read ``path`` (at the same path), never write it.
+
+        A folder the whole machine shares (``/``, ``/tmp``, a home) is refused: it holds other
+        programs' sockets (Ray's under /tmp/ray, an engine's under /run), and a socket can be
+        connected to through a read-only view."""
+        p = os.path.realpath(str(path))
+        if p in _shared_roots():
+            raise SandboxError(
+                f"{p} would be seen whole by the script (its repository, or the slime checkout); it is a folder "
+                "the machine shares, with other programs' sockets in it. Put the script in its own folder "
+                "(a checkout) or pass --slime-root; the script was not run")
+        if os.path.exists(p) and p not in self._readonly:
+            self._readonly.append(p)
+
+    def readonly_inside(self, path: os.PathLike | str) -> None:
+        """A path inside :attr:`dir` the script may read but not change (the stand-ins)."""
+        self._readonly_here.append(os.path.realpath(str(path)))
+
+    def argv(self, command: Sequence[str], cwd: os.PathLike | str) -> List[str]:
+        args = [self.bwrap, *_confine(self.bwrap), *_system_view()]
+        # Shallow paths first, so a deeper view lands on top of the one holding it.
+        views = [("--ro-bind", p) for p in self._readonly if p not in SYSTEM_DIRS] + [("--bind", str(self.dir))]
+        views.sort(key=lambda v: v[1].count("/"))
+        layout = ["--bind", str(self.tmp), "/tmp"]
+        for how, p in views:
+            layout += [how, p, p]
+        for p in self._readonly_here:
+            layout += ["--ro-bind", p, p]
+        # The root (bwrap's tmpfs holding the mount points) read-only last: a write anywhere but the
+        # writable views fails, and the failure is reported (refused_writes).
+        args += [*layout, "--remount-ro", "/", "--chdir", str(cwd), "--", *command]
+        return args
+
+    def snapshot(self) -> None:
+        """Remember HOME and /tmp before the run (see :meth:`written`)."""
+        self._before = {"home": _tree(self.home), "tmp": _tree(self.tmp)}
+
+    def written(self) -> List[str]:
+        """Files the script created or changed in its HOME and /tmp, as it named them
+        (``~/x``, ``/tmp/x``)."""
+        out = []
+        for label, root, shown in (("home", self.home, "~"), ("tmp", self.tmp, "/tmp")):
+            before = self._before.get(label, {})
+            for rel, st in sorted(_tree(root).items()):
+                if before.get(rel) != st:
+                    out.append(f"{shown}/{rel}")
+        return out
+
+    def run(self, command: Sequence[str], *, env: Mapping[str, str], cwd: os.PathLike | str,
+            timeout: float) -> Outcome:
+        """Run ``command`` in the jail; every process it started has ended when this returns."""
+        proc = subprocess.Popen(self.argv(command, cwd), env=dict(env), stdin=subprocess.DEVNULL,
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        try:
+            out, _ = proc.communicate(timeout=timeout)
+            return Outcome(proc.returncode, out.decode(errors="replace"))
+        except subprocess.TimeoutExpired:
+            out = self._kill(proc)
+            return Outcome(-int(signal.SIGKILL), out + f"\n(clawgym import: timed out after {timeout:g} s)",
+                           timed_out=timeout)
+        except BaseException:
+            # Ctrl-C or any error of ours: the jail goes with us.
+            self._kill(proc)
+            raise
+
+    @staticmethod
+    def _kill(proc: "subprocess.Popen[bytes]") -> str:
+        # bwrap's child is PID 1 of the jail with --die-with-parent: killing bwrap kills it, and the
+        # kernel kills every process of its PID namespace.
+        proc.kill()
+        try:
+            out, _ = proc.communicate(timeout=_REAP_S)
+        except subprocess.TimeoutExpired:
+            out = b""
+        return out.decode(errors="replace") if out else ""
+
+
+#: What a tool prints when the jail refused a write (strerror(EROFS), the script runs with LANG=C.UTF-8).
+_READ_ONLY = "Read-only file system"
+
+
+def refused_writes(output: str) -> List[str]:
+    """Lines where a write of the script hit a read-only view (its repository, the system)."""
+    seen: List[str] = []
+    for line in output.splitlines():
+        if _READ_ONLY in line:
+            line = line.strip()
+            if line not in seen:
+                seen.append(line)
+    return seen
+
+
+def map_paths(text: str, mapping: Iterable[Tuple[str, str]]) -> str:
+    """``text`` with each jail path replaced by what it stands for (longest first)."""
+    for tmp, real in sorted(mapping, key=lambda m: len(m[0]), reverse=True):
+        text = text.replace(tmp, real)
+    return text
