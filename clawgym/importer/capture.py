@@ -190,6 +190,8 @@ class Capture:
     calls: List[Call] = field(default_factory=list)
     # Files created or changed inside the temporary layout (relative to the repository).
     written: List[str] = field(default_factory=list)
+    # Files or links of the layout the script removed (relative to the repository).
+    deleted: List[str] = field(default_factory=list)
     # The --timeout the script ran past (seconds), None when it ended by itself.
     timed_out: Optional[float] = None
     # Files written in its HOME or /tmp, as the script named them (~/x, /tmp/x).
@@ -305,7 +307,8 @@ def _mirror(repo: Path, script: Path, tmp_root: Path) -> Path:
 
 
 def _tree_state(root: Path) -> Dict[str, Tuple[int, int]]:
-    """(size, mtime) of every regular file under root, not following symlinks."""
+    """(size, mtime) of every regular file and symlink under root, not following symlinks
+    (a link of the mirror replaced or removed is a write or a deletion of the repository's file)."""
     state = {}
     for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
         for name in filenames:
@@ -314,7 +317,12 @@ def _tree_state(root: Path) -> Dict[str, Tuple[int, int]]:
                 st = p.lstat()
             except OSError:
                 continue
-            if stat.S_ISREG(st.st_mode):
+            if stat.S_ISREG(st.st_mode) or stat.S_ISLNK(st.st_mode):
+                state[str(p.relative_to(root))] = (st.st_size, st.st_mtime_ns)
+        for name in dirnames:
+            p = Path(dirpath) / name
+            if p.is_symlink():
+                st = p.lstat()
                 state[str(p.relative_to(root))] = (st.st_size, st.st_mtime_ns)
     return state
 
@@ -420,6 +428,7 @@ def run_script(script: Path, *, slime_root: Optional[Path] = None, env: Optional
         outcome = jail.run([bash, str(copy)], env=run_env, cwd=cwd, timeout=timeout)
         after = _tree_state(root)
         written = sorted(p for p, st in after.items() if before.get(p) != st)
+        deleted = sorted(p for p in before if p not in after)
         calls = [json.loads(line) for line in log.read_text().splitlines() if line.strip()] if log.exists() else []
         # Jail paths back to what the script named: the mirror is the repository; HOME is the
         # user's home for what the job would see, ``~`` in what the report prints.
@@ -430,7 +439,8 @@ def run_script(script: Path, *, slime_root: Optional[Path] = None, env: Optional
         capture = Capture(
             script=script, repo_root=repo, slime_root=slime,
             given_env={k: sandbox.map_paths(v, to_real) for k, v in given.items()},
-            returncode=outcome.returncode, output=output, written=written, timed_out=outcome.timed_out,
+            returncode=outcome.returncode, output=output, written=written, deleted=deleted,
+            timed_out=outcome.timed_out,
             written_elsewhere=jail.written(), refused_writes=sandbox.refused_writes(output),
         )
         for c in calls:
@@ -500,6 +510,9 @@ def classify(capture: Capture, allowed_write_dirs: Sequence[str] = ()) -> List[T
         target = str(capture.repo_root / path)
         if not allowed(target):
             rows.append(("inexpressible", f"the script writes {target} (a file an experiment cannot create)"))
+    for path in capture.deleted:
+        rows.append(("inexpressible", f"the script deletes {capture.repo_root / path} (an experiment cannot "
+                                      "delete files)"))
     for shown in capture.written_elsewhere:
         rows.append(("inexpressible", f"the script writes {shown} (a file an experiment cannot create)"))
     for line in capture.refused_writes:

@@ -166,7 +166,7 @@ def probe(bwrap: Optional[str] = None) -> str:
         raise SandboxError(
             f"the importer's sandbox cannot be made on this machine ({bwrap}: {why}); it needs user, PID, "
             "network, UTS and IPC namespaces (kernel, /proc/sys/user/max_user_namespaces, a container that "
-            "allows them). The script was not run (nothing is run unconfined).")
+            "allows them); the script was not run (nothing is run unconfined).")
     return bwrap
 
 
