@@ -108,6 +108,8 @@ class Host:
         self.proc = subprocess.Popen(["sleep", "600"], stdin=subprocess.DEVNULL)
         self.hostname = socket.gethostname()
         self._before = None
+        # How long the kernel may take to reap a dead jail's processes.
+        self.settle_s = 5.0
 
     def script(self, body: str) -> Path:
         """A hostile launch script in the fixture checkout, named with the marker; ``{dir}``, ``{file}``,
@@ -131,7 +133,7 @@ class Host:
         assert socket.gethostname() == self.hostname
         assert Path("/proc/sys/kernel/hostname").read_text().strip() == self.hostname
         assert not self.home_file.exists()
-        assert _wait_gone(self.marker) == [], "processes of the script outlived the import"
+        assert _wait_gone(self.marker, self.settle_s) == [], "processes of the script outlived the import"
         assert list(self.tmpdir.iterdir()) == [], "the importer's temp dir was left behind"
 
     def close(self) -> None:
@@ -216,6 +218,31 @@ def _rows(cap) -> List[str]:
 
 def test_jail_has_its_own_namespaces_and_no_capabilities(proven_jail):
     assert proven_jail
+
+
+def test_the_host_checks_notice_what_they_guard(host):
+    """The checks of the corpus can fail (shown without running any script): a changed canary,
+    a changed checkout, a process carrying the marker."""
+    host.script("echo hi\n")
+    host.file.write_text("changed\n")
+    with pytest.raises(AssertionError):
+        host.assert_untouched()
+    host.file.write_text("canary\n")
+    (host.slime / "README.md").write_text("changed\n")
+    with pytest.raises(AssertionError, match="slime checkout changed"):
+        host.assert_untouched()
+    (host.slime / "README.md").write_text("slime fixture readme\n")
+    stray = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)", host.marker])
+    try:
+        _wait_marked(host.marker, 1)
+        assert _marked(host.marker) == [stray.pid]
+        host.settle_s = 0.2
+        with pytest.raises(AssertionError, match="outlived"):
+            host.assert_untouched()
+    finally:
+        stray.kill()
+        stray.wait(timeout=10)
+    host.assert_untouched()
 
 
 def test_without_bwrap_the_import_refuses_and_runs_nothing(host, monkeypatch, capsys):

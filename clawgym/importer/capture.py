@@ -1,6 +1,8 @@
 """Run a launch script for real, with stand-ins, and read back what it would submit.
 
-The script runs under bash in a temporary directory laid out like its repository
+The script runs under bash inside the import's jail (:mod:`clawgym.importer.sandbox`:
+own namespaces, no capabilities, read-only views of the machine and the repository), in
+a temporary directory laid out like its repository
 (the directories on the way to the script are real, everything else is a symlink
 into the repository, so ``${SCRIPT_DIR}/models/x.sh`` or ``${SCRIPT_DIR}/slime``
 resolve as they would at home). Its PATH holds only:
@@ -17,8 +19,10 @@ nowhere is recorded by bash's ``command_not_found_handle`` (``python3 convert.py
 record which files the script sources and to take ``scripts/models/*.sh`` from the
 user's slime checkout (``--slime-root``).
 
-Every temporary path in what was recorded is mapped back to the repository, so the
-captured argv names the user's real files.
+Every temporary path in what was recorded is mapped back to the repository (and the jail's
+HOME to the user's), so the captured argv names the user's real files; the report names
+files written in HOME or /tmp as the script did (``~/x``, ``/tmp/x``), and writes the jail
+refused (read-only views) from the script's own error lines.
 """
 
 from __future__ import annotations
