@@ -74,6 +74,16 @@ def _marked(marker: str) -> List[int]:
     return pids
 
 
+def _describe(pid: int) -> str:
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+        cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError as exc:
+        return str(exc)
+    keep = [ln for ln in status.splitlines() if ln.split(":")[0] in ("State", "PPid", "NSpid")]
+    return cmd[:200] + " | " + " ".join(keep)
+
+
 def _wait_gone(marker: str, within: float = 5.0) -> List[int]:
     """The kernel kills a PID namespace's processes when its init exits; give it a moment."""
     deadline = time.monotonic() + within
@@ -148,7 +158,7 @@ class Host:
 @pytest.fixture(scope="module")
 def proven_jail(tmp_path_factory):
     """A harmless script shows the jail works: own namespaces, no capabilities, a read-only
-    checkout, PID 1. Hostile scripts run only once this passed."""
+    checkout, its own PID namespace (the script is PID 2, under the jail's guard). Hostile scripts run only once this passed."""
     try:
         sandbox.probe()
     except sandbox.SandboxError as exc:
@@ -160,7 +170,7 @@ def proven_jail(tmp_path_factory):
         #!/bin/bash
         for ns in user pid net uts ipc; do echo "ns $ns $(readlink /proc/self/ns/$ns)"; done
         grep -E '^Cap(Eff|Prm|Bnd):' /proc/self/status
-        echo "pid $$"
+        echo "pid $$ ppid $PPID"
         echo "procs $(ls /proc | grep -c '^[0-9]')"
         ( echo x > "$(dirname "$0")/../train.py" ) 2>&1 | sed 's/^/write /'
         echo "ifaces $(ls /sys/class/net 2>/dev/null | tr '\\n' ' ') $(cat /proc/net/dev | tail -n +3 | cut -d: -f1 | tr -d ' ' | tr '\\n' ' ')"
@@ -172,8 +182,9 @@ def proven_jail(tmp_path_factory):
     caps = [ln for ln in lines if ln.startswith("Cap")]
     if len(caps) != 3 or any(not ln.split()[1].strip("0") == "" for ln in caps):
         problems.append(f"capabilities left: {caps}")
-    if "pid 1" not in lines:
-        problems.append("the script is not PID 1 of its own PID namespace")
+    # PID 1 is the jail's guard (sandbox.GUARD), the script its only child.
+    if "pid 2 ppid 1" not in lines:
+        problems.append("the script is not the child of PID 1 of its own PID namespace")
     if not any(ln.startswith("write ") and "Read-only file system" in ln for ln in lines):
         problems.append("the checkout is writable from the jail")
     if (slime / "train.py").read_text().startswith("x"):
@@ -448,14 +459,16 @@ def test_interrupting_the_importer_ends_every_process_of_the_script(sig, host):
     """)
     child = _importer_child(script, host.tmpdir)
     try:
-        _wait_marked(host.marker, 3)
+        # The importer, bwrap, the guard, the script and its two loops.
+        _wait_marked(host.marker, 6)
         os.kill(child.pid, sig)
         child.wait(timeout=30)
     finally:
         if child.poll() is None:
             child.kill()
             child.wait(timeout=10)
-    assert _wait_gone(host.marker) == []
+    left = _wait_gone(host.marker)
+    assert left == [], [(pid, _describe(pid)) for pid in left] + [child.stderr.read().decode()[-3000:]]
     if sig == signal.SIGKILL:
         for leftover in host.tmpdir.iterdir():
             subprocess.run(["rm", "-rf", str(leftover)], check=True, timeout=30)

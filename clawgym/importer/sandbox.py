@@ -275,31 +275,154 @@ class Jail:
 
     def run(self, command: Sequence[str], *, env: Mapping[str, str], cwd: os.PathLike | str,
             timeout: float) -> Outcome:
-        """Run ``command`` in the jail; every process it started has ended when this returns."""
-        proc = subprocess.Popen(self.argv(command, cwd), env=dict(env), stdin=subprocess.DEVNULL,
-                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        """Run ``command`` in the jail; every process it started has ended when this returns.
+
+        Output is kept up to :data:`OUTPUT_LIMIT` bytes (the last ones): a script printing
+        without end fills no memory."""
+        # The lifeline: PID 1 of the jail (GUARD) holds its read end, only this process its write
+        # end. When the write end closes (we end the jail, or this process dies however it dies),
+        # PID 1 exits and the kernel kills the whole PID namespace. This covers what PDEATHSIG
+        # alone cannot: bwrap orphaned while it still sets the jail up.
+        life_r, life_w = os.pipe()
+        guard = [interpreter(), "-I", "-S", "-c", GUARD, str(life_r), *command]
         try:
-            out, _ = proc.communicate(timeout=timeout)
-            return Outcome(proc.returncode, out.decode(errors="replace"))
-        except subprocess.TimeoutExpired:
-            out = self._kill(proc)
-            return Outcome(-int(signal.SIGKILL), out + f"\n(clawgym import: timed out after {timeout:g} s)",
-                           timed_out=timeout)
+            proc = subprocess.Popen(self.argv(guard, cwd), env=dict(env), stdin=subprocess.DEVNULL,
+                                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT, pass_fds=(life_r,),
+                                    preexec_fn=_child_setup(os.getpid()))
+        except BaseException:
+            os.close(life_w)
+            raise
+        finally:
+            os.close(life_r)
+        out = _Tail()
+        try:
+            ended = out.read(proc, timeout)
+            if not ended:
+                self._kill(proc, out, life_w)
+                life_w = -1
+                return Outcome(-int(signal.SIGKILL), out.text() + f"\n(clawgym import: timed out after {timeout:g} s)",
+                               timed_out=timeout)
+            proc.wait()
         except BaseException:
             # Ctrl-C or any error of ours: the jail goes with us.
-            self._kill(proc)
+            if life_w != -1:
+                self._kill(proc, out, life_w)
+                life_w = -1
             raise
+        finally:
+            if life_w != -1:
+                os.close(life_w)
+        text = out.text()
+        if proc.returncode == 1 and text.startswith("bwrap: "):
+            # bwrap itself failed while making the jail (a view it could not mount): nothing ran.
+            raise SandboxError(f"the importer's sandbox could not be set up ({text.strip()}); the script "
+                               "was not run (nothing is run unconfined)")
+        return Outcome(proc.returncode, text)
 
     @staticmethod
-    def _kill(proc: "subprocess.Popen[bytes]") -> str:
-        # bwrap's child is PID 1 of the jail with --die-with-parent: killing bwrap kills it, and the
-        # kernel kills every process of its PID namespace.
+    def _kill(proc: "subprocess.Popen[bytes]", out: "_Tail", life_w: int) -> None:
+        # Closing the lifeline ends PID 1; killing bwrap (--die-with-parent) ends it too. Either
+        # way the kernel kills every process of the PID namespace, which closes the pipe.
+        os.close(life_w)
         proc.kill()
+        out.read(proc, _REAP_S)
         try:
-            out, _ = proc.communicate(timeout=_REAP_S)
+            proc.wait(timeout=_REAP_S)
         except subprocess.TimeoutExpired:
-            out = b""
-        return out.decode(errors="replace") if out else ""
+            pass
+
+
+#: PID 1 of the jail: runs the command as its child and exits when the command exits (with its
+#: status) or when the lifeline (fd argv[1]) closes, i.e. the importer ended the jail or died.
+#: Standard library only, run with -I -S by the base interpreter.
+GUARD = """\
+import os, select, sys
+life = int(sys.argv[1])
+pid = os.fork()
+if pid == 0:
+    os.close(life)
+    os.execv(sys.argv[2], sys.argv[2:])
+child = os.pidfd_open(pid)
+poll = select.poll()
+poll.register(life, select.POLLIN | select.POLLHUP)
+poll.register(child, select.POLLIN)
+while True:
+    ready = [fd for fd, _ in poll.poll()]
+    if child in ready:
+        code = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+        os._exit(code if code >= 0 else 128 - code)
+    if life in ready:
+        os._exit(137)
+"""
+
+
+#: Bytes of the script's output kept (the last ones).
+OUTPUT_LIMIT = 4 << 20
+#: Largest file the script may write (RLIMIT_FSIZE): launch scripts write small files, and a
+#: script writing without end must not fill the disk before its timeout.
+FILE_SIZE_LIMIT = 64 << 20
+_PR_SET_PDEATHSIG = 1
+
+
+def _child_setup(parent: int):
+    """What runs in the forked child before bwrap is executed: die with the importer from the
+    first instruction on (bwrap sets its own PDEATHSIG only later; a parent dying in between
+    would leave bwrap running), and per-process limits the jail inherits (no core dumps, no
+    huge files). Not RLIMIT_NPROC: it counts per user, and uid 0 is exempt."""
+    import ctypes
+    import resource
+
+    prctl = ctypes.CDLL(None, use_errno=True).prctl
+
+    def setup() -> None:
+        prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+        if os.getppid() != parent:  # the importer died before the prctl
+            os._exit(1)
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+        resource.setrlimit(resource.RLIMIT_FSIZE, (FILE_SIZE_LIMIT, FILE_SIZE_LIMIT))
+
+    return setup
+
+
+class _Tail:
+    """The last :data:`OUTPUT_LIMIT` bytes read from a process's stdout."""
+
+    def __init__(self) -> None:
+        self.buf = bytearray()
+        self.dropped = 0
+        self.eof = False
+
+    def read(self, proc: "subprocess.Popen[bytes]", within: float) -> bool:
+        """Read until EOF (True) or ``within`` seconds passed (False)."""
+        import selectors
+        import time
+
+        if self.eof or proc.stdout is None:
+            return True
+        deadline = time.monotonic() + within
+        fd = proc.stdout.fileno()
+        with selectors.DefaultSelector() as sel:
+            sel.register(fd, selectors.EVENT_READ)
+            while True:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                if not sel.select(timeout=min(left, 1.0)):
+                    continue
+                chunk = os.read(fd, 1 << 16)
+                if not chunk:
+                    self.eof = True
+                    proc.stdout.close()
+                    return True
+                self.buf += chunk
+                if len(self.buf) > OUTPUT_LIMIT:
+                    cut = len(self.buf) - OUTPUT_LIMIT
+                    del self.buf[:cut]
+                    self.dropped += cut
+
+    def text(self) -> str:
+        head = f"(clawgym import: {self.dropped} bytes of earlier output not kept)\n" if self.dropped else ""
+        return head + self.buf.decode(errors="replace")
 
 
 #: What a tool prints when the jail refused a write (strerror(EROFS), the script runs with LANG=C.UTF-8).
