@@ -173,6 +173,9 @@ def proven_jail(tmp_path_factory):
         echo "pid $$ ppid $PPID"
         echo "procs $(ls /proc | grep -c '^[0-9]')"
         ( echo x > "$(dirname "$0")/../train.py" ) 2>&1 | sed 's/^/write /'
+        for f in /proc/sys/kernel/core_pattern /proc/sys/vm/drop_caches /proc/self/oom_score_adj; do
+          [ -w "$f" ] && echo "global-write $f"   # an access check only: nothing is written
+        done
         echo "ifaces $(ls /sys/class/net 2>/dev/null | tr '\\n' ' ') $(cat /proc/net/dev | tail -n +3 | cut -d: -f1 | tr -d ' ' | tr '\\n' ' ')"
     """))
     cap = run_script(script, timeout=TIMEOUT)
@@ -189,6 +192,9 @@ def proven_jail(tmp_path_factory):
         problems.append("the checkout is writable from the jail")
     if (slime / "train.py").read_text().startswith("x"):
         problems.append("the jail wrote the real checkout")
+    # The jail runs as the host's uid 0; sysctls check only that uid (kernel.core_pattern would be
+    # a way out), so /proc is read-only as a whole.
+    problems += [f"writable from the jail: {ln.split()[1]}" for ln in lines if ln.startswith("global-write ")]
     nets = [ln for ln in lines if ln.startswith("ifaces")]
     if not nets or set(nets[0].split()[1:]) - {"lo"}:
         problems.append(f"network interfaces besides loopback: {nets}")

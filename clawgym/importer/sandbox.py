@@ -140,7 +140,10 @@ def _system_view() -> List[str]:
     for d in HIDDEN_DIRS:
         if os.path.isdir(d):
             args += ["--tmpfs", d]
-    return args + ["--proc", "/proc", "--dev", "/dev"]
+    # /proc read-only as a whole: the jail's processes run as uid 0 of the host (root maps
+    # itself into the user namespace), and sysctls such as kernel.core_pattern check only that
+    # uid on write (bwrap 0.8 covers /proc/irq and /proc/bus, not /proc/sys).
+    return args + ["--proc", "/proc", "--remount-ro", "/proc", "--dev", "/dev"]
 
 
 def _confine(bwrap: str) -> List[str]:
