@@ -400,6 +400,36 @@ def test_home_writes_land_in_the_jail_and_are_reported_as_the_script_named_them(
     host.assert_untouched()
 
 
+def test_links_planted_in_the_import_dir_are_not_followed_by_the_importer(host):
+    """The script can change its own import dir; the importer (root, outside the jail) reads it
+    back without following a link to the host: the call log, HOME and the mirror."""
+    script = host.script("""\
+        ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+        cd /
+        /bin/ln -sf {file} "$CLAWGYM_IMPORT_LOG"
+        /bin/rm -rf "$HOME" && /bin/ln -s {dir} "$HOME"
+        /bin/rm -rf "$ROOT" && /bin/ln -s {dir} "$ROOT"
+    """)
+    cap = run_script(script, timeout=TIMEOUT)
+    rows = _rows(cap)
+    assert not any("keep.txt" in r or "deep.txt" in r for r in rows), rows
+    assert any("call log" in r for r in rows), rows
+    assert cap.calls == []
+    host.assert_untouched()
+
+
+def test_a_forged_call_log_is_reported_not_trusted_blindly(host):
+    script = host.script("""\
+        echo 'not json' >> "$CLAWGYM_IMPORT_LOG"
+        echo '{"tool": "ray", "argv": "job submit"}' >> "$CLAWGYM_IMPORT_LOG"
+        echo x
+    """)
+    cap = run_script(script, timeout=TIMEOUT)
+    assert cap.calls == [] and cap.forged_log_lines == 2
+    assert any("line(s) into the importer's call log" in r for r in _rows(cap))
+    host.assert_untouched()
+
+
 # ---------------------------------------------------------------- item 2: nothing outlives the import
 
 

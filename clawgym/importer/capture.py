@@ -200,6 +200,8 @@ class Capture:
     timed_out: Optional[float] = None
     # Files written in its HOME or /tmp, as the script named them (~/x, /tmp/x).
     written_elsewhere: List[str] = field(default_factory=list)
+    # Lines of the call log that were not the recorder's (the script wrote to the log itself).
+    forged_log_lines: int = 0
     # Output lines where the jail refused a write (the repository and the system are read-only).
     refused_writes: List[str] = field(default_factory=list)
 
@@ -313,7 +315,9 @@ def _mirror(repo: Path, script: Path, tmp_root: Path) -> Path:
 def _tree_state(root: Path) -> Dict[str, Tuple[int, int]]:
     """(size, mtime) of every regular file and symlink under root, not following symlinks
     (a link of the mirror replaced or removed is a write or a deletion of the repository's file)."""
-    state = {}
+    state: Dict[str, Tuple[int, int]] = {}
+    if root.is_symlink():  # the script replaced the layout by a link: not followed
+        return state
     for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
         for name in filenames:
             p = Path(dirpath) / name
@@ -433,7 +437,7 @@ def run_script(script: Path, *, slime_root: Optional[Path] = None, env: Optional
         after = _tree_state(root)
         written = sorted(p for p, st in after.items() if before.get(p) != st)
         deleted = sorted(p for p in before if p not in after)
-        calls = [json.loads(line) for line in log.read_text().splitlines() if line.strip()] if log.exists() else []
+        calls, bad_lines = sandbox.read_log(log)
         # Jail paths back to what the script named: the mirror is the repository; HOME is the
         # user's home for what the job would see, ``~`` in what the report prints.
         real_home = os.path.expanduser("~")
@@ -446,6 +450,7 @@ def run_script(script: Path, *, slime_root: Optional[Path] = None, env: Optional
             returncode=outcome.returncode, output=output, written=written, deleted=deleted,
             timed_out=outcome.timed_out,
             written_elsewhere=jail.written(), refused_writes=sandbox.refused_writes(output),
+            forged_log_lines=bad_lines,
         )
         for c in calls:
             c = _map_back(c, to_real)
@@ -519,6 +524,9 @@ def classify(capture: Capture, allowed_write_dirs: Sequence[str] = ()) -> List[T
                                       "delete files)"))
     for shown in capture.written_elsewhere:
         rows.append(("inexpressible", f"the script writes {shown} (a file an experiment cannot create)"))
+    if capture.forged_log_lines:
+        rows.append(("inexpressible", f"the script wrote {capture.forged_log_lines} line(s) into the importer's "
+                                      "call log that the stand-ins did not (the capture cannot be trusted)"))
     for line in capture.refused_writes:
         rows.append(("inexpressible", f"the script writes outside its folders, refused by the import's "
                                       f"read-only view: {line}"))

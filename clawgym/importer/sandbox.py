@@ -32,6 +32,7 @@ point at one that is missing).
 from __future__ import annotations
 
 import functools
+import json
 import os
 import re
 import shutil
@@ -184,8 +185,11 @@ class Outcome:
 
 
 def _tree(root: Path) -> Dict[str, Tuple[int, int]]:
-    """(size, mtime) of the regular files under root, not following symlinks."""
+    """(size, mtime) of the regular files under root, not following symlinks (root included: the
+    script may have replaced its HOME by a link to the host's /)."""
     out: Dict[str, Tuple[int, int]] = {}
+    if os.path.islink(root) or not os.path.isdir(root):
+        return out
     for dirpath, _dirs, files in os.walk(root, followlinks=False):
         for name in files:
             p = Path(dirpath) / name
@@ -426,6 +430,42 @@ class _Tail:
     def text(self) -> str:
         head = f"(clawgym import: {self.dropped} bytes of earlier output not kept)\n" if self.dropped else ""
         return head + self.buf.decode(errors="replace")
+
+
+#: Largest call log read back (the recorder appends one line per stand-in call).
+LOG_LIMIT = 64 << 20
+_RECORD_KEYS = {"tool": str, "argv": list, "cwd": str, "env": dict}
+
+
+def read_log(path: Path) -> Tuple[List[Dict[str, object]], int]:
+    """The recorder's call log, read as untrusted input: the script can write it (it runs in the
+    jail too). Returns (records, lines that were not a record). A log the script replaced by a
+    link, a FIFO or a device is not followed or read."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return [], (1 if os.path.islink(path) else 0)
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+            return [], 1
+        data = f.read(LOG_LIMIT)
+    records: List[Dict[str, object]] = []
+    bad = 0
+    for line in data.decode(errors="replace").splitlines():
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            bad += 1
+            continue
+        if (isinstance(rec, dict) and all(isinstance(rec.get(k), t) for k, t in _RECORD_KEYS.items())
+                and all(isinstance(a, str) for a in rec["argv"])
+                and all(isinstance(k, str) and isinstance(v, str) for k, v in rec["env"].items())):
+            records.append(rec)
+        else:
+            bad += 1
+    return records, bad
 
 
 #: What a tool prints when the jail refused a write (strerror(EROFS), the script runs with LANG=C.UTF-8).
