@@ -9,19 +9,30 @@ run for real. So the script runs under bubblewrap (``bwrap``, Debian package
   every capability dropped; no further user namespaces inside. The script's ``kill``
   (builtin, ``command kill``, ``/bin/kill``, python) cannot reach a process outside:
   none is visible. ``hostname NAME`` changes nothing (no CAP_SYS_ADMIN, own UTS).
-* the script is PID 1 of its namespace (``--as-pid-1``): when it exits, or the jail is
-  killed, the kernel kills every process it started (backgrounded, double-forked, all of
-  them). ``--die-with-parent``: when the importer dies (Ctrl-C, SIGKILL), so does the jail.
+* PID 1 of the jail is a small guard (:data:`GUARD`, ``--as-pid-1``) whose only child is the
+  script. The guard exits when the script exits, or when its lifeline (a pipe only the
+  importer can write) closes: the importer ended the jail (timeout, Ctrl-C) or died, even
+  by SIGKILL, even while bwrap was still setting up. When PID 1 exits, the kernel kills
+  every process of the namespace (backgrounded, ``setsid``, double-forked, all of them).
+  ``--die-with-parent`` and a PDEATHSIG set before bwrap is executed do the same from
+  the outside.
 * a filesystem of read-only views: the system directories (``/usr``, ``/etc`` without
   its secrets, the ``/bin``-style links), the importer's Python and its recorder, and
   the directories the caller names (the script's repository, the slime checkout). The
   root itself is read-only. Writable: the jail's own folder (the mirror of the checkout,
   ``HOME``) and a private ``/tmp``; both live in one host temp dir removed afterwards.
   Sockets of the host (Docker's, munge's, Ray's under /tmp) are not in the view.
-* no network but loopback; stdin is /dev/null; a new session (no terminal to inject into).
+* ``/proc`` is the jail's own and read-only as a whole; no ``/sys``. Run by root, the jail's
+  processes are the host's uid 0 (without capabilities), and a few kernel interfaces check
+  only that uid (sysctls such as ``kernel.core_pattern``): none of them is writable here.
+* no network but loopback; stdin is /dev/null; a new session (no terminal to inject into);
+  no core dumps; no file over :data:`FILE_SIZE_LIMIT`; output kept up to :data:`OUTPUT_LIMIT`.
+* what the importer reads back from the jail's folder (the call log, HOME, the mirror) is
+  untrusted: no link is followed, the log's records are validated (:func:`read_log`).
 
-What the jail does not do: limit CPU or memory (the timeout bounds the time; a script can
-use the machine's cores and memory until then), or hide what is readable in the views.
+What the jail does not do: limit CPU, memory, processes or disk (the timeout bounds the
+time; until then a script can use the machine's cores, memory and its temp dir's disk), or
+hide what is readable in the views.
 
 When bwrap is missing or the kernel refuses the namespaces, :class:`Jail` raises
 :class:`SandboxError` naming what is missing; the script is never run unconfined (there
