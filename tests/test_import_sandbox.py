@@ -305,6 +305,24 @@ def test_refused_namespaces_make_the_import_refuse(bare_host, monkeypatch, capsy
     bare_host.assert_untouched()
 
 
+def test_a_script_whose_repository_is_a_shared_folder_is_refused(host, capsys):
+    """A script lying loose in the temp dir (its repository would be all of /tmp, with other
+    programs' sockets): refused, not run."""
+    import tempfile
+
+    loose = Path(tempfile.gettempdir()) / f"loose-{host.marker}.sh"
+    loose.write_text(f"echo ran > ~/{host.home_file.name}\n")
+    host.script("echo unused\n")
+    try:
+        with pytest.raises(CaptureError, match="folder the machine shares"):
+            run_script(loose, timeout=TIMEOUT)
+        code, out = _import(loose, capsys)
+        assert code == 2 and "the script was not run" in out, out
+    finally:
+        loose.unlink()
+    host.assert_untouched()
+
+
 @pytest.mark.parametrize("name", ["PATH", "HOME", "CLAWGYM_IMPORT_PY", "CLAWGYM_IMPORT_LOG", "BASH_FUNC_kill%%"])
 def test_env_cannot_replace_the_importers_own_variables(name, host, capsys):
     value = "/usr/bin:/bin" if name == "PATH" else str(host.dir)

@@ -27,6 +27,7 @@ refused (read-only views) from the script's own error lines.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -35,7 +36,7 @@ import stat
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 from clawgym import secrets
 from clawgym.importer import sandbox
@@ -371,7 +372,9 @@ DEFAULT_TIMEOUT = 120.0
 
 def run_script(script: Path, *, slime_root: Optional[Path] = None, env: Optional[Mapping[str, str]] = None,
                timeout: float = DEFAULT_TIMEOUT) -> Capture:
-    """Run ``script`` with stand-ins and return what it did.
+    """Run ``script`` with stand-ins, in the import's jail, and return what it did.
+
+    Raises :class:`CaptureError` when no jail can be made (the script is then not run).
 
     ``env`` is the environment the script sees besides PATH/HOME (default: nothing, so
     the script's own defaults apply). ``slime_root`` is the slime checkout whose
@@ -391,14 +394,12 @@ def run_script(script: Path, *, slime_root: Optional[Path] = None, env: Optional
     models = slime / "scripts" / "models"
 
     env = {str(k): str(v) for k, v in (env or {}).items()}
-    try:
+    with _refusals():
         sandbox.check_env(env)
         jail = sandbox.Jail()
-    except sandbox.SandboxError as exc:
-        raise CaptureError(str(exc)) from None
     # Secret values the user gave are masked in every report from here on.
     secrets.remember(secrets.named_secrets(env).values())
-    with jail:
+    with jail, _refusals():
         tmp_path = jail.dir
         root = tmp_path / "checkout"
         copy = _mirror(repo, script, root)
@@ -458,6 +459,16 @@ def run_script(script: Path, *, slime_root: Optional[Path] = None, env: Optional
             capture.calls.append(Call(c["tool"], c["argv"], c["cwd"], c["env"]))
         _remember_secrets(capture)
         return capture
+
+
+@contextlib.contextmanager
+def _refusals() -> Iterator[None]:
+    """The jail's refusals (no sandbox here, a reserved --env name, a shared folder as the
+    repository) as the capture's own error: the script was not run."""
+    try:
+        yield
+    except sandbox.SandboxError as exc:
+        raise CaptureError(str(exc)) from None
 
 
 def _remember_secrets(capture: Capture) -> None:
