@@ -3,11 +3,12 @@
 The script runs under bash in a sandbox (bubblewrap: its own user, PID, network and
 UTS namespaces, read-only views of the machine and its checkout) with recording
 stand-ins (nothing is killed, started or submitted); what it would submit is turned
-into an experiment config that picks the closest model / gpu_layout / trainer / sandbox options and sets every remaining flag
-and variable. The experiment is then composed, planned and compared with the script
-dest by dest (argparse semantics) and variable by variable. Exit status: 0 when the
-experiment launches the same run, 1 when anything differs or cannot be expressed
-(a table says what), 2 when nothing could be imported.
+into an experiment config that picks the closest model / gpu_layout / trainer /
+sandbox options and sets every remaining flag and variable. The experiment is then
+composed, planned and compared with the script dest by dest (argparse semantics) and
+variable by variable. Exit status: 0 when the experiment launches the same run, 1 when
+anything differs or cannot be expressed (a table says what), 2 when nothing could be
+imported.
 """
 
 from __future__ import annotations
