@@ -158,6 +158,15 @@ def _system_view() -> List[str]:
     return args + ["--proc", "/proc", "--remount-ro", "/proc", "--dev", "/dev"]
 
 
+def _python_views() -> List[str]:
+    """What the importer's base Python needs in the jail (outside the system dirs)."""
+    out: List[str] = []
+    for p in (os.path.dirname(interpreter()), os.path.realpath(sys.base_prefix)):
+        if p not in out and not any(p == d or p.startswith(d + "/") for d in SYSTEM_DIRS):
+            out.append(p)
+    return sorted(out, key=lambda p: p.count("/"))
+
+
 def _confine(bwrap: str) -> List[str]:
     return [*CONFINE, *(["--disable-userns"] if _disable_userns_supported(bwrap) else []), "--as-pid-1"]
 
@@ -169,9 +178,13 @@ def probe(bwrap: Optional[str] = None) -> str:
     bwrap = bwrap or bwrap_path()
     key = bwrap
     if key not in _PROBED:
-        true = shutil.which("true", path="/usr/bin:/bin") or "/usr/bin/true"
+        # The jail's PID 1 is the importer's Python: prove that it starts in there too.
+        views: List[str] = []
+        for p in _python_views():
+            views += ["--ro-bind", p, p]
         try:
-            out = subprocess.run([bwrap, *_confine(bwrap), *_system_view(), "--remount-ro", "/", "--", true],
+            out = subprocess.run([bwrap, *_confine(bwrap), *_system_view(), *views, "--remount-ro", "/", "--",
+                                  interpreter(), "-I", "-S", "-c", "pass"],
                                  capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
             _PROBED[key] = None if out.returncode == 0 else (out.stderr.strip() or f"exit status {out.returncode}")
         except (OSError, subprocess.SubprocessError) as exc:
@@ -233,8 +246,8 @@ class Jail:
         self._readonly: List[str] = []
         self._readonly_here: List[str] = []
         self._before: Dict[str, Dict[str, Tuple[int, int]]] = {}
-        self.readonly(os.path.dirname(interpreter()))
-        self.readonly(os.path.realpath(sys.base_prefix))
+        for p in _python_views():
+            self.readonly(p)
 
     def __enter__(self) -> "Jail":
         return self
