@@ -492,6 +492,22 @@ def test_background_processes_end_when_the_script_ends(host):
     host.assert_untouched()
 
 
+def test_a_flood_of_output_or_a_huge_file_is_bounded(host):
+    """Output is kept up to its last 4 MiB; no file over 64 MiB is written (the writer gets SIGXFSZ)."""
+    script = host.script("""\
+        /usr/bin/head -c 12000000 /dev/zero | /usr/bin/tr '\\0' 'x'
+        echo
+        /usr/bin/head -c 80000000 /dev/zero > ~/big.bin
+        /usr/bin/stat -c 'big %s' ~/big.bin
+    """)
+    cap = run_script(script, timeout=60)
+    assert cap.timed_out is None, cap.output[-2000:]
+    assert "bytes of earlier output not kept" in cap.output
+    assert len(cap.output) < sandbox.OUTPUT_LIMIT + 10_000
+    assert f"big {sandbox.FILE_SIZE_LIMIT}" in cap.output
+    host.assert_untouched()
+
+
 def test_timeout_must_be_positive(host, capsys):
     script = host.script("echo hi\n")
     code, out = _import(script, capsys, "--timeout", "0")
