@@ -477,8 +477,12 @@ def _remember_secrets(capture: Capture) -> None:
     for c in capture.calls:
         secrets.remember(secrets.named_secrets(c.env).values())
     for sub in capture.submits:
-        secrets.remember(secrets.named_secrets(sub.env_vars).values())
         secrets.remember(secrets.argv_secrets(sub.entrypoint))
+        try:
+            env_vars = sub.env_vars
+        except (ValueError, AttributeError):  # a runtime env that is not JSON: the import names it later
+            continue
+        secrets.remember(secrets.named_secrets(env_vars).values())
 
 
 #: How the report names what a recorded command was.
