@@ -108,8 +108,13 @@ def _in_choices(flag: Flag, converted: Any, text: str) -> bool:
         if choice == converted or (isinstance(choice, str) and choice == text):
             return True
         if isinstance(choice, (int, float)) and not isinstance(choice, bool) and isinstance(converted, (int, float)) \
-                and not isinstance(converted, bool) and math.isclose(choice, converted):
-            return True
+                and not isinstance(converted, bool):
+            try:
+                if math.isclose(choice, converted):
+                    return True
+            except OverflowError:
+                # An int too large for a float (400 digits) equals no choice.
+                continue
     return False
 
 

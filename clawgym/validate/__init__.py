@@ -14,12 +14,12 @@ from __future__ import annotations
 
 from typing import List
 
-from clawgym.validate.core import ConfigError, Rule, Violation, validate, violations
-from clawgym.validate import batches, cluster, flags, memory, model, names, rollout, secrets, topology
+from clawgym.validate.core import ConfigError, Rule, Violation, check, format_warnings, validate, violations, warnings
+from clawgym.validate import batches, cluster, flags, memory, model, names, rollout, secrets, topology, values
 from clawgym.validate.names import NAME_MAX, longest_derived_name, name_problem, runs_below
 
 LOCAL_RULES: List[Rule] = [
-    topology.rule_gpu_counts_positive, topology.rule_trainer_matches_colocation, model.rule_model_sizes_positive,
+    values.rule_numbers_sane, topology.rule_gpu_counts_positive, topology.rule_trainer_matches_colocation, model.rule_model_sizes_positive,
     model.rule_query_groups_divide_heads, model.rule_moe_complete, model.rule_model_family_fields,
     batches.rule_rollout_sizes_positive, batches.rule_temperature_positive, batches.rule_context_exceeds_response,
     batches.rule_eps_clip_order, batches.rule_kl_choices, topology.rule_perf_sizes_positive,
@@ -37,5 +37,5 @@ CROSS_RULES: List[Rule] = [
     cluster.rule_cluster, memory.rule_colocate_needs_offload,
 ]
 
-__all__ = ["ConfigError", "Violation", "validate", "violations", "LOCAL_RULES", "CROSS_RULES", "NAME_MAX",
+__all__ = ["ConfigError", "Violation", "check", "format_warnings", "validate", "violations", "warnings", "LOCAL_RULES", "CROSS_RULES", "NAME_MAX",
            "longest_derived_name", "name_problem", "runs_below"]
