@@ -120,7 +120,9 @@ def rule_expert_parallel_needs_experts(v: _Collector) -> None:
               f"expert parallelism ({ep}) on a dense model: Megatron's validate_args needs num_experts",
               "set perf.expert_parallel=1 (or choose a MoE model)")
     elif experts % ep:
-        fix = _nearest(_divisors(experts), ep)
+        sizes = _sizes(v)
+        fits = [d for d in _divisors(experts) if sizes is None or sizes[0] % (sizes[5] * d * sizes[2]) == 0]
+        fix = _nearest(fits or [1], ep)
         v.add("expert-parallel-divides-experts", ["perf.expert_parallel", "model.num_experts"],
               f"expert parallel ranks hold equal shares of the {experts} experts: {experts} % EP {ep} != 0",
               f"set perf.expert_parallel={fix}")
@@ -151,7 +153,9 @@ def rule_pipeline_divides_layers(v: _Collector) -> None:
     counted = layers + bool(t.get("--account-for-embedding-in-pipeline-split")) + \
         bool(t.get("--account-for-loss-in-pipeline-split"))
     if counted % pp:
-        fix = _nearest([d for d in _divisors(counted)], pp)
+        sizes = _sizes(v)
+        fits = [d for d in _divisors(counted) if sizes is None or sizes[0] % (sizes[1] * d * sizes[3]) == 0]
+        fix = _nearest(fits or [1], pp)
         v.add("pipeline-divides-layers", ["perf.pipeline_parallel", "model.num_layers"],
               f"each pipeline stage holds the same number of layers: {counted} % PP {pp} != 0",
               f"set perf.pipeline_parallel={fix}")
@@ -188,10 +192,12 @@ def rule_context_parallel_divides_seq_length(v: _Collector) -> None:
         return
     seq = _int(t.get("--seq-length")) or 4096
     if seq % (2 * cp):
-        fits = [c for c in range(1, 2 * cp + 1) if seq % (2 * c) == 0]
+        sizes = _sizes(v)
+        fits = [c for c in range(1, 2 * cp + 1) if seq % (2 * c) == 0
+                and (sizes is None or sizes[0] % (sizes[1] * sizes[2] * c) == 0)]
         v.add("context-parallel-divides-seq-length", ["perf.context_parallel", "model.seq_length"],
               f"Megatron splits each sequence into 2 x CP chunks: seq_length {seq} % (2 x {cp}) != 0",
-              f"set perf.context_parallel={_nearest(fits, cp)}, or model.seq_length to a multiple of {2 * cp}")
+              f"set perf.context_parallel={_nearest(fits or [1], cp)}, or model.seq_length to a multiple of {2 * cp}")
 
 
 # ---------------------------------------------------------------- TransformerConfig
