@@ -389,16 +389,19 @@ def rule_rollout_engines(v: _Collector) -> None:
         return
     unit = min(tp, per_node)
     engines = gpus // unit
+    heads = _int(v.c["model"]["num_attention_heads"]) or 1
+    # Engine sizes that tile the rollout GPUs and hold whole heads (without DP attention).
+    tiling = [d for d in _divisors(gpus) if heads % d == 0 and d <= per_node] or [1]
     if engines == 0:
         v.add("rollout-engine-fits", ["sglang.tp", "gpu_layout.rollout_gpus"],
               f"an SGLang engine takes {unit} GPUs; {gpus} rollout GPUs hold none (clawgym refuses it: the run "
               "would start and never generate)",
-              f"set sglang.tp={_nearest(_divisors(gpus), tp)} or gpu_layout.rollout_gpus={unit}")
+              f"set sglang.tp={_nearest(tiling, tp)} or gpu_layout.rollout_gpus={unit}")
     elif gpus % unit:
         v.warn("sglang-tp-divides-rollout-gpus", ["sglang.tp", "gpu_layout.rollout_gpus"],
                f"{engines} engine(s) of {unit} GPUs use {engines * unit} of the {gpus} rollout GPUs; "
                f"{gpus - engines * unit} stay idle",
-               f"set sglang.tp={_nearest(_divisors(gpus), tp)} or gpu_layout.rollout_gpus={engines * unit}")
+               f"set sglang.tp={_nearest(tiling, tp)} or gpu_layout.rollout_gpus={engines * unit}")
 
 
 # ---------------------------------------------------------------- SGLang
