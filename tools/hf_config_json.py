@@ -22,7 +22,9 @@ UNKNOWN_WINDOW = 1 << 20
 USED: dict = {}
 
 
-def config_json(model: dict) -> dict:
+def config_json(model: dict, defaults: dict) -> dict:
+    """``defaults``: the trainer's own defaults (its flag registry) for fields the zoo leaves
+    unset (null = the trainer's default, so the checkpoint is written with what the trainer uses)."""
     import transformers as T
 
     from gen_param_counts import hf_config
@@ -41,12 +43,15 @@ def config_json(model: dict) -> dict:
         note = (note + "; " if note else "") + "written as a LlamaConfig with the model's dimensions"
         cls = None
     data = cfg.to_dict()
-    if model.get("norm_epsilon") is not None:
-        data["rms_norm_eps"] = model["norm_epsilon"]
-    if model.get("rotary_base") is not None:
-        data["rope_theta"] = model["rotary_base"]
+    eps = model["norm_epsilon"] if model.get("norm_epsilon") is not None else \
+        defaults.get("norm_epsilon", defaults.get("layernorm_epsilon"))
+    if eps is not None:
+        data["rms_norm_eps"] = eps
+    theta = model["rotary_base"] if model.get("rotary_base") is not None else defaults.get("rotary_base")
+    if theta is not None:
+        data["rope_theta"] = theta
         if isinstance(data.get("rope_parameters"), dict):
-            data["rope_parameters"]["rope_theta"] = model["rotary_base"]
+            data["rope_parameters"]["rope_theta"] = theta
     if not data.get("architectures"):
         # What a checkpoint's config.json names (SGLang picks its model class by it).
         data["architectures"] = [cls.__name__ if cls is not None else "LlamaForCausalLM"]

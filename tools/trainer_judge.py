@@ -183,7 +183,12 @@ class _Judge:
         from slime.backends.sglang_utils import sglang_engine
 
         self.sglang_engine = sglang_engine
-        self.model_config_writer = None
+        # The trainer's defaults for architecture fields the zoo may leave unset, from the flavour's
+        # flag registry (generated from this same parser by tools/gen_flag_registry.py).
+        registry = os.path.join(os.path.dirname(HERE), "clawgym", "registry", "data", f"{ns.flavour}.json")
+        with open(registry) as f:
+            actions = json.load(f)["actions"]
+        self.defaults = {a["dest"]: a["default"] for a in actions if a["dest"] in ("norm_epsilon", "layernorm_epsilon", "rotary_base")}
 
     @staticmethod
     def _reached(*a, **kw):
@@ -248,6 +253,11 @@ class _Judge:
                 os.environ.clear()
                 os.environ.update(saved_env)
                 self._reset()
+            for key in ("message", "traceback"):
+                if isinstance(out.get(key), str):
+                    out[key] = out[key].replace(root, self.ns.path_root)
+            if out.get("where"):
+                out["where"]["code"] = out["where"]["code"].replace(root, self.ns.path_root)
         out["seconds"] = round(time.monotonic() - t0, 3)
         return out
 
@@ -255,7 +265,7 @@ class _Judge:
         """The checkpoint dirs the argv names, each with the config.json of the model's architecture."""
         from hf_config_json import config_json
 
-        data = config_json(model)
+        data = config_json(model, self.defaults)
         for flag in ("--hf-checkpoint", "--ref-load"):
             if flag in argv:
                 path = argv[argv.index(flag) + 1]
