@@ -38,8 +38,10 @@ _REMEMBERED: List[str] = []
 
 def names_secret(name: str) -> bool:
     """True when a flag's dest or option string names a secret (``router_api_key``, ``--x-password``)."""
-    return bool(_SECRET_WORDS.search(name.lstrip("-").lower())) and not name.lower().endswith(("_path", "-path",
-                                                                                              "_file", "-file"))
+    low = name.lower()
+    if "key" not in low and "pass" not in low and "secret" not in low and "token" not in low:
+        return False  # the common case, without a regex
+    return bool(_SECRET_WORDS.search(low.lstrip("-"))) and not low.endswith(("_path", "-path", "_file", "-file"))
 
 
 def secret_options(flavour: Optional[str] = None) -> tuple:
@@ -56,9 +58,12 @@ def secret_options(flavour: Optional[str] = None) -> tuple:
                 reg = load_registry(fl)
             except RegistryError:
                 continue
-            for flag in reg.actions:
-                if names_secret(flag.dest) or any(names_secret(o) for o in flag.option_strings):
-                    found.update(flag.option_strings)
+            # The raw records, not Flag objects: this runs in every validation that has args or extra_args.
+            for raw in getattr(reg, "_raw", None) or reg.actions:
+                dest = raw.get("dest", "") if isinstance(raw, dict) else raw.dest
+                opts = raw.get("option_strings", ()) if isinstance(raw, dict) else raw.option_strings
+                if names_secret(str(dest)) or any(names_secret(str(o)) for o in opts):
+                    found.update(opts)
         _SECRET_OPTIONS[key] = tuple(sorted(found))
     return _SECRET_OPTIONS[key]
 
