@@ -35,7 +35,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 from clawgym.pipeline import (EXIT_INTERRUPTED, EXIT_REFUSED, FAILED, QUEUED, RUNNING, STOPPED, SUCCEEDED, Pipeline,
                               PipelineJob, PipelineOptions, Refused, fmt_duration, say, summary_table)
 from clawgym.plan import LaunchPlan, build_plan
-from clawgym.validate import ConfigError, violations
+from clawgym.validate import ConfigError, check
 
 #: Longest default run name; longer ones are cut and get a hash so they stay distinct.
 MAX_NAME = 150
@@ -322,10 +322,20 @@ class SweepSession:
     def check_all(self) -> None:
         """Validate and plan every job, then refuse shared names; raises SweepRefused."""
         reports = []
+        warned = []
         for j in self.jobs:
-            found = violations(j.task_cfg)
+            found, warns = check(j.task_cfg)
             if found:
                 reports.append(ConfigError(found, context=f"sweep job #{j.num}: {j.label}").report())
+            elif warns:
+                from clawgym.validate import format_warnings
+
+                warned.append(f"sweep job #{j.num}: {j.label}\n" + format_warnings(warns))
+        if warned and not reports:
+            # Warnings never refuse: printed once per job, before anything starts.
+            from clawgym.app import say
+
+            say("\n".join(warned))
         if reports:
             n = len(reports)
             raise SweepRefused(f"clawgym: sweep refused, {n} of {len(self.jobs)} job{'s' if len(self.jobs) != 1 else ''}"

@@ -190,7 +190,11 @@ def _all(cfg: DictConfig | Mapping[str, Any], *, environ: Optional[Mapping[str, 
     # Secret values typed into extra_args are masked in every later report of this process too.
     try:
         remember(argv_secrets(c["extra_args"]))
-    except (KeyError, TypeError):
+        # ... and those smuggled into an args.* list (args.data_path=[--wandb-key,VALUE]).
+        for value in (c.get("args") or {}).values():
+            if isinstance(value, list):
+                remember(argv_secrets([x for x in value if not isinstance(x, (list, dict))]))
+    except (KeyError, TypeError, AttributeError):
         pass
     from clawgym.validate import CROSS_RULES, LOCAL_RULES
 

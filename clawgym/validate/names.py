@@ -85,6 +85,32 @@ def rule_names(v: _Collector) -> None:
                   "shorten that part of paths.save (or run_name, when paths.save derives from it)")
 
 
+def rule_paths_absolute(v: _Collector) -> None:
+    """Every path the job uses is absolute: the Ray job runs in a temporary working dir of Ray's
+    (deleted when the head stops), so a relative save dir would lose the checkpoints there."""
+    paths = v.c.get("paths") or {}
+    keys = [f"paths.{k}" for k in paths] + ["checkpoint.load"]
+    for key in keys:
+        group, name = key.split(".")
+        value = (v.c.get(group) or {}).get(name)
+        if value is None or (key == "checkpoint.load"):
+            if value is None or os.path.isabs(str(value)):
+                continue
+        if not isinstance(value, str) or not value.strip():
+            v.add("paths-absolute", [key], f"{key} is empty: every path the job uses must name a folder",
+                  f"set {key} to an absolute path" + (" (e.g. the ClawGym-RL checkout)" if key == "paths.root" else ""))
+            continue
+        if os.path.isabs(value):
+            continue
+        # Derived keys follow paths.root: report the source once.
+        if key != "paths.root" and not os.path.isabs(str(paths.get("root") or "")):
+            continue
+        v.add("paths-absolute", [key],
+              f"{key} is relative ({value!r}); the job runs in Ray's temporary working dir, where relative paths "
+              "point (checkpoints written there are deleted with it)",
+              f"set {key}={os.path.abspath(os.path.expanduser(value))}")
+
+
 def rule_save_interval_needs_save(v: _Collector) -> None:
     if v.c["checkpoint"]["save_interval"] is not None and not v.c["paths"]["save"]:
         v.add("save-interval-needs-save-dir", ["checkpoint.save_interval", "paths.save"],
