@@ -222,6 +222,7 @@ TROUBLE = [
     ("*", ["gpu_layout=split_4_4", "perf.tensor_parallel=1", "perf.use_dynamic_batch_size=false",
            "args.micro_batch_size=3"]),
     ("*", ["gpu_layout=split_4_4", "sglang.tp=8"]),
+    ("*", ["model=qwen2_5_7b", "gpu_layout=colocate_8", "perf.tensor_parallel=4", "sglang.tp=8"]),
     ("*", ["rollout.n_samples_per_prompt=1"]),
     ("*", ["rollout.n_samples_per_prompt=1", "args.loss_type=sft_loss"]),
     ("*", ["args.sglang_dp_size=2"]),
@@ -269,15 +270,21 @@ def draw(rng: random.Random, flavour: str, combos: List[tuple], moe: Dict[str, b
     def maybe(p):
         return rng.random() < p
 
-    divisors = [d for d in (1, 2, 4, 8) if actor % d == 0]
-    ov.append(f"perf.tensor_parallel={rng.choice(divisors) if maybe(0.8) else rng.choice([1, 2, 4, 8])}")
-    if maybe(0.3):
-        ov.append(f"perf.pipeline_parallel={rng.choice([1, 2, 4])}")
-    if maybe(0.15):
-        ov.append(f"perf.context_parallel={rng.choice([1, 2])}")
+    # Each size is drawn to fit the layout most of the time (so that enough configs start) and
+    # at random otherwise (so that each trainer check is met).
+    pp = rng.choice([1, 2, 4]) if maybe(0.3) else 1
+    cp = rng.choice([1, 2]) if maybe(0.15) else 1
+    fits = [d for d in (1, 2, 4, 8) if actor % (d * pp * cp) == 0]
+    tp = rng.choice(fits) if fits and maybe(0.85) else rng.choice([1, 2, 4, 8])
+    ov.append(f"perf.tensor_parallel={tp}")
+    if pp != 1 or maybe(0.1):
+        ov.append(f"perf.pipeline_parallel={pp}")
+    if cp != 1 or maybe(0.1):
+        ov.append(f"perf.context_parallel={cp}")
     if moe[model] and maybe(0.7):
-        ov.append(f"perf.expert_parallel={rng.choice([1, 2, 4, 8])}")
-    elif maybe(0.08):
+        ep_fits = [d for d in (1, 2, 4, 8) if actor % (d * pp) == 0]
+        ov.append(f"perf.expert_parallel={rng.choice(ep_fits) if maybe(0.8) else rng.choice([1, 2, 4, 8])}")
+    elif maybe(0.06):
         ov.append(f"perf.expert_parallel={rng.choice([2, 4])}")
     if maybe(0.15):
         ov.append(f"perf.expert_tensor_parallel={rng.choice([1, 2])}")
@@ -303,9 +310,13 @@ def draw(rng: random.Random, flavour: str, combos: List[tuple], moe: Dict[str, b
     if maybe(0.25):
         ov += ["perf.use_dynamic_batch_size=false", f"args.micro_batch_size={rng.choice([1, 2, 3, 4])}"]
     if maybe(0.35):
-        ov.append(f"perf.recompute_granularity={rng.choice(['full', 'selective', 'null'])}")
-        ov.append(f"perf.recompute_method={rng.choice(['uniform', 'block', 'null'])}")
-        ov.append(f"perf.recompute_num_layers={rng.choice([1, 2, 'null', 64])}")
+        granularity = rng.choice(["full", "selective", "null"])
+        ov.append(f"perf.recompute_granularity={granularity}")
+        if granularity == "selective" and maybe(0.7):
+            ov += ["perf.recompute_method=null", f"perf.recompute_num_layers={'null' if maybe(0.8) else 1}"]
+        else:
+            ov.append(f"perf.recompute_method={rng.choice(['uniform', 'block', 'null'])}")
+            ov.append(f"perf.recompute_num_layers={rng.choice([1, 2, 'null', 64])}")
     if flavour == "clawgym" and maybe(0.5):
         ov.append(f"checkpoint.megatron_to_hf_mode={rng.choice(['raw', 'bridge'])}")
     if maybe(0.08):
