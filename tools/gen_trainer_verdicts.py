@@ -435,6 +435,7 @@ def record(flavour: str, entries, plain, verdicts, judge_meta, config_json, ns) 
         "stages": judge_meta["stages"],
         "stand_ins": judge_meta["stand_ins"],
         "stand_in_imports": judge_meta["stand_in_imports"],
+        "not_judged": judge_meta.get("not_judged"),
         "config_json": config_json,
         "constraints": CONSTRAINTS,
         "by_design": BY_DESIGN,
@@ -454,7 +455,7 @@ def reclassify(ns) -> int:
         entries = [e["overrides"] for e in old["entries"]]
         _reqs, plain = requests(flavour, entries)
         verdicts = {i: dict(e["trainer"], id=i) for i, e in enumerate(old["entries"])}
-        judge_meta = {k: old["meta"][k] for k in ("stages", "stand_ins", "stand_in_imports")}
+        judge_meta = {k: old["meta"].get(k) for k in ("stages", "stand_ins", "stand_in_imports", "not_judged")}
         ns.seed, ns.draws = old["meta"]["seed"], old["meta"]["draws"]
         data, unclassified = record(flavour, entries, plain, verdicts, judge_meta, old["meta"]["config_json"], ns)
         data["meta"]["generated_at"] = old["meta"]["generated_at"]

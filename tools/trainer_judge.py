@@ -61,6 +61,17 @@ STAGES = ("parse", "hf-config", "slime-validate", "megatron-validate", "sglang-v
           "sglang-engine", "model-parallel", "microbatches", "actor-init", "transformer-config")
 
 
+#: What a real launch checks that this path does not run.
+NOT_JUDGED = [
+    "Ray placement groups and GPU availability",
+    "SGLang engine startup past ServerArgs (model loading: attention heads sharded over the attention TP, "
+    "weights, CUDA graphs, memory)",
+    "rollout engines other than engine 0 (slime builds them all from the same args)",
+    "train actors other than rank 0; model construction, optimizer, checkpoint loading",
+    "the real checkpoint's config.json (written from the model zoo's architecture)",
+]
+
+
 class _Reached(Exception):
     """The driver got to where it allocates GPUs: every driver-side check has passed."""
 
@@ -427,7 +438,7 @@ def main(argv=None):
         reg.add(f"config.json max_position_embeddings={hf_config_json.UNKNOWN_WINDOW} where the zoo has none",
                 "the checkpoint's own context window is not in the model zoo; SGLang's check of the "
                 "context length against it is not judged")
-        meta = {"flavour": ns.flavour, "stand_ins": reg.items, "import_s": import_s,
+        meta = {"flavour": ns.flavour, "stand_ins": reg.items, "not_judged": NOT_JUDGED, "import_s": import_s,
                 "stand_in_imports": sorted(src.stand_ins.served), "stages": list(STAGES)}
         print(json.dumps({"meta": meta}), file=out, flush=True)
         for req in requests:
