@@ -283,7 +283,7 @@ def draw(rng: random.Random, flavour: str, combos: List[tuple], moe: Dict[str, b
         ov.append(f"perf.context_parallel={cp}")
     if moe[model] and maybe(0.7):
         ep_fits = [d for d in (1, 2, 4, 8) if actor % (d * pp) == 0]
-        ov.append(f"perf.expert_parallel={rng.choice(ep_fits) if maybe(0.8) else rng.choice([1, 2, 4, 8])}")
+        ov.append(f"perf.expert_parallel={rng.choice(ep_fits) if ep_fits and maybe(0.8) else rng.choice([1, 2, 4, 8])}")
     elif maybe(0.06):
         ov.append(f"perf.expert_parallel={rng.choice([2, 4])}")
     if maybe(0.15):
