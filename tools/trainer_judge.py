@@ -414,6 +414,10 @@ def main(argv=None):
     ap.add_argument("--path-root", default="/clawgym-judge-root",
                     help="argv tokens starting with this are moved under a temporary directory per request")
     ns = ap.parse_args(argv)
+    # A terminated judge still removes its patched copies (the finally below).
+    import signal
+
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     workdir = tempfile.mkdtemp(prefix="clawgym-judge-src-")
     reg = _StandIns()
     out = sys.stdout if ns.out == "-" else open(ns.out + ".tmp", "w")
