@@ -163,7 +163,8 @@ def rule_pipeline_divides_layers(v: _Collector) -> None:
     vlayers = _int(t.get("--num-layers-per-virtual-pipeline-stage"))
     vstages = _int(t.get("--num-virtual-stages-per-pipeline-rank"))
     if vlayers and (counted // pp) % vlayers:
-        v.add("virtual-pipeline-divides-stage", ["args.num_layers_per_virtual_pipeline_stage", "perf.pipeline_parallel"],
+        v.add("virtual-pipeline-divides-stage",
+              ["args.num_layers_per_virtual_pipeline_stage", "perf.pipeline_parallel"],
               f"a stage's {counted // pp} layers must split into virtual stages of {vlayers}",
               f"set args.num_layers_per_virtual_pipeline_stage to a divisor of {counted // pp}")
         return
@@ -249,7 +250,8 @@ def rule_recompute(v: _Collector) -> None:
     layers = t.get("--recompute-num-layers")
     if gran not in (None, "full", "selective"):
         v.add("recompute-granularity-known", ["perf.recompute_granularity"],
-              "Megatron knows full and selective recompute", "set perf.recompute_granularity to full, selective or null")
+              "Megatron knows full and selective recompute",
+              "set perf.recompute_granularity to full, selective or null")
         return
     if gran == "selective" and method is not None:
         v.add("selective-recompute-no-method", ["perf.recompute_granularity", "perf.recompute_method"],
@@ -478,7 +480,8 @@ def rule_slime_checks(v: _Collector) -> None:
               "slime refuses use_rollout_logprobs together with use_tis", "remove one of them")
     over, rbs = _int(t.get("--over-sampling-batch-size")), _int(v.c["rollout"]["batch_size"])
     if over is not None and rbs is not None and over < rbs:
-        v.add("over-sampling-at-least-rollout-batch", [_key(v, "--over-sampling-batch-size", "args"), "rollout.batch_size"],
+        v.add("over-sampling-at-least-rollout-batch",
+              [_key(v, "--over-sampling-batch-size", "args"), "rollout.batch_size"],
               f"slime needs over_sampling_batch_size ({over}) >= rollout_batch_size ({rbs})",
               f"set args.over_sampling_batch_size={rbs} or more, or remove it")
     prompt, context = _int(t.get("--rollout-max-prompt-len")), _int(t.get("--rollout-max-context-len"))
@@ -491,4 +494,5 @@ def rule_slime_checks(v: _Collector) -> None:
 RULES = [rule_world_divisible_by_model_parallel, rule_world_divisible_by_expert_parallel,
          rule_expert_parallel_needs_experts, rule_pipeline_divides_layers, rule_context_parallel_divides_seq_length,
          rule_tp_divides_heads, rule_recompute, rule_sequence_parallel_at_tp1, rule_global_batch,
-         rule_grpo_needs_group, rule_trainer_matches_colocation, rule_rollout_engines, rule_sglang_parallel, rule_slime_checks]
+         rule_grpo_needs_group, rule_trainer_matches_colocation, rule_rollout_engines, rule_sglang_parallel,
+         rule_slime_checks]
