@@ -448,15 +448,22 @@ def run_sweep(*, hydra_context: HydraContext, task_function: TaskFunction, confi
     session = SweepSession(hydra_context=hydra_context, task_function=task_function, config=config,
                            options=options)
     Path(str(config.hydra.sweep.dir)).mkdir(parents=True, exist_ok=True)
+    from clawgym.app import _failed_check, discard_own_output_dir, say
+
     try:
-        session.compose_all(job_overrides, initial_job_idx)
-        session.check_all()
+        try:
+            session.compose_all(job_overrides, initial_job_idx)
+            session.check_all()
+        except SweepRefused:
+            raise
+        except Exception as exc:  # noqa: BLE001 - a check that raises refuses the sweep, nothing started
+            raise SweepRefused(_failed_check(exc)) from None
         returns = session.run()
     except SweepRefused as err:
-        from clawgym.app import discard_own_output_dir
         from clawgym.secrets import redact
 
-        print(redact(str(err)), file=sys.stderr, flush=True)
+        # A closed stderr is silenced, not a traceback.
+        say(redact(str(err)))
         # Nothing ran: the sweep dir this command created (multirun.yaml only) goes too.
         discard_own_output_dir()
         sys.exit(EXIT_REFUSED)

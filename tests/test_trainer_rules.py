@@ -60,6 +60,9 @@ CASES: Dict[str, Case] = {
                              "perf.tensor_parallel=1"),
     "tp-divides-query-groups": Case(["model=qwen3_14b", "gpu_layout.actor_gpus=5", "gpu_layout.rollout_gpus=3"],
                                     ["perf.tensor_parallel", "model.num_query_groups"], "perf.tensor_parallel=1"),
+    "sglang-context-within-model-window": Case(["model=glm4_32b", "perf.tensor_parallel=2"],
+                                               ["sglang.context_length", "model.max_position_embeddings"],
+                                               "rollout.max_context_len=32768"),
     "recompute-granularity-known": Case(["perf.recompute_granularity=partial"], ["perf.recompute_granularity"],
                                         "perf.recompute_granularity to full"),
     "selective-recompute-no-method": Case(["perf.recompute_granularity=selective"],
@@ -162,6 +165,10 @@ def test_trainer_rule(code: str):
     ["rollout.n_samples_per_prompt=1", "+args.loss_type=sft_loss"],
     # Engine TP leaving GPUs idle starts: a warning only.
     ["gpu_layout.rollout_gpus=3", "sglang.tp=2"],
+    # Upstream Megatron takes TP a multiple of the query groups (4 groups over TP 8); the fork's does not.
+    ["trainer=slime", "model=qwen3_30b_a3b", "gpu_layout=colocate_8"],
+    # SGLang may run past the window when told to.
+    ["model=glm4_32b", "perf.tensor_parallel=2", "+extra_env.SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1"],
     # log_probs_chunk_size <= 0 means no chunking (the trainer's default is -1).
     ["perf.log_probs_chunk_size=-1"],
     # A layout over more than one node's GPUs is placed by Ray; the preflight counts the cluster.
@@ -170,6 +177,11 @@ def test_trainer_rule(code: str):
 def test_trainer_accepts_what_upstream_starts(overrides: List[str]):
     errors, _ = check(compose(overrides))
     assert errors == [], [e.code for e in errors]
+
+
+def test_query_groups_per_flavour():
+    fork, _ = check(compose(["model=qwen3_30b_a3b", "gpu_layout=colocate_8"]))
+    assert "tp-divides-query-groups" in {e.code for e in fork}
 
 
 def test_sglang_heads_refused_without_dp_attention():

@@ -92,6 +92,13 @@ def test_closed_stderr_refuses_with_nothing_written(tmp_path):
     nothing_written(tmp_path)
 
 
+def test_closed_stderr_refuses_a_sweep_with_nothing_written(tmp_path):
+    proc = train(["-m", "rollout.temperature=0,0.5", "dry_run=true", f"hydra.sweep.dir={tmp_path}/run"], tmp_path,
+                 shell_tail="2>&1 | true; exit ${PIPESTATUS[0]}")
+    assert proc.returncode == 2
+    nothing_written(tmp_path)
+
+
 def test_dry_run_piped_to_head_writes_the_plan_without_traceback(tmp_path):
     err = tmp_path / "err.txt"
     proc = train(["dry_run=true", f"hydra.run.dir={tmp_path}/run"], tmp_path,

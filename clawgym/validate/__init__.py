@@ -14,8 +14,10 @@ from __future__ import annotations
 
 from typing import List
 
-from clawgym.validate.core import ConfigError, Rule, Violation, check, format_warnings, validate, violations, warnings
-from clawgym.validate import batches, cluster, flags, memory, model, names, rollout, secrets, topology, trainer_rules, values
+from clawgym.validate.core import (ConfigError, Rule, Violation, check, format_warnings, validate, violations,
+                                   warnings)
+from clawgym.validate import (batches, cluster, flags, memory, model, names, rollout, secrets, topology, trainer_rules,
+                              values)
 from clawgym.validate.names import NAME_MAX, longest_derived_name, name_problem, runs_below
 
 LOCAL_RULES: List[Rule] = [
@@ -24,8 +26,8 @@ LOCAL_RULES: List[Rule] = [
     batches.rule_rollout_sizes_positive, batches.rule_temperature_positive, batches.rule_context_exceeds_response,
     batches.rule_eps_clip_order, batches.rule_kl_choices, topology.rule_perf_sizes_positive,
     batches.rule_dynamic_batch_needs_max_tokens, batches.rule_optimizer,
-    batches.rule_eval, rollout.rule_sglang, rollout.rule_sandbox, names.rule_names, names.rule_paths_absolute, cluster.rule_ray,
-    memory.rule_memory_gpu,
+    batches.rule_eval, rollout.rule_sglang, rollout.rule_sandbox, names.rule_names, names.rule_paths_absolute,
+    cluster.rule_ray, memory.rule_memory_gpu,
 ]
 
 CROSS_RULES: List[Rule] = [
@@ -36,5 +38,6 @@ CROSS_RULES: List[Rule] = [
     cluster.rule_cluster, memory.rule_colocate_needs_offload,
 ]
 
-__all__ = ["ConfigError", "Violation", "check", "format_warnings", "validate", "violations", "warnings", "LOCAL_RULES", "CROSS_RULES", "NAME_MAX",
+__all__ = ["ConfigError", "Violation", "check", "format_warnings", "validate", "violations", "warnings", "LOCAL_RULES",
+           "CROSS_RULES", "NAME_MAX",
            "longest_derived_name", "name_problem", "runs_below"]

@@ -1,4 +1,8 @@
-"""Names and paths: run names become folder names; the save dir is a folder of its own."""
+"""Names and paths: run names become folder names; the save dir is a folder of its own; paths are absolute.
+
+clawgym's own rules, not the trainer's (slime would start with any of these and lose or mix
+checkpoints, or fail writing a snapshot): they stay on purpose.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,8 @@
-"""Secrets: no config value (hence no snapshot, plan file or job metadata) holds one."""
+"""Secrets: no config value (hence no snapshot, plan file or job metadata) holds one.
+
+clawgym's own rules, not the trainer's (slime takes --wandb-key in argv and copies argv into W&B):
+they stay on purpose.
+"""
 
 from __future__ import annotations
 

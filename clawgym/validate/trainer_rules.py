@@ -163,7 +163,8 @@ def rule_pipeline_divides_layers(v: _Collector) -> None:
     vlayers = _int(t.get("--num-layers-per-virtual-pipeline-stage"))
     vstages = _int(t.get("--num-virtual-stages-per-pipeline-rank"))
     if vlayers and (counted // pp) % vlayers:
-        v.add("virtual-pipeline-divides-stage", ["args.num_layers_per_virtual_pipeline_stage", "perf.pipeline_parallel"],
+        v.add("virtual-pipeline-divides-stage",
+              ["args.num_layers_per_virtual_pipeline_stage", "perf.pipeline_parallel"],
               f"a stage's {counted // pp} layers must split into virtual stages of {vlayers}",
               f"set args.num_layers_per_virtual_pipeline_stage to a divisor of {counted // pp}")
         return
@@ -206,9 +207,10 @@ def rule_tp_divides_heads(v: _Collector) -> None:
     """Each tensor-parallel rank holds whole attention heads and whole query groups.
 
     Mirrors: Megatron-LM megatron/core/transformer/transformer_config.py:TransformerConfig.__post_init__
-    (num_attention_heads and num_query_groups "must be a multiple of tensor_model_parallel_size"; without
-    GQA num_query_groups = heads). SGLang accepts TP a multiple of the query groups; Megatron does not.
-    In the fork's bridge mode the config comes from config.json with TP from args: the same check.
+    (num_attention_heads "must be a multiple of tensor_model_parallel_size"; num_query_groups: in the fork's
+    vendored Megatron "must be a multiple of", in upstream's 1dcf0daf "a multiple or divisor of"; without
+    GQA num_query_groups = heads). In the fork's bridge mode the config comes from config.json with TP from
+    args: the same check.
     """
     t = trainer_args(v)
     m = v.c["model"]
@@ -218,18 +220,26 @@ def rule_tp_divides_heads(v: _Collector) -> None:
         return
     groups = _int(m["num_query_groups"]) or heads
     sizes = _sizes(v)
+    # The fork's vendored Megatron needs groups % TP == 0; upstream's (1dcf0daf) also takes TP a
+    # multiple of the groups (each group then replicated over TP / groups ranks).
+    upstream = v.c["trainer"]["flavour"] == "slime"
+
+    def splits(d: int) -> bool:
+        return groups % d == 0 or (upstream and d % groups == 0)
+
     # TPs that hold whole heads and groups, and (when known) tile the actor GPUs with PP x CP.
-    whole = [d for d in _divisors(heads) if groups % d == 0]
+    whole = [d for d in _divisors(heads) if splits(d)]
     tiles = [d for d in whole if sizes is None or (sizes[0] % (d * sizes[2] * sizes[3]) == 0)]
     if heads % tp:
         fix = _nearest(tiles or whole, tp)
         v.add("tp-divides-heads", ["perf.tensor_parallel", "model.num_attention_heads"],
               f"each tensor-parallel rank holds whole attention heads: {heads} heads % TP {tp} != 0",
               f"set perf.tensor_parallel={fix} (it must also divide the actor GPUs)")
-    elif groups % tp:
+    elif not splits(tp):
         fix = _nearest(tiles or whole, tp)
+        how = "must be a multiple or divisor of TP" if upstream else "must be a multiple of TP (the fork's Megatron)"
         v.add("tp-divides-query-groups", ["perf.tensor_parallel", "model.num_query_groups"],
-              f"Megatron shards the {groups} query groups over TP: {groups} % TP {tp} != 0",
+              f"Megatron shards the {groups} query groups over TP {tp}: the groups {how}",
               f"set perf.tensor_parallel={fix}")
 
 
@@ -249,7 +259,8 @@ def rule_recompute(v: _Collector) -> None:
     layers = t.get("--recompute-num-layers")
     if gran not in (None, "full", "selective"):
         v.add("recompute-granularity-known", ["perf.recompute_granularity"],
-              "Megatron knows full and selective recompute", "set perf.recompute_granularity to full, selective or null")
+              "Megatron knows full and selective recompute",
+              "set perf.recompute_granularity to full, selective or null")
         return
     if gran == "selective" and method is not None:
         v.add("selective-recompute-no-method", ["perf.recompute_granularity", "perf.recompute_method"],
@@ -455,6 +466,27 @@ def rule_sglang_parallel(v: _Collector) -> None:
               f"(args.sglang_enable_dp_attention=true with args.sglang_dp_size) to shard attention over TP / DP")
 
 
+def rule_sglang_context_window(v: _Collector) -> None:
+    """SGLang refuses a context length beyond the checkpoint's window.
+
+    Mirrors: SGLang srt/configs/model_config.py:ModelConfig._derive_context_length (0.5.9 and 0.5.15: a
+    --context-length above the derived length, config.json max_position_embeddings, is a ValueError unless
+    SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1), reached from ServerArgs at engine start.
+    """
+    t = trainer_args(v)
+    window = _int(v.c["model"].get("max_position_embeddings"))
+    ctx = _int(t.get("--sglang-context-length"))
+    if not window or not ctx or ctx <= window:
+        return
+    allow = str((v.c.get("extra_env") or {}).get("SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN", "")).lower()
+    if allow in ("1", "true", "yes", "on"):
+        return
+    v.add("sglang-context-within-model-window", ["sglang.context_length", "model.max_position_embeddings"],
+          f"SGLang refuses a context length ({ctx}) above the checkpoint's window ({window}) at engine start",
+          f"set rollout.max_context_len={window} (sglang.context_length follows it unless set), or "
+          f"+extra_env.SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1 to let SGLang run past the window")
+
+
 def rule_slime_checks(v: _Collector) -> None:
     """slime's own argument checks that a config can break.
 
@@ -478,7 +510,8 @@ def rule_slime_checks(v: _Collector) -> None:
               "slime refuses use_rollout_logprobs together with use_tis", "remove one of them")
     over, rbs = _int(t.get("--over-sampling-batch-size")), _int(v.c["rollout"]["batch_size"])
     if over is not None and rbs is not None and over < rbs:
-        v.add("over-sampling-at-least-rollout-batch", [_key(v, "--over-sampling-batch-size", "args"), "rollout.batch_size"],
+        v.add("over-sampling-at-least-rollout-batch",
+              [_key(v, "--over-sampling-batch-size", "args"), "rollout.batch_size"],
               f"slime needs over_sampling_batch_size ({over}) >= rollout_batch_size ({rbs})",
               f"set args.over_sampling_batch_size={rbs} or more, or remove it")
     prompt, context = _int(t.get("--rollout-max-prompt-len")), _int(t.get("--rollout-max-context-len"))
@@ -491,4 +524,5 @@ def rule_slime_checks(v: _Collector) -> None:
 RULES = [rule_world_divisible_by_model_parallel, rule_world_divisible_by_expert_parallel,
          rule_expert_parallel_needs_experts, rule_pipeline_divides_layers, rule_context_parallel_divides_seq_length,
          rule_tp_divides_heads, rule_recompute, rule_sequence_parallel_at_tp1, rule_global_batch,
-         rule_grpo_needs_group, rule_trainer_matches_colocation, rule_rollout_engines, rule_sglang_parallel, rule_slime_checks]
+         rule_grpo_needs_group, rule_trainer_matches_colocation, rule_rollout_engines, rule_sglang_parallel,
+         rule_sglang_context_window, rule_slime_checks]

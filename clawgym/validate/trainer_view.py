@@ -7,6 +7,7 @@ trainer's default, from the flavour's flag registry). :class:`TrainerArgs` answe
 for one option string, flavour-neutral (the fork and upstream spell some dests differently,
 e.g. ``sglang_data_parallel_size`` / ``sglang_dp_size``; their option strings agree).
 
+A curated key left null gives the trainer's default, as :func:`clawgym.effective.effective` reads it.
 Pure and cheap: one registry lookup per question, cached per config.
 """
 
