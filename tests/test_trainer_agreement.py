@@ -97,6 +97,23 @@ def test_corpus_is_recorded_from_the_trainer(recorded):
             assert e["trainer"]["stage"] in meta["stages"]
 
 
+def test_recorded_constraints_follow_the_classification_table(recorded):
+    """Each refusal's constraint is what tools/gen_trainer_verdicts.py's table gives for the trainer's
+    recorded message and source line (the data is generated, not edited by hand)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("gen_trainer_verdicts",
+                                                  Path(__file__).parent.parent / "tools" / "gen_trainer_verdicts.py")
+    gen = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gen)
+    _flavour, data, _ = recorded
+    assert data["meta"]["constraints"] == gen.CONSTRAINTS and data["meta"]["by_design"] == gen.BY_DESIGN, \
+        "the table changed since the data was generated: run tools/gen_trainer_verdicts.py --reclassify"
+    for e in data["entries"]:
+        if not e["trainer"]["accepted"]:
+            assert gen.classify(e["trainer"]) == e["constraint"], e
+
+
 def test_clawgym_agrees_with_the_trainer_on_every_recorded_config(recorded):
     flavour, data, composer = recorded
     disagreements = []
