@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import sys
 import time
 from pathlib import Path
@@ -18,7 +19,7 @@ from clawgym.config import to_plain
 from clawgym.plan import LaunchPlan, build_plan_from_dict, format_plan
 from clawgym.registry import RegistryError
 from clawgym.secrets import env_secrets, redact
-from clawgym.validate import ConfigError, Violation, validate
+from clawgym.validate import ConfigError, Violation
 
 PLAN_FILE = "launch_plan.json"
 #: Exit status of a command refused before anything started (config errors, preflight).
@@ -85,9 +86,48 @@ def _prepared(cfg: DictConfig) -> Optional[LaunchPlan]:
 
 def fail(err: ConfigError) -> None:
     """Report a config error without a traceback and exit non-zero."""
-    print(err.report(), file=sys.stderr)
+    say(err.report())
     discard_own_output_dir()
     sys.exit(EXIT_REFUSED)
+
+
+def silence() -> None:
+    """stdout/stderr are gone (a closed pipe: ``2>&1 | true``, ``| head``): what follows goes to
+    /dev/null, so that exiting prints no second error and no traceback."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        for fd in (1, 2):
+            try:
+                os.dup2(devnull, fd)
+            except OSError:
+                pass
+        sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - lives until exit
+        sys.stderr = sys.stdout
+    except OSError:
+        pass
+
+
+def say(text: str, *, out: bool = False) -> bool:
+    """Print ``text`` (to stderr, or stdout with ``out``); False when the stream is closed (then silenced)."""
+    try:
+        print(text, file=sys.stdout if out else sys.stderr, flush=True)
+        return True
+    except (OSError, ValueError):
+        silence()
+        return False
+
+
+def refuse(text: str) -> None:
+    """Refuse the command before anything started: the report (if it can be printed), exit 2."""
+    say(text)
+    sys.exit(EXIT_REFUSED)
+
+
+def _failed_check(exc: BaseException) -> str:
+    """The report of a check that raised: a refusal, never a traceback (values masked)."""
+    return redact(f"clawgym: the configuration could not be checked ({type(exc).__name__}: {str(exc)[:300]})\n"
+                  "  rule: a config clawgym cannot check is not launched, and nothing is written\n"
+                  "  fix:  fix the value named above; if it looks right, report this as a clawgym bug")
 
 
 # ---------------------------------------------------------------- before Hydra writes anything
@@ -161,38 +201,95 @@ class ClawGymCallback(Callback):
     (:func:`discard_own_output_dir`).
     """
 
+    # Hydra turns an exception of a callback into a warning and goes on to write .hydra/: every
+    # failure here (a rule that raises, a closed stderr) must end the command, with nothing written.
+
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
+        try:
+            self._run_start(config)
+        except Exception as exc:  # noqa: BLE001 - see above
+            refuse(_failed_check(exc))
+
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        try:
+            self._multirun_start(config)
+        except Exception as exc:  # noqa: BLE001 - see above
+            refuse(_failed_check(exc))
+
+    def _run_start(self, config: DictConfig) -> None:
         from clawgym.config import is_clawgym_config
 
         if not is_clawgym_config(config):
             return
-        from clawgym.validate import violations
+        from clawgym.validate import check
 
-        found = _overrides_with_secrets(config.hydra.overrides.task)
+        found = _overrides_with_secrets(config.hydra.overrides.task) + _hydra_settings_with_secrets(config)
         try:
-            found += [v for v in violations(_task_config(config))
-                      if not (found and v.code == "no-secret-values-in-config")]
+            errors, warned = check(_task_config(config))
+            found += [v for v in errors if not (found and v.code == "no-secret-values-in-config")]
         except RegistryError as err:
             # A missing or broken flag registry is a broken install: say so without a traceback.
-            print(f"clawgym: {err}", file=sys.stderr)
-            sys.exit(EXIT_REFUSED)
+            refuse(f"clawgym: {err}")
         if found:
-            print(ConfigError(found).report(), file=sys.stderr)
-            sys.exit(EXIT_REFUSED)
+            refuse(ConfigError(found).report())
+        _print_warnings(warned)
         _prepare_output_dir("hydra.run.dir", str(config.hydra.run.dir))
         global _VALIDATED_RUN
         _VALIDATED_RUN = True
 
-    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+    def _multirun_start(self, config: DictConfig) -> None:
         from clawgym.config import is_clawgym_config
 
         if not is_clawgym_config(config):
             return
-        found = _overrides_with_secrets(config.hydra.overrides.task)
+        found = _overrides_with_secrets(config.hydra.overrides.task) + _hydra_settings_with_secrets(config)
         if found:
-            print(ConfigError(found, context="sweep").report(), file=sys.stderr)
-            sys.exit(EXIT_REFUSED)
+            refuse(ConfigError(found, context="sweep").report())
         _prepare_output_dir("hydra.sweep.dir", str(config.hydra.sweep.dir))
+
+
+def _print_warnings(warned: list) -> None:
+    """Warnings never refuse: printed once, before the plan."""
+    if warned:
+        from clawgym.validate import format_warnings
+
+        say(format_warnings(warned))
+
+
+def _hydra_settings_with_secrets(config: DictConfig) -> list:
+    """Hydra's own settings that name folders and logs (hydra.run.dir, hydra.sweep.dir/subdir,
+    hydra.job.name) must not hold a secret, typed or as ``${oc.env:<secret variable>}``: Hydra
+    writes them as paths and log names."""
+    from omegaconf import OmegaConf
+
+    secrets = env_secrets(os.environ)
+    env_ref = re.compile(r"\$\{oc\.env:\s*(" + "|".join(map(re.escape, _secret_env_names(config))) + r")\s*[,}]")
+    out = []
+    for key in ("hydra.run.dir", "hydra.sweep.dir", "hydra.sweep.subdir", "hydra.job.name"):
+        try:
+            node = config
+            for part in key.split("."):
+                node = node._get_node(part) if hasattr(node, "_get_node") else None
+            raw = str(node._value()) if node is not None else ""
+        except Exception:  # noqa: BLE001 - a setting that is not there holds nothing
+            raw = ""
+        try:
+            resolved = str(OmegaConf.select(config, key, throw_on_resolution_failure=False) or "")
+        except Exception:  # noqa: BLE001 - an unresolvable setting is Hydra's to report
+            resolved = ""
+        if env_ref.search(raw) or any(v in raw or v in resolved for v in secrets.values()):
+            out.append(Violation([key], {key: "<redacted>"},
+                                 f"{key} would put a secret into a folder or log name Hydra writes",
+                                 f"set {key} without the secret (e.g. {key}=/tmp/clawgym-outputs)",
+                                 "no-secret-values-in-config"))
+    return out
+
+
+def _secret_env_names(config: DictConfig) -> list:
+    from clawgym.plan import SGLANG_KEY_ENV, WANDB_KEY_TARGET
+    from clawgym.secrets import KNOWN_SECRET_ENV, config_key_env
+
+    return sorted({*KNOWN_SECRET_ENV, SGLANG_KEY_ENV, WANDB_KEY_TARGET, *config_key_env(config)})
 
 
 def discard_own_output_dir() -> Optional[Path]:
@@ -259,23 +356,33 @@ def _run(cfg: DictConfig) -> Any:
         if not (_VALIDATED_RUN and _single_run()):
             # (A single run was validated by the callback before Hydra wrote anything.)
             try:
-                validate(resolved)
-            except ConfigError as err:
-                fail(err)
+                from clawgym.validate import check
+
+                errors, warned = check(resolved)
             except RegistryError as err:
                 # A missing or broken flag registry is a broken install: say so without a traceback.
-                print(f"clawgym: {err}", file=sys.stderr)
-                sys.exit(2)
+                say(f"clawgym: {err}")
+                discard_own_output_dir()
+                sys.exit(EXIT_REFUSED)
+            except Exception as exc:  # noqa: BLE001 - a check that raises refuses, cleanly
+                say(_failed_check(exc))
+                discard_own_output_dir()
+                sys.exit(EXIT_REFUSED)
+            if errors:
+                fail(ConfigError(errors))
+            _print_warnings(warned)
         plan = build_plan_from_dict(resolved, environ=os.environ, timestamp=timestamp())
     attach_memory(plan, cfg)
     from clawgym.backends import backend_name
 
     backend = backend_name(cfg)
     if cfg.dry_run:
-        print(format_plan(plan))
+        # The plan file first: a reader that stops early (``| head``) still gets it, and a closed
+        # stdout ends the dry run quietly (say() silences it) instead of with a BrokenPipeError.
         out = output_dir()
-        if out is not None:
-            print(f"\nplan written to {write_plan(plan, out)}")
+        written = write_plan(plan, out) if out is not None else None
+        if say(format_plan(plan), out=True) and written is not None:
+            say(f"\nplan written to {written}", out=True)
         if backend in ("slurm", "kuberay"):
             dry_run_backend(backend, plan, to_plain(cfg), out)
         return plan.to_dict()
@@ -323,12 +430,12 @@ def dry_run_backend(backend: str, plan: LaunchPlan, resolved: Any, out: Optional
 
         text = manifest_yaml(plan, resolved)
         name = MANIFEST_FILE
-    print(f"\n{name}:\n{text}")
+    say(f"\n{name}:\n{text}", out=True)
     if out is not None:
         from clawgym.snapshot import atomic_write_text
 
         atomic_write_text(out / name, text)
-        print(f"{name} written to {out / name}")
+        say(f"{name} written to {out / name}", out=True)
 
 
 def launch_backend(backend: str, cfg: DictConfig, plan: LaunchPlan) -> int:

@@ -77,3 +77,34 @@ def install(primary: str = "config") -> None:
 
     get_mode._clawgym = True  # type: ignore[attr-defined]
     Hydra.get_mode = get_mode  # type: ignore[method-assign]
+    _install_readable_yaml_errors()
+
+
+def _install_readable_yaml_errors() -> None:
+    """A config file YAML cannot read (a NUL byte, a bad indent, not UTF-8) is a clear error naming
+    the file, not a traceback: Hydra prints its own composition errors without one."""
+    # Hydra's plugin scan executes its core config sources again as fresh modules, so the source
+    # classes cannot be patched; the repository that calls them can.
+    from hydra._internal.config_repository import ConfigRepository
+    from hydra.errors import ConfigCompositionException
+
+    original = ConfigRepository.load_config
+    if getattr(original, "_clawgym", False):
+        return
+
+    def load_config(self: Any, config_path: str) -> Any:
+        import yaml
+
+        try:
+            return original(self, config_path)
+        except (yaml.YAMLError, UnicodeDecodeError, ValueError) as exc:
+            where = f"{config_path}.yaml"
+            mark = getattr(exc, "name", None) or ""
+            where = mark if mark and mark != "<file>" else where
+            first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            raise ConfigCompositionException(
+                f"clawgym: cannot read the config file {where}: {first}\n"
+                f"  fix: edit {where} into plain YAML (no NUL or control characters, UTF-8)") from None
+
+    load_config._clawgym = True  # type: ignore[attr-defined]
+    ConfigRepository.load_config = load_config  # type: ignore[method-assign]

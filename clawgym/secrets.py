@@ -13,12 +13,20 @@ environment, and values given after a secret flag in ``extra_args``.
 from __future__ import annotations
 
 import os
+import re
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence
 
 #: Secret variables checked even when the config does not name them.
 KNOWN_SECRET_ENV = ("WANDB_KEY", "WANDB_API_KEY", "SGLANG_API_KEY")
 #: Trainer flags whose value is a secret (slime copies argv into W&B, so they are refused too).
 SECRET_FLAGS = ("--wandb-key", "--sglang-api-key")
+#: A flag whose dest or option string names one of these (as whole words) carries a secret:
+#: ``--router-api-key``, ``--sglang-admin-api-key``, ``--router-oracle-password``,
+#: ``--sglang-ssl-keyfile-password``. Not ``--reward-key`` (a dict key) nor ``*-key-path`` (a file).
+_SECRET_WORDS = re.compile(r"(^|[_-])(password|passwd|secret|api[_-]key|wandb[_-]key|auth[_-]token|access[_-]token"
+                           r"|hf[_-]token|api[_-]token)([_-]|$)")
+#: How a secret flag not read from the environment is refused.
+_SECRET_OPTIONS: Dict[str, tuple] = {}
 #: Shorter values are not searched for (they would match ordinary text such as "1").
 MIN_SECRET_LEN = 8
 #: What a masked value is replaced by.
@@ -26,6 +34,53 @@ MASK = "<redacted>"
 
 # Values seen in configs of this process (e.g. after --wandb-key in extra_args); memory only.
 _REMEMBERED: List[str] = []
+
+
+def names_secret(name: str) -> bool:
+    """True when a flag's dest or option string names a secret (``router_api_key``, ``--x-password``)."""
+    low = name.lower()
+    if "key" not in low and "pass" not in low and "secret" not in low and "token" not in low:
+        return False  # the common case, without a regex
+    return bool(_SECRET_WORDS.search(low.lstrip("-"))) and not low.endswith(("_path", "-path", "_file", "-file"))
+
+
+def secret_options(flavour: Optional[str] = None) -> tuple:
+    """Every option string of a trainer flag that carries a secret, from the flag registries (both
+    flavours, or one): :data:`SECRET_FLAGS` and every flag whose dest or option names a key, token,
+    password or secret. Cached; a missing registry contributes nothing."""
+    key = flavour or "*"
+    if key not in _SECRET_OPTIONS:
+        from clawgym.registry import FLAVOURS, RegistryError, load_registry
+
+        found = set(SECRET_FLAGS)
+        for fl in ([flavour] if flavour else FLAVOURS):
+            try:
+                reg = load_registry(fl)
+            except RegistryError:
+                continue
+            # The raw records, not Flag objects: this runs in every validation that has args or extra_args.
+            for raw in getattr(reg, "_raw", None) or reg.actions:
+                dest = raw.get("dest", "") if isinstance(raw, dict) else raw.dest
+                opts = raw.get("option_strings", ()) if isinstance(raw, dict) else raw.option_strings
+                if names_secret(str(dest)) or any(names_secret(str(o)) for o in opts):
+                    found.update(opts)
+        _SECRET_OPTIONS[key] = tuple(sorted(found))
+    return _SECRET_OPTIONS[key]
+
+
+def secret_option(token: str) -> Optional[str]:
+    """The secret option ``token`` names: exactly, as ``--opt=value``, or as an abbreviation
+    (``--wandb-ke``; argparse of upstream slime accepts some); None otherwise."""
+    name = token.split("=", 1)[0]
+    if not name.startswith("--") or len(name) < 4:
+        return None
+    options = secret_options()
+    if name in options:
+        return name
+    if names_secret(name):
+        return name
+    matches = [o for o in options if o.startswith(name)]
+    return matches[0] if matches else None
 
 
 def env_secrets(environ: Mapping[str, str] = os.environ, extra_names: Iterable[str] = ()) -> Dict[str, str]:
@@ -57,20 +112,21 @@ def named_secrets(env: Mapping[str, str]) -> Dict[str, str]:
 
 
 def argv_secrets(args: Optional[Sequence[Any]]) -> List[str]:
-    """Values given to a secret flag in an argv-like list: ``--wandb-key V``, ``--wandb-key=V``,
-    or one element ``"--wandb-key V"``."""
+    """Values given to a secret flag (:func:`secret_option`) in an argv-like list: ``--wandb-key V``,
+    ``--wandb-key=V``, or one element ``"--wandb-key V"``."""
     out: List[str] = []
     items = [str(a) for a in (args or [])]
     for i, item in enumerate(items):
         for word_i, word in enumerate(words := item.split()):
-            for flag in SECRET_FLAGS:
-                if word == flag:
-                    # The value is the next word of the element, else the next element.
-                    nxt = words[word_i + 1] if word_i + 1 < len(words) else (items[i + 1] if i + 1 < len(items) else "")
-                    if nxt:
-                        out.append(nxt)
-                elif word.startswith(flag + "="):
-                    out.append(word[len(flag) + 1:])
+            if secret_option(word) is None:
+                continue
+            if "=" in word:
+                out.append(word.split("=", 1)[1])
+            else:
+                # The value is the next word of the element, else the next element.
+                nxt = words[word_i + 1] if word_i + 1 < len(words) else (items[i + 1] if i + 1 < len(items) else "")
+                if nxt:
+                    out.append(nxt)
     return [v for v in out if v]
 
 

@@ -35,7 +35,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 from clawgym.pipeline import (EXIT_INTERRUPTED, EXIT_REFUSED, FAILED, QUEUED, RUNNING, STOPPED, SUCCEEDED, Pipeline,
                               PipelineJob, PipelineOptions, Refused, fmt_duration, say, summary_table)
 from clawgym.plan import LaunchPlan, build_plan
-from clawgym.validate import ConfigError, violations
+from clawgym.validate import ConfigError, check
 
 #: Longest default run name; longer ones are cut and get a hash so they stay distinct.
 MAX_NAME = 150
@@ -322,10 +322,20 @@ class SweepSession:
     def check_all(self) -> None:
         """Validate and plan every job, then refuse shared names; raises SweepRefused."""
         reports = []
+        warned = []
         for j in self.jobs:
-            found = violations(j.task_cfg)
+            found, warns = check(j.task_cfg)
             if found:
                 reports.append(ConfigError(found, context=f"sweep job #{j.num}: {j.label}").report())
+            elif warns:
+                from clawgym.validate import format_warnings
+
+                warned.append(f"sweep job #{j.num}: {j.label}\n" + format_warnings(warns))
+        if warned and not reports:
+            # Warnings never refuse: printed once per job, before anything starts.
+            from clawgym.app import say
+
+            say("\n".join(warned))
         if reports:
             n = len(reports)
             raise SweepRefused(f"clawgym: sweep refused, {n} of {len(self.jobs)} job{'s' if len(self.jobs) != 1 else ''}"
@@ -438,15 +448,22 @@ def run_sweep(*, hydra_context: HydraContext, task_function: TaskFunction, confi
     session = SweepSession(hydra_context=hydra_context, task_function=task_function, config=config,
                            options=options)
     Path(str(config.hydra.sweep.dir)).mkdir(parents=True, exist_ok=True)
+    from clawgym.app import _failed_check, discard_own_output_dir, say
+
     try:
-        session.compose_all(job_overrides, initial_job_idx)
-        session.check_all()
+        try:
+            session.compose_all(job_overrides, initial_job_idx)
+            session.check_all()
+        except SweepRefused:
+            raise
+        except Exception as exc:  # noqa: BLE001 - a check that raises refuses the sweep, nothing started
+            raise SweepRefused(_failed_check(exc)) from None
         returns = session.run()
     except SweepRefused as err:
-        from clawgym.app import discard_own_output_dir
         from clawgym.secrets import redact
 
-        print(redact(str(err)), file=sys.stderr, flush=True)
+        # A closed stderr is silenced, not a traceback.
+        say(redact(str(err)))
         # Nothing ran: the sweep dir this command created (multirun.yaml only) goes too.
         discard_own_output_dir()
         sys.exit(EXIT_REFUSED)

@@ -108,8 +108,13 @@ def _in_choices(flag: Flag, converted: Any, text: str) -> bool:
         if choice == converted or (isinstance(choice, str) and choice == text):
             return True
         if isinstance(choice, (int, float)) and not isinstance(choice, bool) and isinstance(converted, (int, float)) \
-                and not isinstance(converted, bool) and math.isclose(choice, converted):
-            return True
+                and not isinstance(converted, bool):
+            try:
+                if math.isclose(choice, converted):
+                    return True
+            except OverflowError:
+                # An int too large for a float (400 digits) equals no choice.
+                continue
     return False
 
 
@@ -174,6 +179,30 @@ def _option_for(flag: Flag, name: str) -> str:
     return named if named in flag.option_strings else flag.flag
 
 
+SWITCH_ACTIONS = ("store_true", "store_false", "BooleanOptionalAction")
+
+
+def negated(reg: Registry, name: str) -> bool:
+    """True when ``args.<name>`` names a switch by its negative option, not by its dest:
+    ``args.no_rope_fusion`` (``--no-rope-fusion``, dest ``apply_rope_fusion``) or
+    ``args.no_offload_train`` (``--no-offload-train`` of ``--offload-train``).
+
+    Such a key reads as the option it spells: ``true`` gives that option, ``false`` does not
+    (``args.no_load_optim=true`` emits ``--no-load-optim``, as ``no_load_optim`` is its dest too).
+    The value is then the opposite of the dest's.
+    """
+    flag = lookup(reg, name)
+    return (flag is not None and name != flag.dest and name.startswith("no_")
+            and flag.action in SWITCH_ACTIONS and ("--" + name.replace("_", "-")) in flag.option_strings)
+
+
+def dest_value(reg: Registry, name: str, value: Any) -> Any:
+    """The value ``args.<name>=value`` gives the flag's dest (see :func:`negated`)."""
+    if isinstance(value, bool) and negated(reg, name):
+        return not value
+    return value
+
+
 def pick_action(reg: Registry, dest: str, value: Any) -> Optional[Flag]:
     """The action that sets ``dest`` to ``value``: for booleans among several actions of one
     dest (``--x`` store_true / ``--no-x`` store_false), the one producing that value."""
@@ -197,6 +226,7 @@ def check_arg(reg: Registry, name: str, value: Any) -> Optional[Problem]:
     named = lookup(reg, name)
     assert named is not None, name
     dest = named.dest
+    value = dest_value(reg, name, value)
     flag = pick_action(reg, dest, value)
     assert flag is not None, dest
     if value is None:
@@ -273,14 +303,16 @@ def render_arg(reg: Registry, name: str, value: Any) -> List[str]:
     named = lookup(reg, name)
     if named is None:
         raise ValueError(f"args.{name}: no such flag in trainer={reg.flavour}")
+    value = dest_value(reg, name, value)
     flag = pick_action(reg, named.dest, value)
     assert flag is not None
     action = flag.action
     opt = _option_for(flag, name)
     if action == "BooleanOptionalAction":
-        if value:
-            return [opt]
         negative = [o for o in flag.option_strings if o.startswith("--no-")]
+        positive = [o for o in flag.option_strings if not o.startswith("--no-")]
+        if value:
+            return [opt if not opt.startswith("--no-") else (positive[0] if positive else opt)]
         return [negative[0] if negative else "--no-" + opt[2:]]
     if action == "store_true" or (action not in ("store", "append", "extend", "count", "store_const", "append_const",
                                                  "store_false") and flag.nargs == 0):

@@ -40,7 +40,10 @@ def preflight(*overrides: str, skip: List[str] = OTHERS):
 
 def test_the_memory_check_refuses_the_issues_configs_with_their_problems_and_advice():
     for overrides in WHY.values():
-        err, lines = preflight(*overrides, "memory.gpu=h100_80gb")
+        # Qwen3-235B's 4 query groups do not split over colocate_8's TP 8 (the fork's Megatron refuses it,
+        # tp-divides-query-groups): at TP 4, as slime's scripts run it, it still does not fit.
+        tp = ["perf.tensor_parallel=4"] if "model=qwen3_235b_a22b" in overrides else []
+        err, lines = preflight(*overrides, *tp, "memory.gpu=h100_80gb")
         assert isinstance(err, PreflightError) and err.checks == ["memory"], lines
         line = err.checklist.by_name()["memory"]
         assert "does not fit" in line.detail and "GiB per GPU" in line.detail

@@ -41,12 +41,18 @@ NOT_COMPARED = {"architectures", "model_type", "decoder_sparse_step", "low_freq_
 
 
 def overrides_for(option: str) -> List[str]:
-    """The option on the default layout, with a TP its heads split over (14-head Qwen2.5-0.5B needs TP 2);
-    models that need an upstream-only flag (GLM-5's --allgather-cp) under trainer=slime."""
+    """The option on the default layout, with a TP its heads and query groups split over (Megatron's
+    TransformerConfig: 14-head Qwen2.5-0.5B and GLM4-9B's 2 query groups need TP 2), a rollout context
+    within the checkpoint's window (SGLang's); models that need an upstream-only flag (GLM-5's
+    --allgather-cp) under trainer=slime."""
     m = model_of(option)
-    tp = next(t for t in (4, 2, 1) if m["num_attention_heads"] % t == 0)
+    groups = m["num_query_groups"] or m["num_attention_heads"]
+    tp = next(t for t in (4, 2, 1) if m["num_attention_heads"] % t == 0 and groups % t == 0)
     upstream = any(get_key({"model": m}, row.key) for row in upstream_only_rows() if row.key.startswith("model."))
-    return [f"model={option}"] + ([f"perf.tensor_parallel={tp}"] if tp != 4 else []) + \
+    # SGLang refuses a context beyond the checkpoint's window (the default rollout context is 65536).
+    window = m.get("max_position_embeddings")
+    context = [f"rollout.max_context_len={window}"] if window and window < 65536 else []
+    return [f"model={option}"] + ([f"perf.tensor_parallel={tp}"] if tp != 4 else []) + context + \
         (["trainer=slime"] if upstream else [])
 
 

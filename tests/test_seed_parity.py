@@ -597,12 +597,14 @@ def test_existing_cluster_gets_the_complete_job_env(seed_checkout, seed_text, tm
     ({"ACTOR_GPUS": "6"}, "split-gpus-fit"),
     ({"NUM_GPUS": "4"}, "split-gpus-fit"),
 ])
-def test_layouts_the_seed_refuses_fail_validation(env, code, seed_checkout, tmp_path):
+def test_layouts_the_seed_refuses_are_reported(env, code, seed_checkout, tmp_path):
+    """The seed refuses a layout over one node's GPUs; slime starts it (Ray places it over several
+    nodes), so clawgym warns and leaves the GPU count to the preflight's capacity check."""
     from clawgym.config import compose
-    from clawgym.validate import violations
+    from clawgym.validate import check
 
     seed = run_seed(seed_checkout, env, tmp_path)
     assert seed.returncode == 1 and "must be <= NUM_GPUS" in seed.output
     assert not seed.calls_of("ray") or all(c["argv"][:1] == ["stop"] for c in seed.calls_of("ray"))
-    found = violations(compose([f"paths.root={seed_checkout}", *overrides_for(env, seed_checkout)]))
-    assert code in [v.code for v in found]
+    _, warned = check(compose([f"paths.root={seed_checkout}", *overrides_for(env, seed_checkout)]))
+    assert code in [v.code for v in warned]

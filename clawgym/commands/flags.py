@@ -69,6 +69,20 @@ def _short(value: Any, limit: int = 28) -> str:
     return text if len(text) <= limit else text[:limit - 1] + "…"
 
 
+def _set_with(record: Dict[str, Any]) -> str:
+    """How a user sets a flag no key owns: ``args.<dest>``, or for a secret flag where its value comes from."""
+    from clawgym.secrets import names_secret, secret_options
+
+    opts = set(record["option_strings"])
+    if names_secret(record["dest"]) or opts & set(secret_options()):
+        if "--wandb-key" in opts:
+            return "env WANDB_API_KEY (secret)"
+        if "--sglang-api-key" in opts:
+            return "env SGLANG_API_KEY (secret)"
+        return "not settable (secret)"
+    return "args." + record["dest"]
+
+
 def format_table(reg: Registry, records: List[Dict[str, Any]]) -> str:
     from clawgym.commands.diff import render_table
 
@@ -87,7 +101,7 @@ def format_table(reg: Registry, records: List[Dict[str, Any]]) -> str:
         default = r["cli_default"] if r.get("cli_default") is not None else r["default"]
         choices = r["cli_choices"] if r.get("cli_choices") is not None else r["choices"]
         rows.append((flag, r["dest"], kind, _short(default), _short(choices), help_text or "-",
-                     r["owner"] or "args." + r["dest"]))
+                     r["owner"] or _set_with(r)))
     meta = reg.meta
     head = (f"trainer={reg.flavour}: {len(records)} of {len(reg.actions)} flags"
             f" ({meta.get('option_string_count', '?')} option strings; {str(meta.get('description', '')).split(';')[0]})")

@@ -113,14 +113,17 @@ class Parsed:
 
 
 def strip_secrets(argv: Sequence[str]) -> Tuple[List[str], List[str]]:
-    """argv without secret flags and their values; returns (argv, removed flags)."""
+    """argv without secret flags (every flag naming a key, token, password or secret:
+    :func:`clawgym.secrets.secret_option`) and their values; returns (argv, removed flags)."""
+    from clawgym.secrets import secret_option
+
     out: List[str] = []
     removed: List[str] = []
     i = 0
     while i < len(argv):
         tok = argv[i]
         name = tok.split("=", 1)[0]
-        if name in SECRET_FLAGS:
+        if name in SECRET_FLAGS or secret_option(name) is not None:
             removed.append(name)
             i += 1 if "=" in tok else 2
             continue

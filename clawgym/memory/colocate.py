@@ -18,6 +18,9 @@ def _flag(c: Mapping[str, Any], dest: str) -> Optional[bool]:
     args = c.get("args") or {}
     if dest in args and args[dest] is not None:
         return bool(args[dest])
+    # args.no_<dest>=true names the negative option (clawgym.trainer_args.negated).
+    if f"no_{dest}" in args and args[f"no_{dest}"] is not None:
+        return not bool(args[f"no_{dest}"])
     flag = "--" + dest.replace("_", "-")
     extra = [str(x) for x in c.get("extra_args") or []]
     if flag in extra:

@@ -92,8 +92,9 @@ def rule_curated_flags_exist_in_trainer(v: _Collector) -> None:
 
 def rule_args(v: _Collector) -> None:
     """``args.<dest>``: a real flag of the flavour, not owned by a key, with a value of its type."""
-    from clawgym.flagmap import SECRET_FLAGS, owned_dests
-    from clawgym.trainer_args import check_arg, lookup
+    from clawgym.flagmap import owned_dests
+    from clawgym.secrets import names_secret, secret_option, secret_options
+    from clawgym.trainer_args import check_arg, looks_like_flag, lookup
 
     user_args = v.c.get("args") or {}
     if not user_args:
@@ -103,7 +104,7 @@ def rule_args(v: _Collector) -> None:
         return
     flavour = reg.flavour
     owned = owned_dests(flavour)
-    secret_dests = {f.lstrip("-").replace("-", "_") for f in SECRET_FLAGS}
+    secret_opts = set(secret_options())
     named_by: Dict[str, str] = {}
     for dest, value in user_args.items():
         key = f"args.{dest}"
@@ -116,10 +117,23 @@ def rule_args(v: _Collector) -> None:
             continue
         if flag is not None:
             named_by[flag.dest] = dest
-        if dest in secret_dests or (flag is not None and flag.flag in SECRET_FLAGS):
-            v.add("no-secrets-in-argv", [key], "secrets never travel in argv (slime copies argv into W&B)",
-                  f"remove {key} and export WANDB_API_KEY / SGLANG_API_KEY in the launcher's environment instead",
+        if names_secret(dest) or ("--" + dest.replace("_", "-")) in secret_opts or \
+                (flag is not None and set(flag.option_strings) & secret_opts):
+            v.add("no-secrets-in-argv", [key], "secrets never travel in argv, config files or plans (slime copies "
+                  "argv into W&B)", _secret_fix(key, flag), redact=True)
+            continue
+        hidden = _flag_like(value, looks_like_flag)
+        if hidden is not None and secret_option(hidden) is not None:
+            v.add("no-secrets-in-argv", [key], f"{key} smuggles a secret flag into argv; secrets never travel in "
+                  "argv, config files or plans",
+                  _secret_fix(f"{secret_option(hidden)} from {key}", reg.by_option(secret_option(hidden) or "")),
                   redact=True)
+            continue
+        if hidden is not None:
+            v.add("args-value-looks-like-flag", [key],
+                  f"{key} holds a value that starts like an option ({hidden!r}); it would "
+                  "reach the trainer's argv as a flag of its own, past clawgym's checks (a secret, an owned flag)",
+                  f"give {key} plain values; set another flag with args.<dest> or its config key")
             continue
         if flag is not None and flag.dest in owned:
             owner = owned[flag.dest]
@@ -157,19 +171,45 @@ def rule_args(v: _Collector) -> None:
             v.add("args-not-settable", [key], problem.rule, problem.fix)
 
 
+def _flag_like(value: Any, looks_like_flag: Any) -> Any:
+    """The first string of a value (lists included) that argparse would read as an option, or None."""
+    items = value if isinstance(value, list) else [value]
+    for item in items:
+        if isinstance(item, list):
+            found = _flag_like(item, looks_like_flag)
+            if found is not None:
+                return found
+        elif isinstance(item, str) and looks_like_flag(item.strip()):
+            return item.strip().split("=", 1)[0]
+    return None
+
+
+def _secret_fix(key: str, flag: Any) -> str:
+    """How to give a secret flag its value: from the environment at launch, or not at all."""
+    opts = set(flag.option_strings) if flag is not None else set()
+    if "--wandb-key" in opts:
+        return f"remove {key} and export WANDB_API_KEY (or WANDB_KEY) in the launcher's environment instead"
+    if "--sglang-api-key" in opts:
+        return f"remove {key} and export SGLANG_API_KEY in the launcher's environment instead"
+    return (f"remove {key}: clawgym passes only the W&B and SGLang API keys, read from the launcher's environment "
+            "at launch; a trainer flag holding another secret would put it in argv (and W&B)")
+
+
 def rule_extra_args(v: _Collector) -> None:
     """``extra_args``: real flags of the flavour, values of their type, not owned by a key or ``args``."""
-    from clawgym.flagmap import SECRET_FLAGS, owners
+    from clawgym.flagmap import owners
     from clawgym.trainer_args import check_extra_values, split_extra_args
 
     tokens = v.c["extra_args"]
     if not tokens:
         return
     orphans, occurrences = split_extra_args(tokens)
-    # Also a secret flag inside one element ('--wandb-key VALUE') or as --flag=VALUE.
-    if any(o.option in SECRET_FLAGS for o in occurrences) or _secret_flags_given(tokens):
+    # A secret flag, an abbreviation of one (its value is never echoed), inside one element
+    # ('--wandb-key VALUE') or as --flag=VALUE.
+    if _secret_flags_given(tokens):
         v.add("no-secrets-in-argv", ["extra_args"], "secrets never travel in argv (slime copies argv into W&B)",
-              "export WANDB_API_KEY / SGLANG_API_KEY in the launcher's environment instead", redact=True)
+              "remove that flag from extra_args: export WANDB_API_KEY / SGLANG_API_KEY in the launcher's environment "
+              "instead (other secret flags cannot be passed)", redact=True)
         return
     if orphans:
         v.add("extra-args-value-without-flag", ["extra_args"],

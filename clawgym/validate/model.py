@@ -52,11 +52,3 @@ def rule_model_family_fields(v: _Collector) -> None:
               "set model.spec=[slime_plugins.models.<module>,<function>] or null")
 
 
-def rule_recompute_consistent(v: _Collector) -> None:
-    p = v.c["perf"]
-    if p["recompute_granularity"] not in (None, "full", "selective"):
-        v.add("recompute-granularity-known", ["perf.recompute_granularity"],
-              "Megatron knows full and selective recompute", "set perf.recompute_granularity to full, selective or null")
-    if p["recompute_granularity"] == "selective" and p["recompute_method"] is not None:
-        v.add("selective-recompute-no-method", ["perf.recompute_granularity", "perf.recompute_method"],
-              "selective recompute takes no recompute method", "set perf.recompute_method=null")

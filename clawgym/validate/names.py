@@ -1,4 +1,8 @@
-"""Names and paths: run names become folder names; the save dir is a folder of its own."""
+"""Names and paths: run names become folder names; the save dir is a folder of its own; paths are absolute.
+
+clawgym's own rules, not the trainer's (slime would start with any of these and lose or mix
+checkpoints, or fail writing a snapshot): they stay on purpose.
+"""
 
 from __future__ import annotations
 
@@ -83,6 +87,32 @@ def rule_names(v: _Collector) -> None:
                   f"a folder name in paths.save is {len(long[0].encode())} bytes, over the filesystem's limit of "
                   f"{NAME_MAX} bytes per name",
                   "shorten that part of paths.save (or run_name, when paths.save derives from it)")
+
+
+def rule_paths_absolute(v: _Collector) -> None:
+    """Every path the job uses is absolute: the Ray job runs in a temporary working dir of Ray's
+    (deleted when the head stops), so a relative save dir would lose the checkpoints there."""
+    paths = v.c.get("paths") or {}
+    keys = [f"paths.{k}" for k in paths] + ["checkpoint.load"]
+    for key in keys:
+        group, name = key.split(".")
+        value = (v.c.get(group) or {}).get(name)
+        if value is None or (key == "checkpoint.load"):
+            if value is None or os.path.isabs(str(value)):
+                continue
+        if not isinstance(value, str) or not value.strip():
+            v.add("paths-absolute", [key], f"{key} is empty: every path the job uses must name a folder",
+                  f"set {key} to an absolute path" + (" (e.g. the ClawGym-RL checkout)" if key == "paths.root" else ""))
+            continue
+        if os.path.isabs(value):
+            continue
+        # Derived keys follow paths.root: report the source once.
+        if key != "paths.root" and not os.path.isabs(str(paths.get("root") or "")):
+            continue
+        v.add("paths-absolute", [key],
+              f"{key} is relative ({value!r}); the job runs in Ray's temporary working dir, where relative paths "
+              "point (checkpoints written there are deleted with it)",
+              f"set {key}={os.path.abspath(os.path.expanduser(value))}")
 
 
 def rule_save_interval_needs_save(v: _Collector) -> None:

@@ -1,4 +1,8 @@
-"""Secrets: no config value (hence no snapshot, plan file or job metadata) holds one."""
+"""Secrets: no config value (hence no snapshot, plan file or job metadata) holds one.
+
+clawgym's own rules, not the trainer's (slime takes --wandb-key in argv and copies argv into W&B):
+they stay on purpose.
+"""
 
 from __future__ import annotations
 
@@ -22,11 +26,11 @@ def rule_no_secrets_in_extra_env(v: _Collector) -> None:
 
 
 def _secret_flags_given(args: Sequence[Any]) -> bool:
-    """A secret flag anywhere in extra_args: its own element, ``--flag=value`` or inside one element."""
-    from clawgym.secrets import SECRET_FLAGS
+    """A secret flag (any flag naming a key, token, password or secret, or an abbreviation of one)
+    anywhere in extra_args: its own element, ``--flag=value`` or inside one element."""
+    from clawgym.secrets import secret_option
 
-    words = [w for a in args for w in str(a).split()]
-    return any(w == f or w.startswith(f + "=") for w in words for f in SECRET_FLAGS)
+    return any(secret_option(w) is not None for a in args for w in str(a).split())
 
 
 def rule_no_secret_values_in_config(v: _Collector) -> None:
