@@ -89,10 +89,12 @@ def env_secrets(environ: Mapping[str, str] = os.environ, extra_names: Iterable[s
     return {n: environ[n] for n in sorted(names) if len(environ.get(n) or "") >= MIN_SECRET_LEN}
 
 
-#: Parts of a variable name that make its value a secret (WANDB_API_KEY, HF_TOKEN, DB_PASSWORD...).
-_SECRET_WORDS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "PASS", "CREDENTIAL", "CREDENTIALS", "AUTH")
+#: Parts of an environment variable's name that make its value a secret (WANDB_API_KEY, HF_TOKEN,
+#: DB_PASSWORD...). Broader than the flag-name pattern above on purpose: a flag such as --input-key names
+#: a dict key, but a variable a script exports with KEY in its name is masked rather than risked.
+_ENV_SECRET_WORDS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "PASS", "CREDENTIAL", "CREDENTIALS", "AUTH")
 #: ...or a word ending like one (APIKEY, ACCESSTOKEN, DBPASSWORD; not MONKEY).
-_SECRET_ENDINGS = ("APIKEY", "ACCESSKEY", "SECRETKEY", "PRIVATEKEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD")
+_ENV_SECRET_ENDINGS = ("APIKEY", "ACCESSKEY", "SECRETKEY", "PRIVATEKEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD")
 
 
 def is_secret_name(name: str) -> bool:
@@ -102,7 +104,7 @@ def is_secret_name(name: str) -> bool:
     if upper in KNOWN_SECRET_ENV:
         return True
     words = [w for w in upper.replace("-", "_").split("_") if w]
-    return any(w in _SECRET_WORDS or w.endswith(_SECRET_ENDINGS) for w in words)
+    return any(w in _ENV_SECRET_WORDS or w.endswith(_ENV_SECRET_ENDINGS) for w in words)
 
 
 def named_secrets(env: Mapping[str, str]) -> Dict[str, str]:
