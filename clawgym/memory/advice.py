@@ -37,18 +37,16 @@ def _render(v: Any) -> str:
 
 
 def _ok_parallel(c: Mapping[str, Any]) -> bool:
-    """What Megatron accepts (TransformerConfig, validate_args, initialize_model_parallel)."""
-    m, p, g = c["model"], c["perf"], c["gpu_layout"]
-    tp, pp, cp, ep, etp = (int(p[k] or 1) for k in ("tensor_parallel", "pipeline_parallel", "context_parallel",
-                                                    "expert_parallel", "expert_tensor_parallel"))
-    world = int(g["actor_gpus"]) * int(g["actor_num_nodes"])
-    heads, groups = int(m["num_attention_heads"]), int(m["num_query_groups"] or m["num_attention_heads"])
-    if world % (tp * pp * cp) or heads % tp or groups % tp or int(m["num_layers"]) % pp:
-        return False
-    if ep > 1 and (not m.get("num_experts") or int(m["num_experts"]) % ep or (world // pp) % (ep * etp)):
-        return False
-    st = int(c["sglang"]["tp"])
-    return heads % st == 0 and (groups % st == 0 or st % groups == 0)
+    """Whether the trainer would start this config: no error from the trainer rules
+    (``clawgym/validate/trainer_rules.py``, the one statement of what Megatron, slime and SGLang
+    accept), so advice never names a layout validation then refuses."""
+    from clawgym.validate.core import _Collector, _run_rule
+    from clawgym.validate.trainer_rules import RULES
+
+    col = _Collector(c, {})
+    for rule in RULES:
+        _run_rule(col, rule, cross=True)
+    return not any(v.severity == "error" for v in col.out)
 
 
 def _moves(c: Mapping[str, Any]) -> List[Move]:
