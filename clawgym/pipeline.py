@@ -501,8 +501,14 @@ class Pipeline:
         j.started = time.monotonic()
         j.status = RUNNING
         if self._run_job is None:
+            from clawgym.backends import BackendRefused
+
             try:
                 self._submit(j)
+            except BackendRefused as err:
+                # The cluster's own tool (sbatch, kubectl) said no: a clean refusal, no traceback.
+                j.status, j.started = QUEUED, None
+                raise Refused("\n".join([f"clawgym: {err.what}; nothing was started: {err.reason}", *err.details]))
             except BaseException:
                 j.status, j.started = QUEUED, None
                 raise

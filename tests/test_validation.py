@@ -190,6 +190,8 @@ CASES.update({
     "slurm-time-format": Case(["cluster=slurm", "slurm.time=4h"], ["slurm.time"], {"slurm.time": "4h"}),
     "slurm-mem-format": Case(["cluster=slurm", "slurm.mem_per_node=480GB"], ["slurm.mem_per_node"],
                              {"slurm.mem_per_node": "480GB"}),
+    "slurm-job-name-one-word": Case(["cluster=slurm", "slurm.job_name='my job'"], ["slurm.job_name"],
+                                    {"slurm.job_name": "my job"}),
     "slurm-extra-sbatch-options": Case(["cluster=slurm", "slurm.extra_sbatch=[exclusive]"], ["slurm.extra_sbatch"],
                                        {"slurm.extra_sbatch": ["exclusive"]}),
     "slurm-allocation-fits-run": Case(["cluster=slurm", "slurm.gpus_per_node=4"],

@@ -67,6 +67,18 @@ class BackendError(Exception):
     """The cluster cannot serve the launch; the message names the cause and the fix."""
 
 
+class BackendRefused(BackendError):
+    """The cluster's own tool (sbatch, kubectl) refused a job: nothing of it was started.
+
+    ``what`` names what was refused ("sbatch refused the batch job of RUN"), ``reason`` is
+    the tool's own reason, ``details`` lines (where the script or manifest is, the fix).
+    """
+
+    def __init__(self, what: str, reason: str, details: Sequence[str] = ()) -> None:
+        self.what, self.reason, self.details = what, reason, list(details)
+        super().__init__("\n".join([f"{what}; nothing was started: {reason}", *self.details]))
+
+
 class Backend:
     """What the launch pipeline needs from a cluster. Subclasses implement every method."""
 

@@ -384,6 +384,13 @@ def sbatch_env(plan: LaunchPlan, environ: Mapping[str, str]) -> Dict[str, str]:
     return env
 
 
+def sbatch_reason(res: "subprocess.CompletedProcess") -> str:
+    """sbatch's own words for a refusal, one line ("sbatch: error: " prefixes dropped)."""
+    text = (res.stderr or "").strip() or (res.stdout or "").strip() or f"exit status {res.returncode}"
+    lines = [ln.strip().removeprefix("sbatch: error: ").strip() for ln in text.splitlines() if ln.strip()]
+    return "; ".join(dict.fromkeys(lines))
+
+
 def submit(script: Path, plan: LaunchPlan, *, environ: Mapping[str, str], output: str) -> SlurmJob:
     """``sbatch --parsable <script>``; returns the job."""
     # --export=ALL on the command line: a site's SBATCH_EXPORT=NONE would otherwise keep the secrets out.
@@ -391,9 +398,12 @@ def submit(script: Path, plan: LaunchPlan, *, environ: Mapping[str, str], output
                          text=True,
                          env=sbatch_env(plan, environ), timeout=120)
     if res.returncode != 0:
-        raise SlurmError(f"sbatch refused the batch job of {plan.run_name}: {res.stderr.strip() or res.stdout.strip()}"
-                         f"\n  script: {script}\n  fix: check slurm.* (partition, account, qos, time, gres) against "
-                         f"`sinfo` and your association")
+        from clawgym.backends import BackendRefused
+
+        raise BackendRefused(f"sbatch refused the batch job of {plan.run_name}", sbatch_reason(res),
+                             [f"  script: {script}",
+                              "  fix:  check slurm.* (partition, account, qos, time, gres, nodes, gpus_per_node) "
+                              "against `sinfo` and your association"])
     job_id = res.stdout.strip().split(";")[0]
     job = SlurmJob(job_id, output=output.replace("%j", job_id), run_name=plan.run_name,
                    submission_id=plan.submission_id)

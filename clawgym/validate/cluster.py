@@ -62,6 +62,13 @@ def rule_cluster(v: _Collector) -> None:
             v.add("slurm-mem-format", ["slurm.mem_per_node"],
                   "sbatch --mem takes a size with an optional K, M, G or T suffix (0 = all of the node's memory)",
                   "set slurm.mem_per_node e.g. to 480G, or null for the partition's default")
+        name = str(s["job_name"] or "")
+        if not name or re.search(r"\s", name):
+            # The name is an #SBATCH --job-name=... line: sbatch reads one word there.
+            v.add("slurm-job-name-one-word", ["slurm.job_name"],
+                  "sbatch --job-name is one word (no spaces, tabs or newlines), and not empty",
+                  f"set slurm.job_name={re.sub(r'[^A-Za-z0-9_.-]+', '_', name).strip('_') or 'clawgym'}, or leave it "
+                  f"unset (the run name)")
         bad = [str(x) for x in s["extra_sbatch"] if not str(x).startswith("-") or "\n" in str(x)]
         if bad:
             v.add("slurm-extra-sbatch-options", ["slurm.extra_sbatch"],
