@@ -258,6 +258,8 @@ class Pipeline:
             j.secrets = launch.resolve_secrets(j.plan, self.environ)
             secrets.update(j.secrets)
         self.backend = backend_for(self.jobs[0].cfg, [j.plan for j in self.jobs], [j.cfg for j in self.jobs])
+        # Jobs of this launch that would run side by side on one head may not share a port.
+        self._check_own_ports()
         try:
             self.backend.settle(secrets)
         except BackendError as err:
@@ -315,6 +317,34 @@ class Pipeline:
                 " or ray.address=<cluster>)"])
         if len({bool(j.cfg.ray.detach) for j in self.jobs}) > 1:
             raise self._refuse("ray.detach differs between jobs", ["  fix:  set ray.detach once for the whole sweep"])
+
+    def _check_own_ports(self) -> None:
+        """One owner per port inside the launch: two jobs that may run at once on the backend's
+        one head claim no common port (the second API server would fail to bind mid-run), as
+        :meth:`_check_capacity` refuses against jobs of other launches. Checked before anything
+        starts; a backend whose jobs each get a cluster of their own (``packs_jobs`` False) and
+        ``max_concurrent=1`` (one job at a time) have nothing to check."""
+        if len(self.jobs) < 2 or not getattr(self.backend, "packs_jobs", True) or self.options.max_concurrent == 1:
+            return
+        from clawgym.launch import ports_of
+
+        owner: Dict[int, PipelineJob] = {}
+        clashes = []
+        for j in self.jobs:
+            for port in ports_of(j.plan):
+                if port in owner:
+                    first = owner[port]
+                    clashes.append(f"  job #{j.num} ({j.label}) and job #{first.num} ({first.label}) both claim "
+                                   f"port {port}")
+                else:
+                    owner[port] = j
+        if clashes:
+            raise self._refuse("two of its jobs would share a port on one Ray head", [
+                *clashes, "  rule: jobs running side by side on one node cannot share an API server (or router) "
+                          "port",
+                "  fix:  leave sglang.api_port unset (the sweep gives each job its own), or sweep it with one "
+                "port per job (e.g. sglang.api_port=30001,30002), and the same for any --*-port in extra_args; "
+                "or run one job at a time: hydra.launcher.max_concurrent=1"])
 
     def _check_capacity(self, *, after_start: bool = False) -> None:
         """Every job fits the cluster's declared GPUs and, next to the jobs already running

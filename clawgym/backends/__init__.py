@@ -84,6 +84,9 @@ class Backend:
 
     #: Short name (``local``, ``existing``, ...), for messages only.
     name = "backend"
+    #: True when the jobs of one launch share one Ray cluster (packed by GPUs, one owner per port);
+    #: False when each job gets a cluster of its own (a SLURM allocation, a RayJob's cluster).
+    packs_jobs = True
 
     def __init__(self, plans: Sequence[Any], cfgs: Sequence[Any]) -> None:
         # The plans and task configs of every job of the launch (one cluster serves them all).

@@ -556,6 +556,8 @@ class SlurmBackend:
     """
 
     name = "slurm"
+    # Each batch job starts a Ray cluster of its own in its allocation.
+    packs_jobs = False
 
     def __init__(self, plans: Sequence[LaunchPlan], cfgs: Sequence[Any]) -> None:
         self.plans = list(plans)
