@@ -631,6 +631,13 @@ def discard_unsubmitted(snapshot_dir: Optional[str | os.PathLike]) -> bool:
     except OSError:
         return False
     shutil.rmtree(gone, ignore_errors=True)
+    # The launch wrote nothing else there: leave no empty clawgym/snapshots/ (nor clawgym/) that
+    # would mark the folder as a run's save dir (rmdir removes only empty dirs).
+    for empty in (p.parent, p.parent.parent):
+        try:
+            empty.rmdir()
+        except OSError:
+            break
     return True
 
 
