@@ -207,3 +207,22 @@ def test_an_interrupted_launch_leaves_no_snapshots_dir_that_marks_the_folder_as_
     for target in (save / "sub", tmp_path / "exp"):
         codes = {v.code for v in violations(compose([f"paths.save={target}"]))}
         assert not codes & {"save-dir-inside-another-run", "save-dir-above-another-run"}, (target, codes)
+
+
+@pytest.mark.parametrize("command", ["show", "diff", "resume", "stamp"])
+def test_format_1_snapshot_with_a_truncated_config_is_refused_naming_the_file(tmp_path, capsys, command):
+    save = tmp_path / "run"
+    _, _, path = launch_snapshot(save)
+    write_checkpoint(save, 1)
+    _as_format_1(path)
+    # Cut at a line end before paths: (format 1 has no manifest to tell its size); it still parses as YAML.
+    lines = (path / RESOLVED_FILE).read_text().splitlines(keepends=True)
+    cut = next(i for i, ln in enumerate(lines) if ln.startswith("paths:"))
+    (path / RESOLVED_FILE).write_text("".join(lines[:cut]))
+    argv = {"show": ["show", str(save)], "diff": ["diff", str(save), "rollout.temperature=0.5"],
+            "resume": ["resume", str(save), "--dry-run"], "stamp": ["stamp", str(save)]}[command]
+    assert cli(argv) == 2
+    err = capsys.readouterr().err
+    assert f"snapshot {path}" in err and RESOLVED_FILE in err and "paths" in err and "truncated" in err, err
+    assert "fix:" in err and "Traceback" not in err and "KeyError" not in err
+    assert not (save / "iter_0000001" / "clawgym_snapshot").exists()
