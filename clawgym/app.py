@@ -268,29 +268,20 @@ def _run(cfg: DictConfig) -> Any:
                 sys.exit(2)
         plan = build_plan_from_dict(resolved, environ=os.environ, timestamp=timestamp())
     attach_memory(plan, cfg)
-    from clawgym.backends import backend_name
-
-    backend = backend_name(cfg)
     if cfg.dry_run:
         print(format_plan(plan))
         out = output_dir()
         if out is not None:
             print(f"\nplan written to {write_plan(plan, out)}")
-        if backend in ("slurm", "kuberay"):
-            dry_run_backend(backend, plan, to_plain(cfg), out)
+        dry_run_artefact(plan, cfg, out)
         return plan.to_dict()
     if cfg.preflight_only:
         from clawgym.preflight import preflight_only
 
         return preflight_only(cfg, plan)
-    if backend == "kuberay":
-        # A manifest for KubeRay to run: no job is submitted or followed from here.
-        rc = launch_backend(backend, cfg, plan)
-        if rc:
-            sys.exit(rc)
-        return 0
     from clawgym.pipeline import launch_single  # heavy imports (ray) only for real launches
 
+    # Every backend (local head, existing cluster, SLURM, KubeRay) goes through the one pipeline.
     return launch_single(cfg, plan)
 
 
@@ -309,34 +300,23 @@ def attach_memory(plan: LaunchPlan, cfg: Any) -> LaunchPlan:
     return plan
 
 
-def dry_run_backend(backend: str, plan: LaunchPlan, resolved: Any, out: Optional[Path]) -> None:
-    """Print (and write next to launch_plan.json) the SLURM batch script or the RayJob manifest."""
+def dry_run_artefact(plan: LaunchPlan, cfg: Any, out: Optional[Path]) -> None:
+    """Print (and write next to launch_plan.json) what the backend would hand its cluster
+    besides the plan (SLURM's batch script, the RayJob manifest): the backend renders it."""
+    from clawgym.backends import BackendError, backend_for
+
     where = out if out is not None else Path.cwd()
-    if backend == "slurm":
-        from clawgym.backends.slurm import SCRIPT_FILE, batch_script, interpreter
-
-        text = batch_script(plan, resolved, plan_file=str(where / PLAN_FILE), output=str(where / "slurm-%j.out"),
-                            python=interpreter(resolved))
-        name = SCRIPT_FILE
-    else:
-        from clawgym.backends.kuberay import MANIFEST_FILE, manifest_yaml
-
-        text = manifest_yaml(plan, resolved)
-        name = MANIFEST_FILE
+    try:
+        artefact = backend_for(cfg, [plan]).dry_run_artefact(plan, to_plain(cfg), where)
+    except BackendError as err:
+        print(f"clawgym: {err}", file=sys.stderr)
+        sys.exit(EXIT_REFUSED)
+    if artefact is None:
+        return
+    name, text = artefact
     print(f"\n{name}:\n{text}")
     if out is not None:
         from clawgym.snapshot import atomic_write_text
 
         atomic_write_text(out / name, text)
         print(f"{name} written to {out / name}")
-
-
-def launch_backend(backend: str, cfg: DictConfig, plan: LaunchPlan) -> int:
-    """``cluster=kuberay`` without dry run: write the RayJob and apply it when asked; returns the exit status."""
-    try:
-        from clawgym.backends import kuberay
-
-        return kuberay.launch(cfg, plan, output_dir())
-    except KeyboardInterrupt:
-        print("\n[clawgym] interrupted before submission; nothing was submitted", file=sys.stderr, flush=True)
-        return 130

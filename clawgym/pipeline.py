@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from clawgym.plan import LaunchPlan
+from clawgym.snapshot import start_checkpoint_watcher
 
 QUEUED, RUNNING, SUCCEEDED, FAILED, STOPPED = "queued", "running", "succeeded", "failed", "stopped"
 #: Exit status of a launch refused before anything started (as a config error).
@@ -499,7 +500,7 @@ class Pipeline:
         j.started, j.status = time.monotonic(), RUNNING
         _mark_snapshot_submitted(j)
         if not self.detach:
-            j.watcher = _start_watcher(j.plan, j.snapshot)
+            j.watcher = start_checkpoint_watcher(j.plan, j.snapshot)
         return True
 
     def submit_current(self, cfg: Any, plan: LaunchPlan) -> Any:
@@ -523,7 +524,7 @@ class Pipeline:
         # The snapshot now belongs to a submitted job (bug 6: clawgym.snapshot marks it so).
         _mark_snapshot_submitted(j)
         if not self.detach:
-            j.watcher = _start_watcher(j.plan, j.snapshot)
+            j.watcher = start_checkpoint_watcher(j.plan, j.snapshot)
 
     def _start(self, j: PipelineJob) -> None:
         """Submit one job (through the task function in a sweep)."""
@@ -788,22 +789,6 @@ class Pipeline:
             self._last_counts, self._last_progress = counts, now
             say(f"[sweep {self._elapsed()}] queued {counts[0]} | running {counts[1]} | "
                 f"succeeded {counts[2]} | failed {counts[3]}")
-
-
-def _start_watcher(plan: LaunchPlan, snapshot: Optional[str]):
-    """Stamp the launch snapshot into each checkpoint the job writes while we follow it."""
-    if not plan.save_dir or not snapshot:
-        return None
-    try:
-        from clawgym.snapshot import CheckpointWatcher
-
-        watcher = CheckpointWatcher(plan.save_dir, snapshot)
-        watcher.start()
-        return watcher
-    except Exception as exc:  # the run matters more than the stamps
-        print(f"[clawgym] checkpoint watcher not started ({exc}); stamp later with: clawgym stamp "
-              f"{plan.save_dir} --follow", file=sys.stderr, flush=True)
-        return None
 
 
 def _mark_snapshot_submitted(j: PipelineJob) -> None:

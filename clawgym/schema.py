@@ -532,6 +532,12 @@ class KubeRayConfig:
     apply: bool = False
     # kubectl --context; null: the current context.
     context: Optional[str] = None
+    # Where clawgym follows an applied RayJob's job (Ray Jobs API), e.g. http://127.0.0.1:8265 after
+    # `kubectl port-forward svc/<cluster>-head-svc 8265:8265`; null: the RayJob's status.dashboardURL
+    # (a cluster-internal address: reachable when clawgym runs inside the Kubernetes cluster).
+    dashboard_address: Optional[str] = None
+    # Seconds to wait for that dashboard to answer and list the job (image pulls and scheduling first).
+    wait_dashboard_s: int = 1800
 
 
 @dataclass

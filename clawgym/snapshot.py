@@ -912,3 +912,21 @@ def stamp_save_dir(save_dir: str | os.PathLike) -> List[Tuple[int, str]]:
         if snap is not None and place_snapshot(snap.path, ckpt, replace=False, by="clawgym stamp"):
             placed.append((it, snap.id))
     return placed
+
+
+def start_checkpoint_watcher(plan: Any, snapshot: Optional[str]) -> Optional["CheckpointWatcher"]:
+    """Stamp the launch snapshot into each checkpoint the job writes while it is followed (the
+    launch pipeline and a SLURM allocation's runner both start it here); None when there is no
+    save dir or snapshot, or the watcher cannot start (the run matters more than the stamps)."""
+    import sys
+
+    if not plan.save_dir or not snapshot:
+        return None
+    try:
+        watcher = CheckpointWatcher(plan.save_dir, snapshot)
+        watcher.start()
+        return watcher
+    except Exception as exc:
+        print(f"[clawgym] checkpoint watcher not started ({exc}); stamp later with: clawgym stamp "
+              f"{plan.save_dir} --follow", file=sys.stderr, flush=True)
+        return None

@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
+from clawgym.backends import Backend
 from clawgym.plan import LaunchPlan
 
 #: Module that runs inside the allocation.
@@ -546,7 +547,7 @@ class SlurmHandle:
                 pass
 
 
-class SlurmBackend:
+class SlurmBackend(Backend):
     """``cluster=slurm``: each job is a SLURM batch job; SLURM queues them (no packing here).
 
     Nothing runs on the login node but sbatch, scontrol and scancel: preflight checks what
@@ -564,6 +565,13 @@ class SlurmBackend:
         self.cfgs = list(cfgs)
         # For the pipeline's messages.
         self.address = "SLURM"
+
+    def dry_run_artefact(self, plan: LaunchPlan, c: Mapping[str, Any], where: Path) -> Optional[tuple]:
+        """The batch script as sbatch would get it, with the plan and output next to ``where``."""
+        from clawgym.snapshot import PLAN_FILE
+
+        return SCRIPT_FILE, batch_script(plan, c, plan_file=str(where / PLAN_FILE),
+                                         output=str(where / "slurm-%j.out"), python=interpreter(c))
 
     def checks_this_machine(self) -> bool:
         return False
