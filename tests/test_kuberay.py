@@ -235,7 +235,8 @@ def test_a_kubectl_refusal_is_a_clean_error_and_leaves_no_launch(clawgym_checkou
     import socket
 
     if shutil.which("kubectl") is None:
-        pytest.fail("kubectl is not installed (the .ci/run script installs it)")
+        # Not packaged in Debian; .ci/run says so when the machine lacks it.
+        pytest.skip("kubectl is not installed: the kubectl refusal path was not run")
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]  # nothing listens there: no API server answers
