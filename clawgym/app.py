@@ -373,9 +373,6 @@ def _run(cfg: DictConfig) -> Any:
             _print_warnings(warned)
         plan = build_plan_from_dict(resolved, environ=os.environ, timestamp=timestamp())
     attach_memory(plan, cfg)
-    from clawgym.backends import backend_name
-
-    backend = backend_name(cfg)
     if cfg.dry_run:
         # The plan file first: a reader that stops early (``| head``) still gets it, and a closed
         # stdout ends the dry run quietly (say() silences it) instead of with a BrokenPipeError.
@@ -383,21 +380,15 @@ def _run(cfg: DictConfig) -> Any:
         written = write_plan(plan, out) if out is not None else None
         if say(format_plan(plan), out=True) and written is not None:
             say(f"\nplan written to {written}", out=True)
-        if backend in ("slurm", "kuberay"):
-            dry_run_backend(backend, plan, to_plain(cfg), out)
+        dry_run_artefact(plan, cfg, out)
         return plan.to_dict()
     if cfg.preflight_only:
         from clawgym.preflight import preflight_only
 
         return preflight_only(cfg, plan)
-    if backend == "kuberay":
-        # A manifest for KubeRay to run: no job is submitted or followed from here.
-        rc = launch_backend(backend, cfg, plan)
-        if rc:
-            sys.exit(rc)
-        return 0
     from clawgym.pipeline import launch_single  # heavy imports (ray) only for real launches
 
+    # Every backend (local head, existing cluster, SLURM, KubeRay) goes through the one pipeline.
     return launch_single(cfg, plan)
 
 
@@ -416,34 +407,23 @@ def attach_memory(plan: LaunchPlan, cfg: Any) -> LaunchPlan:
     return plan
 
 
-def dry_run_backend(backend: str, plan: LaunchPlan, resolved: Any, out: Optional[Path]) -> None:
-    """Print (and write next to launch_plan.json) the SLURM batch script or the RayJob manifest."""
+def dry_run_artefact(plan: LaunchPlan, cfg: Any, out: Optional[Path]) -> None:
+    """Print (and write next to launch_plan.json) what the backend would hand its cluster
+    besides the plan (SLURM's batch script, the RayJob manifest): the backend renders it."""
+    from clawgym.backends import BackendError, backend_for
+
     where = out if out is not None else Path.cwd()
-    if backend == "slurm":
-        from clawgym.backends.slurm import SCRIPT_FILE, batch_script, interpreter
-
-        text = batch_script(plan, resolved, plan_file=str(where / PLAN_FILE), output=str(where / "slurm-%j.out"),
-                            python=interpreter(resolved))
-        name = SCRIPT_FILE
-    else:
-        from clawgym.backends.kuberay import MANIFEST_FILE, manifest_yaml
-
-        text = manifest_yaml(plan, resolved)
-        name = MANIFEST_FILE
+    try:
+        artefact = backend_for(cfg, [plan]).dry_run_artefact(plan, to_plain(cfg), where)
+    except BackendError as err:
+        say(f"clawgym: {err}")
+        sys.exit(EXIT_REFUSED)
+    if artefact is None:
+        return
+    name, text = artefact
     say(f"\n{name}:\n{text}", out=True)
     if out is not None:
         from clawgym.snapshot import atomic_write_text
 
         atomic_write_text(out / name, text)
         say(f"{name} written to {out / name}", out=True)
-
-
-def launch_backend(backend: str, cfg: DictConfig, plan: LaunchPlan) -> int:
-    """``cluster=kuberay`` without dry run: write the RayJob and apply it when asked; returns the exit status."""
-    try:
-        from clawgym.backends import kuberay
-
-        return kuberay.launch(cfg, plan, output_dir())
-    except KeyboardInterrupt:
-        print("\n[clawgym] interrupted before submission; nothing was submitted", file=sys.stderr, flush=True)
-        return 130

@@ -32,7 +32,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    # argparse collects a ``nargs="*"`` positional once: ``resume DIR --dry-run KEY=VALUE`` would
+    # leave KEY=VALUE over. A subcommand that takes overrides names their dest (``intermixed``)
+    # and gets every leftover that is not an option, wherever it stood.
+    args, extra = parser.parse_known_args(argv)
+    dest = getattr(args, "intermixed", None)
+    if extra:
+        if dest is None or any(e.startswith("-") for e in extra):
+            parser.error(f"unrecognized arguments: {' '.join(extra)}")
+        getattr(args, dest).extend(extra)
     return int(args.func(args) or 0)
 
 

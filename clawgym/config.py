@@ -29,6 +29,9 @@ def register_resolvers() -> None:
     """Register clawgym's OmegaConf resolvers (safe to call repeatedly)."""
     if not OmegaConf.has_resolver("cg.pick"):
         OmegaConf.register_new_resolver("cg.pick", _pick)
+    if not OmegaConf.has_resolver("cg.lower"):
+        # ``${cg.lower:${model.checkpoint_dirname}}``: the model's name as SGLang serves it.
+        OmegaConf.register_new_resolver("cg.lower", lambda text: str(text).lower())
     if not OmegaConf.has_resolver("cg.cwd"):
         OmegaConf.register_new_resolver("cg.cwd", lambda: os.getcwd())
     if not OmegaConf.has_resolver("cg.help_groups"):

@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from clawgym.plan import LaunchPlan
+from clawgym.snapshot import start_checkpoint_watcher
 
 QUEUED, RUNNING, SUCCEEDED, FAILED, STOPPED = "queued", "running", "succeeded", "failed", "stopped"
 #: Exit status of a launch refused before anything started (as a config error).
@@ -258,6 +259,8 @@ class Pipeline:
             j.secrets = launch.resolve_secrets(j.plan, self.environ)
             secrets.update(j.secrets)
         self.backend = backend_for(self.jobs[0].cfg, [j.plan for j in self.jobs], [j.cfg for j in self.jobs])
+        # Jobs of this launch that would run side by side on one head may not share a port.
+        self._check_own_ports()
         try:
             self.backend.settle(secrets)
         except BackendError as err:
@@ -315,6 +318,34 @@ class Pipeline:
                 " or ray.address=<cluster>)"])
         if len({bool(j.cfg.ray.detach) for j in self.jobs}) > 1:
             raise self._refuse("ray.detach differs between jobs", ["  fix:  set ray.detach once for the whole sweep"])
+
+    def _check_own_ports(self) -> None:
+        """One owner per port inside the launch: two jobs that may run at once on the backend's
+        one head claim no common port (the second API server would fail to bind mid-run), as
+        :meth:`_check_capacity` refuses against jobs of other launches. Checked before anything
+        starts; a backend whose jobs each get a cluster of their own (``packs_jobs`` False) and
+        ``max_concurrent=1`` (one job at a time) have nothing to check."""
+        if len(self.jobs) < 2 or not getattr(self.backend, "packs_jobs", True) or self.options.max_concurrent == 1:
+            return
+        from clawgym.launch import ports_of
+
+        owner: Dict[int, PipelineJob] = {}
+        clashes = []
+        for j in self.jobs:
+            for port in ports_of(j.plan):
+                if port in owner:
+                    first = owner[port]
+                    clashes.append(f"  job #{j.num} ({j.label}) and job #{first.num} ({first.label}) both claim "
+                                   f"port {port}")
+                else:
+                    owner[port] = j
+        if clashes:
+            raise self._refuse("two of its jobs would share a port on one Ray head", [
+                *clashes, "  rule: jobs running side by side on one node cannot share an API server (or router) "
+                          "port",
+                "  fix:  leave sglang.api_port unset (the sweep gives each job its own), or sweep it with one "
+                "port per job (e.g. sglang.api_port=30001,30002), and the same for any --*-port in extra_args; "
+                "or run one job at a time: hydra.launcher.max_concurrent=1"])
 
     def _check_capacity(self, *, after_start: bool = False) -> None:
         """Every job fits the cluster's declared GPUs and, next to the jobs already running
@@ -469,7 +500,7 @@ class Pipeline:
         j.started, j.status = time.monotonic(), RUNNING
         _mark_snapshot_submitted(j)
         if not self.detach:
-            j.watcher = _start_watcher(j.plan, j.snapshot)
+            j.watcher = start_checkpoint_watcher(j.plan, j.snapshot)
         return True
 
     def submit_current(self, cfg: Any, plan: LaunchPlan) -> Any:
@@ -493,7 +524,7 @@ class Pipeline:
         # The snapshot now belongs to a submitted job (bug 6: clawgym.snapshot marks it so).
         _mark_snapshot_submitted(j)
         if not self.detach:
-            j.watcher = _start_watcher(j.plan, j.snapshot)
+            j.watcher = start_checkpoint_watcher(j.plan, j.snapshot)
 
     def _start(self, j: PipelineJob) -> None:
         """Submit one job (through the task function in a sweep)."""
@@ -501,8 +532,14 @@ class Pipeline:
         j.started = time.monotonic()
         j.status = RUNNING
         if self._run_job is None:
+            from clawgym.backends import BackendRefused
+
             try:
                 self._submit(j)
+            except BackendRefused as err:
+                # The cluster's own tool (sbatch, kubectl) said no: a clean refusal, no traceback.
+                j.status, j.started = QUEUED, None
+                raise Refused("\n".join([f"clawgym: {err.what}; nothing was started: {err.reason}", *err.details]))
             except BaseException:
                 j.status, j.started = QUEUED, None
                 raise
@@ -752,22 +789,6 @@ class Pipeline:
             self._last_counts, self._last_progress = counts, now
             say(f"[sweep {self._elapsed()}] queued {counts[0]} | running {counts[1]} | "
                 f"succeeded {counts[2]} | failed {counts[3]}")
-
-
-def _start_watcher(plan: LaunchPlan, snapshot: Optional[str]):
-    """Stamp the launch snapshot into each checkpoint the job writes while we follow it."""
-    if not plan.save_dir or not snapshot:
-        return None
-    try:
-        from clawgym.snapshot import CheckpointWatcher
-
-        watcher = CheckpointWatcher(plan.save_dir, snapshot)
-        watcher.start()
-        return watcher
-    except Exception as exc:  # the run matters more than the stamps
-        print(f"[clawgym] checkpoint watcher not started ({exc}); stamp later with: clawgym stamp "
-              f"{plan.save_dir} --follow", file=sys.stderr, flush=True)
-        return None
 
 
 def _mark_snapshot_submitted(j: PipelineJob) -> None:

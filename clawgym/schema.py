@@ -37,6 +37,11 @@ class ModelConfig:
     hf_repo: str = MISSING
     # Folder name of the downloaded checkpoint under ``<paths.root>/local/models``.
     checkpoint_dirname: str = MISSING
+    # The model in run names: exp_name is "clawgym-rl-<run_label>", so runs of different models get
+    # their own save dir and W&B group by default. Default: the option name (unique per model).
+    run_label: str = "${model.name}"
+    # The model name the API server reports (sglang.served_model_name, SERVED_MODEL_NAME).
+    served_name: str = "${cg.lower:${model.checkpoint_dirname}}"
     # Transformer layers (config.json num_hidden_layers).
     num_layers: int = MISSING
     # Model width (config.json hidden_size).
@@ -339,7 +344,7 @@ class SglangConfig:
     # None leaves SGLang's default (the checkpoint's config.json).
     context_length: Optional[int] = "${rollout.max_context_len}"  # type: ignore[assignment]
     # Model name the API server reports to the OpenClaw gateways.
-    served_model_name: str = "qwen3-4b-instruct"
+    served_model_name: str = "${model.served_name}"
     # API server bind address; loopback unless the gateways run elsewhere.
     api_host: str = "127.0.0.1"
     # API server port the OpenClaw gateways talk to.
@@ -527,6 +532,12 @@ class KubeRayConfig:
     apply: bool = False
     # kubectl --context; null: the current context.
     context: Optional[str] = None
+    # Where clawgym follows an applied RayJob's job (Ray Jobs API), e.g. http://127.0.0.1:8265 after
+    # `kubectl port-forward svc/<cluster>-head-svc 8265:8265`; null: the RayJob's status.dashboardURL
+    # (a cluster-internal address: reachable when clawgym runs inside the Kubernetes cluster).
+    dashboard_address: Optional[str] = None
+    # Seconds to wait for that dashboard to answer and list the job (image pulls and scheduling first).
+    wait_dashboard_s: int = 1800
 
 
 @dataclass
@@ -615,7 +626,7 @@ class ClawGymConfig:
     # The memory group (conf/memory/): the GPU the memory plan is checked against.
     memory: MemoryConfig = field(default_factory=MemoryConfig)
     # Experiment name (the seed's EXP_NAME): the run name's stem and a W&B tag.
-    exp_name: str = "clawgym-rl-4b-instruct-2507"
+    exp_name: str = "clawgym-rl-${model.run_label}"
     # Name of this run: save dir and W&B run. Sweep jobs get the swept overrides appended.
     run_name: str = "${exp_name}"
     # Print and write the launch plan, start nothing.

@@ -548,12 +548,17 @@ def verify_snapshot(path: str | os.PathLike) -> Dict[str, Any]:
     missing, truncated or altered) and what to do.
     """
     p = Path(path)
-    if is_legacy_snapshot(p):
-        # Format 1 had no manifest; it was written to a temp dir and renamed, so it is whole
-        # unless edited by hand. load_snapshot still refuses one whose files do not parse.
-        return {"format_version": 1, "files": {}, "legacy": True}
     fix = ("  fix:  this snapshot cannot be trusted; move it out of the snapshots folder "
            f"(mv {p} <elsewhere>) to use the launch before it, or launch again")
+    if is_legacy_snapshot(p):
+        # Format 1 had no manifest to check sizes against: its files must parse, and its config
+        # hold every key that format wrote and agree with its plan (a file cut at a line end
+        # still parses as YAML, with the later keys missing).
+        problems = _legacy_problems(p)
+        if problems:
+            raise SnapshotError(f"clawgym: snapshot {p} (format 1, no manifest) is damaged: {'; '.join(problems)}\n"
+                                f"{fix}")
+        return {"format_version": 1, "files": {}, "legacy": True}
     try:
         manifest = json.loads((p / MANIFEST_FILE).read_text())
         listed = manifest["files"]
@@ -580,6 +585,38 @@ def verify_snapshot(path: str | os.PathLike) -> Dict[str, Any]:
     if problems:
         raise SnapshotError(f"clawgym: snapshot {p} is damaged: {'; '.join(problems)}\n{fix}")
     return manifest
+
+
+#: Top-level keys of every config a format-1 snapshot holds (ClawGymConfig when format 2 came).
+LEGACY_CONFIG_KEYS = ("model", "gpu_layout", "rollout", "grpo", "perf", "optimizer", "eval", "sglang", "sandbox",
+                      "paths", "checkpoint", "ray", "wandb", "exp_name", "run_name", "skip_checks", "extra_args")
+
+
+def _legacy_problems(p: Path) -> List[str]:
+    """What is wrong with the files of a format-1 snapshot, each naming its file."""
+    problems: List[str] = []
+    loaded: Dict[str, Any] = {}
+    for name in (RESOLVED_FILE, CONFIG_FILE, OVERRIDES_FILE, CHOICES_FILE, PLAN_FILE):
+        try:
+            text = (p / name).read_text()
+            loaded[name] = json.loads(text) if name.endswith(".json") else yaml.safe_load(text)
+        except FileNotFoundError:
+            problems.append(f"{name} is missing")
+        except (OSError, ValueError, yaml.YAMLError) as exc:
+            problems.append(f"{name} does not parse ({type(exc).__name__}; truncated?)")
+    for name in (RESOLVED_FILE, CONFIG_FILE):
+        doc = loaded.get(name)
+        if name in loaded and not isinstance(doc, dict):
+            problems.append(f"{name} holds no config mapping (truncated?)")
+        elif isinstance(doc, dict):
+            missing = [k for k in LEGACY_CONFIG_KEYS if k not in doc]
+            if missing:
+                problems.append(f"{name} lacks {', '.join(missing)} (truncated?)")
+    resolved, plan = loaded.get(RESOLVED_FILE), loaded.get(PLAN_FILE)
+    if isinstance(resolved, dict) and isinstance(plan, dict) and "run_name" in resolved and "run_name" in plan \
+            and str(resolved["run_name"]) != str(plan["run_name"]):
+        problems.append(f"{RESOLVED_FILE} names run {resolved['run_name']!r} but {PLAN_FILE} {plan['run_name']!r}")
+    return problems
 
 
 def is_legacy_snapshot(path: str | os.PathLike) -> bool:
@@ -631,6 +668,13 @@ def discard_unsubmitted(snapshot_dir: Optional[str | os.PathLike]) -> bool:
     except OSError:
         return False
     shutil.rmtree(gone, ignore_errors=True)
+    # The launch wrote nothing else there: leave no empty clawgym/snapshots/ (nor clawgym/) that
+    # would mark the folder as a run's save dir (rmdir removes only empty dirs).
+    for empty in (p.parent, p.parent.parent):
+        try:
+            empty.rmdir()
+        except OSError:
+            break
     return True
 
 
@@ -868,3 +912,21 @@ def stamp_save_dir(save_dir: str | os.PathLike) -> List[Tuple[int, str]]:
         if snap is not None and place_snapshot(snap.path, ckpt, replace=False, by="clawgym stamp"):
             placed.append((it, snap.id))
     return placed
+
+
+def start_checkpoint_watcher(plan: Any, snapshot: Optional[str]) -> Optional["CheckpointWatcher"]:
+    """Stamp the launch snapshot into each checkpoint the job writes while it is followed (the
+    launch pipeline and a SLURM allocation's runner both start it here); None when there is no
+    save dir or snapshot, or the watcher cannot start (the run matters more than the stamps)."""
+    import sys
+
+    if not plan.save_dir or not snapshot:
+        return None
+    try:
+        watcher = CheckpointWatcher(plan.save_dir, snapshot)
+        watcher.start()
+        return watcher
+    except Exception as exc:
+        print(f"[clawgym] checkpoint watcher not started ({exc}); stamp later with: clawgym stamp "
+              f"{plan.save_dir} --follow", file=sys.stderr, flush=True)
+        return None

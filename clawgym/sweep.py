@@ -314,9 +314,6 @@ class SweepSession:
             return "dry_run"
         if cfg.preflight_only:
             return "preflight"
-        if str(OmegaConf.select(cfg, "cluster.backend", default="local")) == "kuberay":
-            # Each job's task function writes (and applies) its RayJob manifest; nothing runs here.
-            return "manifest"
         return "launch"
 
     def check_all(self) -> None:

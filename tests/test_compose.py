@@ -280,3 +280,18 @@ def test_yaml_option_is_checked_against_the_schema(tmp_path, line: str, words: L
     text = str(info.value) + str(info.value.__cause__ or "")
     for word in words:
         assert word in text
+
+
+def test_the_run_name_follows_the_model():
+    seed = compose([])
+    assert (seed.exp_name, seed.sglang.served_model_name) == ("clawgym-rl-4b-instruct-2507", "qwen3-4b-instruct")
+    other = compose(["model=qwen3_32b"])
+    plan = build_plan(other, environ={}, timestamp="20260101_000000")
+    assert other.exp_name == other.run_name == "clawgym-rl-qwen3_32b"
+    assert other.paths.save.endswith("/exp/clawgym-rl-qwen3_32b") and other.wandb.group == "clawgym-rl-qwen3_32b"
+    assert plan.runtime_env["env_vars"]["SERVED_MODEL_NAME"] == "qwen3-32b"
+    # Every model option gets a save dir of its own by default, even two sharing a checkpoint folder.
+    names = [compose([f"model={m}"]).paths.save for m in group_options("model")]
+    assert len(set(names)) == len(names)
+    # What the user sets still wins.
+    assert compose(["model=qwen3_32b", "exp_name=mine"]).paths.save.endswith("/exp/mine")

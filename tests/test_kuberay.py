@@ -146,38 +146,176 @@ def test_dry_run_writes_the_manifest_next_to_the_plan(tmp_path: Path):
     assert doc["kind"] == "RayJob" and "kind: RayJob" in res.stdout
 
 
-def test_without_kubectl_apply_prints_how(tmp_path: Path):
+# ---------------------------------------------------------------- KubeRay's own checks on the manifest
+
+def test_manifest_is_checked_against_kuberays_crd_schema_and_validate_rayjob_spec():
+    from clawgym.backends.kuberay_check import manifest_problems, schema_source
+
+    # Generated from the v1.3.2 release's CRD (tools/gen_kuberay_schema.py), recorded in the data file.
+    src = schema_source()
+    assert src["release"] == "v1.3.2" and src["path"].endswith("ray.io_rayjobs.yaml") and len(src["crd_sha256"]) == 64
+    for name in GOLDENS:
+        assert manifest_problems(manifest(*plan_and_config(GOLDENS[name]))) == []
+    doc = manifest(*plan_and_config(MULTI_NODE))
+    doc["spec"]["activeDeadlineSeconds"] = 0
+    doc["spec"]["ttlSecondsAfterFinished"] = 2 ** 40
+    worker = doc["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]
+    worker["template"]["spec"]["containers"][0]["resources"]["limits"]["cpu"] = "abc"
+    worker["replicas"] = "3"
+    problems = "\n".join(manifest_problems(doc))
+    assert "activeDeadlineSeconds must be a positive integer" in problems  # ValidateRayJobSpec
+    assert "spec.ttlSecondsAfterFinished: 1099511627776 is greater than the maximum of 2147483647" in problems
+    assert "containers.0.resources.limits.cpu: 'abc' does not match" in problems
+    assert "workerGroupSpecs.0.replicas: '3' is not of type 'integer'" in problems
+    doc["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]["spec"]["containers"] = []
+    assert "headGroupSpec should have at least one container" in "\n".join(manifest_problems(doc))
+
+
+def test_the_schema_tool_turns_a_crd_version_into_a_json_schema():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("gen_kuberay_schema", GOLDEN.parent.parent / "tools" /
+                                                  "gen_kuberay_schema.py")
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    crd = {"kind": "CustomResourceDefinition", "spec": {"versions": [
+        {"name": "v1alpha1", "schema": {"openAPIV3Schema": {"type": "object"}}},
+        {"name": "v1", "schema": {"openAPIV3Schema": {"type": "object", "description": "RayJob", "properties": {
+            "spec": {"type": "object", "properties": {"n": {"type": "integer", "format": "int32",
+                                                            "description": "x"}}}}}}}]}}
+    out = tool.schema_from_crd(crd)
+    n = out["properties"]["spec"]["properties"]["n"]
+    assert n == {"type": "integer", "format": "int32", "minimum": -2 ** 31, "maximum": 2 ** 31 - 1}
+    assert "description" not in out
+    with pytest.raises(ValueError, match="no version 'v2'"):
+        tool.schema_from_crd(crd, "v2")
+
+
+# ---------------------------------------------------------------- launches through the pipeline
+
+def _launch(checkout: Path, tmp_path: Path, *overrides: str, env: Dict[str, str] | None = None):
     from tests.conftest import ROOT as REPO
+    from tests.fixtures.checkout import LAUNCH_SKIPS, checkout_overrides
 
-    out = tmp_path / "out"
-    env = {**os.environ, "PATH": "/nonexistent"}
-    res = subprocess.run([os.sys.executable, str(REPO / "train.py"), "cluster=kuberay", "kuberay.apply=true",
-                          "kuberay.image=img:1", "kuberay.pvc=runs", f"hydra.run.dir={out}"],
-                         capture_output=True, text=True, cwd=REPO, timeout=120, env=env)
-    assert res.returncode == 0, res.stderr
-    assert "kubectl is not on PATH" in res.stdout and f"apply -f {out}/rayjob.yaml" in res.stdout
+    e = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "WANDB_API_KEY", "WANDB_KEY")}
+    e.update(env or {})
+    e["CLAWGYM_STATE_DIR"] = str(tmp_path / "state")
+    cmd = [os.sys.executable, str(REPO / "train.py"), *checkout_overrides(checkout, skip_checks=LAUNCH_SKIPS),
+           "cluster=kuberay", "kuberay.image=img:1", "kuberay.pvc=runs", f"paths.save={tmp_path}/save",
+           f"hydra.run.dir={tmp_path}/out", *overrides]
+    return subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, timeout=240, env=e)
 
 
-def test_apply_runs_kubectl_with_the_current_context(tmp_path: Path):
-    from tests.conftest import ROOT as REPO
+def test_kuberay_launch_runs_preflight_and_snapshots_before_anything_is_applied(clawgym_checkout, tmp_path):
+    from clawgym.snapshot import list_snapshots
 
-    # A recording kubectl (test double): answers current-context, records the apply call.
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    calls = tmp_path / "kubectl_calls"
-    kubectl = bin_dir / "kubectl"
-    kubectl.write_text(f"""#!/bin/sh
-echo "$@" >> {calls}
-if [ "$1" = config ]; then echo test-context; exit 0; fi
-echo "rayjob.ray.io/created"
-""")
-    kubectl.chmod(0o755)
-    out = tmp_path / "out"
-    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
-    res = subprocess.run([os.sys.executable, str(REPO / "train.py"), "cluster=kuberay", "kuberay.apply=true",
-                          "kuberay.namespace=rl", "kuberay.image=img:1", "kuberay.pvc=runs", f"hydra.run.dir={out}"],
-                         capture_output=True, text=True, cwd=REPO, timeout=120, env=env)
-    assert res.returncode == 0, res.stderr
-    lines = calls.read_text().splitlines()
-    assert lines == ["config current-context", f"--context test-context apply -n rl -f {out}/rayjob.yaml"]
-    assert "RayJob applied (context test-context)" in res.stdout
+    res = _launch(clawgym_checkout, tmp_path)
+    assert res.returncode == 0, res.stdout + res.stderr
+    out = res.stdout
+    assert "preflight of" in out and "checkout" in out  # the pipeline's preflight ran
+    (snap,) = list_snapshots(tmp_path / "save")  # a launch `clawgym show` lists
+    path = tmp_path / "save" / "clawgym" / "kuberay" / snap.path.name / "rayjob.yaml"
+    assert f"RayJob manifest written to {path}" in out
+    assert yaml.safe_load(path.read_text())["spec"]["jobId"] == snap.plan["submission_id"]
+    assert "not applied (kuberay.apply=false)" in out and f"kubectl apply -f {path}" in out
+    assert out.index("preflight of") < out.index("RayJob manifest written")
+
+
+def test_without_kubectl_an_applying_launch_is_refused_before_any_snapshot(clawgym_checkout, tmp_path):
+    res = _launch(clawgym_checkout, tmp_path, "kuberay.apply=true",
+                  env={"PATH": os.path.dirname(os.sys.executable)})
+    assert res.returncode == 2, res.stdout + res.stderr
+    assert "kubectl is not on PATH" in res.stderr and "nothing was started" in res.stderr
+    assert "Traceback" not in res.stderr
+    assert not (tmp_path / "save" / "clawgym").exists()
+
+
+def test_a_kubectl_refusal_is_a_clean_error_and_leaves_no_launch(clawgym_checkout, tmp_path):
+    import shutil
+    import socket
+
+    if shutil.which("kubectl") is None:
+        # Not packaged in Debian; .ci/run says so when the machine lacks it.
+        pytest.skip("kubectl is not installed: the kubectl refusal path was not run")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # nothing listens there: no API server answers
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "dead",
+        "clusters": [{"name": "dead", "cluster": {"server": f"https://127.0.0.1:{port}"}}],
+        "contexts": [{"name": "dead", "context": {"cluster": "dead", "user": "u"}}],
+        "users": [{"name": "u", "user": {"token": "not-a-secret"}}]}))
+    res = _launch(clawgym_checkout, tmp_path, "kuberay.apply=true", env={"KUBECONFIG": str(kubeconfig)})
+    assert res.returncode == 2, res.stdout + res.stderr
+    assert "kubectl refused the RayJob" in res.stderr and "nothing was started:" in res.stderr
+    assert "connection refused" in res.stderr.lower() and "Traceback" not in res.stderr
+    from clawgym.snapshot import list_snapshots
+
+    assert list_snapshots(tmp_path / "save") == []  # the snapshot of a launch that never ran is gone
+
+
+def test_an_applied_rayjob_is_followed_through_the_ray_jobs_api_once_its_dashboard_answers(
+        clawgym_checkout, ray_cluster, tmp_path):
+    """A real Ray head stands in for the RayJob's cluster; a thread stands in for KubeRay's
+    submitter pod, submitting the manifest's entrypoint, runtime env and jobId a moment later."""
+    import threading
+
+    from ray.job_submission import JobSubmissionClient
+
+    from clawgym.backends.kuberay import KubeRayHandle
+    from tests.fixtures.checkout import checkout_overrides
+
+    cfg = compose([*checkout_overrides(clawgym_checkout), "cluster=kuberay", "kuberay.image=img:1",
+                   "kuberay.pvc=runs", f"paths.save={tmp_path}/save", "+extra_env.STANDIN_SLEEP=1",
+                   f"run_name=k8s-follow-{os.getpid()}"])
+    c = to_plain(cfg)
+    plan = build_plan_from_dict(c, environ={}, timestamp=TS + str(os.getpid()))
+    spec = manifest(plan, c)["spec"]
+
+    def submitter() -> None:
+        import time
+
+        time.sleep(2.0)
+        JobSubmissionClient(ray_cluster.address).submit_job(
+            entrypoint=spec["entrypoint"], submission_id=spec["jobId"],
+            runtime_env=yaml.safe_load(spec["runtimeEnvYAML"]))
+
+    thread = threading.Thread(target=submitter, daemon=True)
+    thread.start()
+    handle = KubeRayHandle(plan, name="k8s-follow", namespace=None, context="unused",
+                           dashboard=ray_cluster.address, wait_s=120)
+    try:
+        assert handle.follow(lost_contact_after=60) == 0
+    finally:
+        thread.join(timeout=30)
+    assert handle.address == ray_cluster.address and handle.status() == "SUCCEEDED"
+    assert "[standin] exiting with 0" in Path(plan.log_file).read_text()
+    # A dashboard that never lists the job is a clear error after kuberay.wait_dashboard_s.
+    from clawgym.launch import LaunchError
+
+    late = KubeRayHandle(plan, name="k8s-none", namespace=None, context="unused", dashboard=ray_cluster.address,
+                         wait_s=1)
+    late.submission_id = "clawgym-no-such-rayjob-job"
+    with pytest.raises(LaunchError, match="lists no job clawgym-no-such-rayjob-job"):
+        late.wait_for_job(poll=0.2)
+
+
+@pytest.mark.parametrize("override,code", [
+    ("kuberay.active_deadline_seconds=-3", "kuberay-active-deadline-positive"),
+    ("kuberay.active_deadline_seconds=0", "kuberay-active-deadline-positive"),
+    ("kuberay.ttl_seconds_after_finished=-5", "kuberay-ttl-nonnegative"),
+    ("kuberay.head_cpu=abc", "kuberay-resource-quantity"),
+    ("kuberay.worker_memory=-1Gi", "kuberay-resource-quantity"),
+    ("kuberay.secret_name=Bad_Secret", "kuberay-secret-name-dns1123"),
+])
+def test_kuberay_values_kuberay_would_reject_are_refused_before_a_manifest(override: str, code: str):
+    found = violations(compose([*BASE, override]))
+    assert [v.code for v in found] == [code], [v.format() for v in found]
+    assert found[0].fix and "set kuberay." in found[0].fix
+    # Values KubeRay takes pass, and a positive deadline reaches the manifest as set.
+    ok = compose([*BASE, "kuberay.head_cpu=500m", "kuberay.worker_memory=1.5Gi", "kuberay.secret_name=a.b-c",
+                  "kuberay.active_deadline_seconds=1", "kuberay.ttl_seconds_after_finished=0"])
+    assert violations(ok) == []
+    assert manifest(build_plan_from_dict(to_plain(ok), environ={}, timestamp=TS), to_plain(ok))["spec"][
+        "activeDeadlineSeconds"] == 1

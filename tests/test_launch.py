@@ -258,6 +258,17 @@ def test_jobs_command_names_the_fix_for_an_unknown_job(ray_cluster, state_dir):
     assert "Traceback" not in proc.stderr
 
 
+def test_jobs_command_at_a_dead_address_says_no_dashboard_answers_there(state_dir):
+    from clawgym.ray_head import free_port
+
+    dead = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    for args in (["status", "clawgym-some-job"], ["logs", "clawgym-some-job"], ["stop", "clawgym-some-job"], ["list"]):
+        proc = clawgym_cli(["jobs", *args, "--address", dead], launcher_env(state_dir))
+        assert proc.returncode == 2, proc.stderr
+        assert f"no Ray dashboard answers at {dead}" in proc.stderr and "no job" not in proc.stderr
+        assert "Traceback" not in proc.stderr
+
+
 # ---------------------------------------------------------------- a head that clawgym starts
 
 def test_local_head_passes_secrets_through_its_environment_only(clawgym_checkout, state_dir, tmp_path):

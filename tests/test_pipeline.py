@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from clawgym.launch import ports_of, trainer_exit_code
 from clawgym.plan import LaunchPlan
 
@@ -45,3 +47,30 @@ def test_the_pipeline_has_no_backend_specific_branches():
     source = inspect.getsource(pipeline)
     for name in ("LocalHead", "ExistingCluster", "ray_start", "ray_head", "isinstance(", ".name =="):
         assert name not in source, name
+
+
+def test_backends_render_their_dry_run_artefacts_and_never_reach_into_the_pipeline():
+    import inspect
+
+    import clawgym.app as app
+    import clawgym.backends.slurm_run as slurm_run
+    from clawgym.backends import Backend, backend_for
+    from clawgym.backends.kuberay import KubeRayBackend
+    from clawgym.backends.slurm import SlurmBackend
+    from clawgym.config import compose, to_plain
+    from clawgym.plan import build_plan
+
+    source = inspect.getsource(app)
+    for name in ("slurm", "kuberay", "batch_script", "manifest_yaml"):
+        assert name not in source, name
+    assert "clawgym.pipeline" not in inspect.getsource(slurm_run)
+    for overrides, kind, artefact in ((["cluster=slurm"], SlurmBackend, "slurm_batch.sh"),
+                                      (["cluster=kuberay", "kuberay.image=i:1", "kuberay.pvc=p"], KubeRayBackend,
+                                       "rayjob.yaml"),
+                                      ([], None, None)):
+        cfg = compose(overrides)
+        plan = build_plan(cfg, environ={}, timestamp="20260101_000000")
+        backend = backend_for(cfg, [plan])
+        assert isinstance(backend, Backend) and (kind is None or isinstance(backend, kind))
+        got = backend.dry_run_artefact(plan, to_plain(cfg), Path("/tmp/out"))
+        assert (got[0] if got else None) == artefact

@@ -475,3 +475,23 @@ def test_save_dir_with_only_logs_and_snapshots_passes(checkout, tmp_path):
     (save / "logs").mkdir(parents=True)
     (save / "clawgym" / "snapshots").mkdir(parents=True)
     passed(preflight(checkout, f"paths.save={save}")[0])
+
+
+def test_wandb_enabled_without_a_key_anywhere_fails_preflight_with_the_fix(checkout, tmp_path, monkeypatch):
+    for name in ("WANDB_KEY", "WANDB_API_KEY", "WANDB_MODE", "NETRC"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))  # no ~/.netrc of `wandb login`
+    report = failed(preflight(checkout, "wandb.enabled=true", local_head=True,
+                              skip=[*OFF, "save_dir"])[0], "wandb")
+    assert "wandb.enabled=true but no W&B key is set" in report and "$WANDB_KEY, $WANDB_API_KEY" in report
+    assert "export WANDB_API_KEY=" in report and "wandb.enabled=false" in report
+    # A key in the environment, or in wandb login's netrc on a local head, passes; W&B off needs none.
+    monkeypatch.setenv("WANDB_API_KEY", "k-0000")
+    assert passed(preflight(checkout, "wandb.enabled=true", skip=[*OFF, "save_dir"])[0]).by_name()["wandb"].status == "ok"
+    monkeypatch.delenv("WANDB_API_KEY")
+    (tmp_path / "home").mkdir()
+    (tmp_path / "home" / ".netrc").write_text("machine api.wandb.ai\n  login user\n  password k-1111\n")
+    (tmp_path / "home" / ".netrc").chmod(0o600)
+    ok = passed(preflight(checkout, "wandb.enabled=true", local_head=True, skip=[*OFF, "save_dir"])[0])
+    assert "netrc" in ok.by_name()["wandb"].detail
+    assert passed(preflight(checkout, "wandb.enabled=false", skip=[*OFF, "save_dir"])[0]).by_name()["wandb"].status == "n/a"

@@ -84,6 +84,19 @@ def test_resume_dry_run_shows_the_diff_then_the_plan(launched, capsys):
     assert "equivalent command:" in out  # the plan follows the diff
 
 
+def test_resume_takes_options_and_overrides_in_any_order(launched, capsys):
+    save, *_ = launched
+    # The order the refusal's own fix text suggests: options first, then overrides, mixed.
+    assert cli(["resume", str(save), "--dry-run", "rollout.temperature=0.5", "+extra_env.BAR=baz"]) == 0
+    out = capsys.readouterr().out
+    assert "rollout.temperature" in out and "0.5" in out and "extra_env.BAR" in out
+    # An unknown option is still refused by argparse.
+    with pytest.raises(SystemExit) as exc:
+        cli(["resume", str(save), "--dry-run", "--no-such-option", "rollout.temperature=0.5"])
+    assert exc.value.code == 2
+    assert "unrecognized arguments: --no-such-option" in capsys.readouterr().err
+
+
 def test_resume_without_checkpoint_says_so_and_fails(tmp_path, capsys):
     save = tmp_path / "run"
     launch_snapshot(save)

@@ -162,7 +162,8 @@ def test_launch_stopped_before_submission_leaves_no_snapshot(clawgym_checkout, t
     with pytest.raises(SystemExit):
         pipeline.launch_single(cfg, plan)
     assert written, "the snapshot was never written: the test did not reach the step it checks"
-    assert not list((save / SNAPSHOTS_RELPATH).iterdir())
+    # Nothing is left that would mark the folder as a run's save dir: not even an empty snapshots dir.
+    assert not (save / SNAPSHOTS_RELPATH).exists()
 
 
 def _as_format_1(path) -> None:
@@ -191,3 +192,37 @@ def test_cut_short_format_2_snapshot_is_not_taken_for_format_1(tmp_path):
     (path / MANIFEST_FILE).unlink()
     with pytest.raises(SnapshotError, match="incomplete"):
         load_snapshot(path)
+
+
+def test_an_interrupted_launch_leaves_no_snapshots_dir_that_marks_the_folder_as_a_run(tmp_path):
+    from clawgym.config import compose
+    from clawgym.validate import violations
+
+    save = tmp_path / "exp" / "interrupted"
+    _, _, stopped = launch_snapshot(save, submitted=False)
+    assert discard_unsubmitted(stopped) is True
+    assert not (save / SNAPSHOTS_RELPATH).exists() and not (save / "clawgym").exists()
+    # A launch killed while writing leaves only its hidden temp dir: still no run's save dir.
+    (save / SNAPSHOTS_RELPATH / ".tmp-clawgym-x-host-1").mkdir(parents=True)
+    for target in (save / "sub", tmp_path / "exp"):
+        codes = {v.code for v in violations(compose([f"paths.save={target}"]))}
+        assert not codes & {"save-dir-inside-another-run", "save-dir-above-another-run"}, (target, codes)
+
+
+@pytest.mark.parametrize("command", ["show", "diff", "resume", "stamp"])
+def test_format_1_snapshot_with_a_truncated_config_is_refused_naming_the_file(tmp_path, capsys, command):
+    save = tmp_path / "run"
+    _, _, path = launch_snapshot(save)
+    write_checkpoint(save, 1)
+    _as_format_1(path)
+    # Cut at a line end before paths: (format 1 has no manifest to tell its size); it still parses as YAML.
+    lines = (path / RESOLVED_FILE).read_text().splitlines(keepends=True)
+    cut = next(i for i, ln in enumerate(lines) if ln.startswith("paths:"))
+    (path / RESOLVED_FILE).write_text("".join(lines[:cut]))
+    argv = {"show": ["show", str(save)], "diff": ["diff", str(save), "rollout.temperature=0.5"],
+            "resume": ["resume", str(save), "--dry-run"], "stamp": ["stamp", str(save)]}[command]
+    assert cli(argv) == 2
+    err = capsys.readouterr().err
+    assert f"snapshot {path}" in err and RESOLVED_FILE in err and "paths" in err and "truncated" in err, err
+    assert "fix:" in err and "Traceback" not in err and "KeyError" not in err
+    assert not (save / "iter_0000001" / "clawgym_snapshot").exists()

@@ -318,3 +318,20 @@ def test_sweep_head_declares_the_node_gpus_and_jobs_get_their_own_api_ports(claw
     plans = [json.loads((tmp_path / "explicit" / str(i) / "launch_plan.json").read_text()) for i in range(2)]
     assert all(p["ray_start"][p["ray_start"].index("--num-gpus") + 1] == "8" for p in plans)
     assert [p["runtime_env"]["env_vars"]["PORT"] for p in plans] == ["31000", "31001"]
+
+
+def test_sweep_jobs_sharing_a_port_on_one_head_are_refused_before_anything_starts(clawgym_checkout, tmp_path) -> None:
+    # A port chosen once for every job: the sweep cannot spread it, and two API servers on one node clash.
+    port, dash = ray_head.free_port(), ray_head.free_port()
+    proc = run_sweep(tmp_path, sweep_overrides(clawgym_checkout, tmp_path, f"ray.port={port}",
+                                               f"ray.dashboard_port={dash}", "ray.num_gpus=8", "gpu_layout=split_1_1",
+                                               "sglang.api_port=30500", "rollout.temperature=0.6,0.8"))
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert "job #1" in proc.stderr and "job #0" in proc.stderr and "port 30500" in proc.stderr
+    assert "nothing was started" in proc.stderr and "sglang.api_port=30001,30002" in proc.stderr
+    # No head was started, no job ran, no snapshot was left.
+    assert "started Ray head" not in proc.stdout
+    assert not ray_head.dashboard_responds(f"http://127.0.0.1:{dash}")
+    assert not (tmp_path / "records").exists()
+    assert not list((tmp_path / "exp").rglob("config.resolved.yaml"))

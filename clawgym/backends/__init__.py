@@ -32,18 +32,23 @@ here with a class implementing :class:`Backend`, and a line in :func:`backend_fo
 ``local``      a head clawgym starts on this machine (``ray.address`` unset)
 ``existing``   a running cluster at ``ray.address``; never stopped
 ``slurm``      one SLURM batch job per job; Ray starts inside the allocation
+``kuberay``    one KubeRay RayJob per job (a Ray cluster of its own), applied with
+               kubectl and followed through its cluster's Ray Jobs API
 =============  ===========================================================
 
 The ``cluster`` config group picks one (``cluster=local`` is the default, and with
-``ray.address`` set it means ``existing``, as before the group existed). ``kuberay``
-writes a RayJob manifest (:mod:`clawgym.backends.kuberay`) and runs no job from here, so
-it is not a pipeline backend.
+``ray.address`` set it means ``existing``, as before the group existed). What a backend
+hands its cluster besides the plan (SLURM's batch script, the RayJob manifest) it renders
+itself (``dry_run_artefact``), so the task function has no branch per backend. A backend
+whose tool refuses a job (sbatch, kubectl) raises :class:`BackendRefused`: the pipeline
+reports "nothing was started" with the tool's reason, no traceback.
 
 Importing this package imports no Ray.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 
@@ -67,11 +72,26 @@ class BackendError(Exception):
     """The cluster cannot serve the launch; the message names the cause and the fix."""
 
 
+class BackendRefused(BackendError):
+    """The cluster's own tool (sbatch, kubectl) refused a job: nothing of it was started.
+
+    ``what`` names what was refused ("sbatch refused the batch job of RUN"), ``reason`` is
+    the tool's own reason, ``details`` lines (where the script or manifest is, the fix).
+    """
+
+    def __init__(self, what: str, reason: str, details: Sequence[str] = ()) -> None:
+        self.what, self.reason, self.details = what, reason, list(details)
+        super().__init__("\n".join([f"{what}; nothing was started: {reason}", *self.details]))
+
+
 class Backend:
     """What the launch pipeline needs from a cluster. Subclasses implement every method."""
 
     #: Short name (``local``, ``existing``, ...), for messages only.
     name = "backend"
+    #: True when the jobs of one launch share one Ray cluster (packed by GPUs, one owner per port);
+    #: False when each job gets a cluster of its own (a SLURM allocation, a RayJob's cluster).
+    packs_jobs = True
 
     def __init__(self, plans: Sequence[Any], cfgs: Sequence[Any]) -> None:
         # The plans and task configs of every job of the launch (one cluster serves them all).
@@ -79,6 +99,14 @@ class Backend:
         self.cfgs = list(cfgs)
         # Where jobs are submitted, once ``start`` made it available.
         self.address: Optional[str] = None
+
+    # -------------------------------------------------------- dry run
+
+    def dry_run_artefact(self, plan: Any, c: Mapping[str, Any], where: Path) -> Optional[Tuple[str, str]]:
+        """(file name, text) of what this backend would hand its cluster (a batch script, a
+        RayJob manifest), for ``dry_run=true`` to print and write into ``where``; None: nothing
+        beyond the plan. Raises BackendError when it cannot be rendered as its cluster accepts it."""
+        return None
 
     # -------------------------------------------------------- before any check
 
@@ -158,6 +186,10 @@ def backend_for(cfg: Any, plans: Sequence[Any], cfgs: Optional[Sequence[Any]] = 
         from clawgym.backends.slurm import SlurmBackend
 
         return SlurmBackend(plans, cfgs)
+    if backend_name(cfg) == "kuberay":
+        from clawgym.backends.kuberay import KubeRayBackend
+
+        return KubeRayBackend(plans, cfgs)
     if plan.ray_start is not None:
         from clawgym.backends.local import LocalHead
 

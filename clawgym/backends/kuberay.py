@@ -13,8 +13,12 @@ Follows the RayJob spec of KubeRay v1.3 (``apiVersion: ray.io/v1``; fields from
 - Secrets as ``secretKeyRef`` environment entries of the pods (from the Secret
   ``kuberay.secret_name``), never values; the job inherits them from its node.
 
-:func:`manifest` is pure (golden-tested); :func:`launch` writes it and applies it with
-``kubectl`` when ``kuberay.apply=true`` and kubectl has a context, else prints how.
+:func:`manifest` is pure (golden-tested). :class:`KubeRayBackend` is the pipeline's backend:
+validation, preflight and the snapshot come first; the manifest is checked against KubeRay's
+CRD schema and ValidateRayJobSpec (:mod:`clawgym.backends.kuberay_check`), written next to
+the snapshot and applied with ``kubectl`` when ``kuberay.apply=true`` (else the command to
+apply it is printed); an applied job is followed through its cluster's Ray Jobs API once
+the dashboard answers (``kuberay.dashboard_address``, else the RayJob's ``status.dashboardURL``).
 """
 
 from __future__ import annotations
@@ -25,11 +29,13 @@ import shlex
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Optional
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import yaml
 
+from clawgym.backends import Backend, BackendError, BackendRefused
 from clawgym.plan import WANDB_KEY_TARGET, LaunchPlan
 
 #: File written next to launch_plan.json.
@@ -143,7 +149,8 @@ def manifest(plan: LaunchPlan, c: Mapping[str, Any]) -> Dict[str, Any]:
         "shutdownAfterJobFinishes": bool(k["shutdown_after_job_finishes"]),
         "ttlSecondsAfterFinished": int(k["ttl_seconds_after_finished"]),
     }
-    if k["active_deadline_seconds"]:
+    if k["active_deadline_seconds"] is not None:
+        # 0 or less is refused by validation (KubeRay's ValidateRayJobSpec), never dropped here.
         spec["activeDeadlineSeconds"] = int(k["active_deadline_seconds"])
     spec["metadata"] = {"clawgym_run_name": plan.run_name, "clawgym_save_dir": str(plan.save_dir or "")}
     spec["rayClusterSpec"] = cluster_spec
@@ -187,35 +194,260 @@ def kubectl_context(context: Optional[str]) -> Optional[str]:
     return res.stdout.strip() or None if res.returncode == 0 else None
 
 
-def launch(cfg: Any, plan: LaunchPlan, out: Optional[Path]) -> int:
-    """Write the manifest (Hydra's output dir) and apply it when asked and possible; returns the exit status."""
-    from omegaconf import DictConfig
+def checked_manifest_yaml(plan: LaunchPlan, c: Mapping[str, Any]) -> str:
+    """The manifest's YAML once it passes KubeRay's CRD schema and ValidateRayJobSpec
+    (clawgym/backends/kuberay_check.py); a manifest that does not is a BackendError naming each problem."""
+    from clawgym.backends import BackendError
+    from clawgym.backends.kuberay_check import manifest_problems
 
-    from clawgym.config import to_plain
-    from clawgym.snapshot import atomic_write_text
+    text = manifest_yaml(plan, c)
+    problems = manifest_problems(yaml.safe_load(text))
+    if problems:
+        raise BackendError("\n".join([f"the RayJob manifest of {plan.run_name} fails KubeRay {KUBERAY_RELEASE}'s "
+                                       f"checks (its RayJob CRD schema, ValidateRayJobSpec):",
+                                       *(f"  {p}" for p in problems),
+                                       "  fix:  correct the kuberay.* values named above"]))
+    return text
 
-    c = to_plain(cfg) if isinstance(cfg, DictConfig) else cfg
-    directory = out if out is not None else Path.cwd()
-    path = directory / MANIFEST_FILE
-    directory.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(path, manifest_yaml(plan, c))
-    print(f"[clawgym] RayJob manifest written to {path}", flush=True)
-    k = c["kuberay"]
-    ns = ["-n", str(k["namespace"])] if k["namespace"] else []
-    context = kubectl_context(k["context"])
-    how = shlex.join(["kubectl", *(["--context", str(k["context"])] if k["context"] else []), "apply", *ns,
-                      "-f", str(path)])
-    if not k["apply"] or context is None:
-        why = "kuberay.apply=false" if not k["apply"] else "kubectl is not on PATH or has no context configured"
-        print(f"[clawgym] not applied ({why}); apply it with:\n  {how}\n"
-              f"  then: kubectl get rayjob {manifest(plan, c)['metadata']['name']} {shlex.join(ns)} -w", flush=True)
+
+def manifest_dir(snapshot: str) -> Path:
+    """Where a launch's RayJob manifest lives: next to its snapshot (as SLURM's batch script)."""
+    snap = Path(snapshot)
+    return snap.parent.parent / "kuberay" / snap.name
+
+
+def _kubectl(context: str, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run(["kubectl", "--context", context, *args], capture_output=True, text=True, timeout=timeout)
+
+
+def _reason(res: subprocess.CompletedProcess) -> str:
+    text = (res.stderr or "").strip() or (res.stdout or "").strip() or f"exit status {res.returncode}"
+    return "; ".join(dict.fromkeys(ln.strip() for ln in text.splitlines() if ln.strip()))
+
+
+class NotAppliedHandle:
+    """``kuberay.apply=false``: the manifest is written next to the snapshot, for the user to apply."""
+
+    def __init__(self, plan: LaunchPlan, path: Path, how: str, name: str, ns: List[str]) -> None:
+        self.plan, self.path, self.how, self.name, self.ns = plan, path, how, name, ns
+        self.submission_id = plan.submission_id
+        self.log_file: Optional[str] = None
+        self.address = ""
+
+    def lines(self) -> List[str]:
+        return [f"[clawgym] not applied (kuberay.apply=false); apply it with:\n  {self.how}",
+                f"  then: kubectl get rayjob {self.name} {shlex.join(self.ns)} -w".rstrip()]
+
+    def follow(self, **_: Any) -> int:
+        sys.stdout.write("\n".join(self.lines()) + "\n")
+        sys.stdout.flush()
         return 0
-    res = subprocess.run(["kubectl", "--context", context, "apply", *ns, "-f", str(path)], capture_output=True,
-                         text=True, timeout=120)
-    sys.stdout.write(res.stdout)
-    if res.returncode != 0:
-        print(f"clawgym: kubectl apply failed: {res.stderr.strip()}\n  manifest: {path}", file=sys.stderr, flush=True)
-        return 1
-    print(f"[clawgym] RayJob applied (context {context}); follow it: kubectl get rayjob "
-          f"{manifest(plan, c)['metadata']['name']} {shlex.join(ns)} -w", flush=True)
-    return 0
+
+    def status(self) -> str:
+        return "SUCCEEDED"
+
+    def message(self) -> str:
+        return "manifest written, not applied"
+
+    def stop(self, **_: Any) -> str:
+        return "STOPPED"
+
+    def note_in_log(self, text: str) -> None:
+        pass
+
+
+class KubeRayHandle:
+    """An applied RayJob, as the pipeline sees a job: once its cluster's dashboard answers
+    and KubeRay's submitter registered the job (``spec.jobId`` = the plan's submission id), it
+    is followed through the Ray Jobs API (:class:`clawgym.launch.JobHandle`) like any cluster."""
+
+    def __init__(self, plan: LaunchPlan, *, name: str, namespace: Optional[str], context: str,
+                 dashboard: Optional[str], wait_s: float, redact: Sequence[str] = ()) -> None:
+        self.plan = plan
+        self.name, self.namespace, self.context = name, namespace, context
+        # kuberay.dashboard_address (e.g. a kubectl port-forward); None: the RayJob's status.dashboardURL.
+        self.dashboard = dashboard
+        self.wait_s = wait_s
+        self.submission_id = plan.submission_id
+        self.log_file = plan.log_file
+        self.address = dashboard or ""
+        self._redact = list(redact)
+        self.ray: Any = None
+
+    def _ns(self) -> List[str]:
+        return ["-n", str(self.namespace)] if self.namespace else []
+
+    def dashboard_url(self) -> Optional[str]:
+        """Where the job is followed: the configured address, else the RayJob's status.dashboardURL."""
+        if self.dashboard:
+            return self.dashboard if "://" in self.dashboard else f"http://{self.dashboard}"
+        res = _kubectl(self.context, "get", "rayjob", self.name, *self._ns(), "-o",
+                       "jsonpath={.status.dashboardURL}", timeout=30)
+        url = res.stdout.strip() if res.returncode == 0 else ""
+        return (url if "://" in url else f"http://{url}") if url else None
+
+    def wait_for_job(self, *, poll: float = 2.0) -> Any:
+        """The Ray job once the dashboard answers and the job is registered there; raises LaunchError
+        after ``wait_s``."""
+        from clawgym import launch, ray_head
+
+        deadline = time.time() + self.wait_s
+        seen = None
+        while True:
+            url = self.dashboard_url()
+            if url and ray_head.dashboard_responds(url):
+                seen = url
+                try:
+                    launch._client(url).get_job_info(self.submission_id)
+                    self.address = url
+                    self.ray = launch.JobHandle(url, self.submission_id, self.plan, redact=self._redact)
+                    return self.ray
+                except Exception:
+                    pass  # the submitter pod has not submitted it yet
+            if time.time() > deadline:
+                where = f"the dashboard at {seen} lists no job {self.submission_id}" if seen else \
+                    "no dashboard of its cluster answered" + (f" at {self.dashboard}" if self.dashboard else "")
+                raise launch.LaunchError(
+                    f"RayJob {self.name}: {where} within kuberay.wait_dashboard_s={self.wait_s:g}\n"
+                    f"  see: kubectl --context {self.context} describe rayjob {self.name} {shlex.join(self._ns())}\n"
+                    f"  fix: reach the head's dashboard from here (kuberay.dashboard_address, e.g. after kubectl "
+                    f"port-forward svc/<cluster>-head-svc 8265), or raise kuberay.wait_dashboard_s")
+            time.sleep(poll)
+
+    def follow(self, *, echo: bool = True, lost_contact_after: float = 300.0, stop_on_interrupt: bool = True,
+               log_mode: str = "a", say: Any = None) -> int:
+        ray = self.ray or self.wait_for_job()
+        return ray.follow(echo=echo, lost_contact_after=lost_contact_after, stop_on_interrupt=stop_on_interrupt,
+                          log_mode=log_mode, **({"say": say} if say is not None else {}))
+
+    def status(self) -> str:
+        if self.ray is not None:
+            return self.ray.status()
+        res = _kubectl(self.context, "get", "rayjob", self.name, *self._ns(), "-o", "jsonpath={.status.jobStatus}",
+                       timeout=30)
+        return (res.stdout.strip() or "PENDING") if res.returncode == 0 else "UNKNOWN"
+
+    def message(self) -> str:
+        return self.ray.message() if self.ray is not None else ""
+
+    def stop(self, *, timeout: float = 60.0) -> str:
+        """Stop the Ray job (when followed), then delete the RayJob (KubeRay removes its cluster)."""
+        status = "STOPPED"
+        if self.ray is not None:
+            try:
+                status = self.ray.stop(timeout=timeout)
+            except Exception:
+                pass
+        _kubectl(self.context, "delete", "rayjob", self.name, *self._ns(), "--wait=false", timeout=60)
+        return status
+
+    def note_in_log(self, text: str) -> None:
+        if self.ray is not None:
+            self.ray.note_in_log(text)
+
+
+class KubeRayBackend(Backend):
+    """``cluster=kuberay``: each job is a RayJob with a Ray cluster of its own (KubeRay queues and
+    sizes it). Validation, preflight (what the shared save dir and checkout show) and the snapshot
+    happen before anything is applied; the manifest is checked against KubeRay's CRD schema and
+    ValidateRayJobSpec, written next to the snapshot and applied with kubectl when
+    ``kuberay.apply=true``; the job is then followed through its cluster's Ray Jobs API."""
+
+    name = "kuberay"
+    packs_jobs = False
+
+    def __init__(self, plans: Sequence[Any], cfgs: Sequence[Any]) -> None:
+        super().__init__(plans, cfgs)
+        self.address = "KubeRay"
+        self.context: Optional[str] = None
+
+    def _c(self, cfg: Any) -> Mapping[str, Any]:
+        from clawgym.config import to_plain
+
+        return to_plain(cfg) if hasattr(cfg, "_metadata") else cfg
+
+    def dry_run_artefact(self, plan: Any, c: Mapping[str, Any], where: Path) -> Optional[Tuple[str, str]]:
+        return MANIFEST_FILE, checked_manifest_yaml(plan, c)
+
+    def checks_this_machine(self) -> bool:
+        return False
+
+    def settle(self, secrets: Mapping[str, str]) -> None:
+        """With ``kuberay.apply=true``: kubectl and a context, before any check or snapshot."""
+        k = self._c(self.cfgs[0])["kuberay"]
+        if not k["apply"]:
+            return
+        if shutil.which("kubectl") is None:
+            raise BackendError("kubectl is not on PATH: kuberay.apply=true applies the RayJob with it\n"
+                               "  fix:  install kubectl and configure a context, or set kuberay.apply=false to write "
+                               "the manifest only")
+        self.context = kubectl_context(k["context"])
+        if self.context is None:
+            raise BackendError("kubectl has no current context: kuberay.apply=true needs one\n"
+                               "  fix:  kubectl config use-context <context>, or set kuberay.context=<context>")
+        self.address = f"KubeRay (context {self.context})"
+
+    def answers(self) -> bool:
+        return False
+
+    def start(self, secrets: Mapping[str, str], *, on_address: Any = None, while_waiting: Any = None) -> Optional[str]:
+        """Nothing to start here (each RayJob gets its own cluster): the pipeline's waiting work
+        (cleanup, snapshots) runs at once."""
+        if while_waiting is not None:
+            while_waiting()
+        return None
+
+    def free_gpus(self) -> Optional[float]:
+        return None
+
+    def total_gpus(self) -> float:
+        return float("inf")
+
+    def submit(self, plan: Any, cfg: Any, snapshot: Optional[str], secrets: Mapping[str, str]) -> Any:
+        from clawgym.snapshot import atomic_write_text
+
+        c = self._c(cfg)
+        k = c["kuberay"]
+        if not snapshot:
+            raise BackendError("cluster=kuberay needs the launch snapshot (the manifest is kept next to it)")
+        text = checked_manifest_yaml(plan, c)
+        directory = manifest_dir(snapshot)
+        directory.mkdir(parents=True, exist_ok=True)
+        path = directory / MANIFEST_FILE
+        atomic_write_text(path, text)
+        name = manifest(plan, c)["metadata"]["name"]
+        ns = ["-n", str(k["namespace"])] if k["namespace"] else []
+        sys.stdout.write(f"[clawgym] RayJob manifest written to {path}\n")
+        sys.stdout.flush()
+        if not k["apply"]:
+            how = shlex.join(["kubectl", *(["--context", str(k["context"])] if k["context"] else []), "apply", *ns,
+                              "-f", str(path)])
+            return NotAppliedHandle(plan, path, how, name, ns)
+        context = self.context or kubectl_context(k["context"]) or ""
+        res = _kubectl(context, "apply", *ns, "-f", str(path))
+        if res.returncode != 0:
+            raise BackendRefused(f"kubectl refused the RayJob {name} of {plan.run_name}", _reason(res),
+                                 [f"  manifest: {path}", f"  fix:  check the context ({context}), the namespace and "
+                                  f"that KubeRay's RayJob CRD is installed: kubectl --context {context} get crd "
+                                  f"rayjobs.ray.io"])
+        sys.stdout.write(res.stdout)
+        sys.stdout.write(f"[clawgym] RayJob {name} applied (context {context})\n")
+        sys.stdout.flush()
+        return KubeRayHandle(plan, name=name, namespace=k["namespace"], context=context,
+                             dashboard=k["dashboard_address"], wait_s=float(k["wait_dashboard_s"]),
+                             redact=list(secrets.values()))
+
+    def hints(self, handles: Sequence[Any]) -> List[str]:
+        lines = []
+        for h in handles:
+            if isinstance(h, NotAppliedHandle):
+                lines += h.lines()
+                continue
+            ns = shlex.join(h._ns())
+            lines += [f"  status:  kubectl --context {h.context} get rayjob {h.name} {ns}".rstrip(),
+                      f"  logs:    clawgym jobs logs {h.submission_id} --follow --address <its dashboard>",
+                      f"  delete:  kubectl --context {h.context} delete rayjob {h.name} {ns}".rstrip()]
+        return lines
+
+    def close(self, *, keep: bool, reason: str = "", ignore_jobs: Sequence[str] = ()) -> None:
+        """Nothing to clean up here: KubeRay removes each RayJob's cluster (shutdownAfterJobFinishes)."""

@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
+from clawgym.backends import Backend
 from clawgym.plan import LaunchPlan
 
 #: Module that runs inside the allocation.
@@ -384,6 +385,13 @@ def sbatch_env(plan: LaunchPlan, environ: Mapping[str, str]) -> Dict[str, str]:
     return env
 
 
+def sbatch_reason(res: "subprocess.CompletedProcess") -> str:
+    """sbatch's own words for a refusal, one line ("sbatch: error: " prefixes dropped)."""
+    text = (res.stderr or "").strip() or (res.stdout or "").strip() or f"exit status {res.returncode}"
+    lines = [ln.strip().removeprefix("sbatch: error: ").strip() for ln in text.splitlines() if ln.strip()]
+    return "; ".join(dict.fromkeys(lines))
+
+
 def submit(script: Path, plan: LaunchPlan, *, environ: Mapping[str, str], output: str) -> SlurmJob:
     """``sbatch --parsable <script>``; returns the job."""
     # --export=ALL on the command line: a site's SBATCH_EXPORT=NONE would otherwise keep the secrets out.
@@ -391,9 +399,12 @@ def submit(script: Path, plan: LaunchPlan, *, environ: Mapping[str, str], output
                          text=True,
                          env=sbatch_env(plan, environ), timeout=120)
     if res.returncode != 0:
-        raise SlurmError(f"sbatch refused the batch job of {plan.run_name}: {res.stderr.strip() or res.stdout.strip()}"
-                         f"\n  script: {script}\n  fix: check slurm.* (partition, account, qos, time, gres) against "
-                         f"`sinfo` and your association")
+        from clawgym.backends import BackendRefused
+
+        raise BackendRefused(f"sbatch refused the batch job of {plan.run_name}", sbatch_reason(res),
+                             [f"  script: {script}",
+                              "  fix:  check slurm.* (partition, account, qos, time, gres, nodes, gpus_per_node) "
+                              "against `sinfo` and your association"])
     job_id = res.stdout.strip().split(";")[0]
     job = SlurmJob(job_id, output=output.replace("%j", job_id), run_name=plan.run_name,
                    submission_id=plan.submission_id)
@@ -536,7 +547,7 @@ class SlurmHandle:
                 pass
 
 
-class SlurmBackend:
+class SlurmBackend(Backend):
     """``cluster=slurm``: each job is a SLURM batch job; SLURM queues them (no packing here).
 
     Nothing runs on the login node but sbatch, scontrol and scancel: preflight checks what
@@ -546,12 +557,21 @@ class SlurmBackend:
     """
 
     name = "slurm"
+    # Each batch job starts a Ray cluster of its own in its allocation.
+    packs_jobs = False
 
     def __init__(self, plans: Sequence[LaunchPlan], cfgs: Sequence[Any]) -> None:
         self.plans = list(plans)
         self.cfgs = list(cfgs)
         # For the pipeline's messages.
         self.address = "SLURM"
+
+    def dry_run_artefact(self, plan: LaunchPlan, c: Mapping[str, Any], where: Path) -> Optional[tuple]:
+        """The batch script as sbatch would get it, with the plan and output next to ``where``."""
+        from clawgym.snapshot import PLAN_FILE
+
+        return SCRIPT_FILE, batch_script(plan, c, plan_file=str(where / PLAN_FILE),
+                                         output=str(where / "slurm-%j.out"), python=interpreter(c))
 
     def checks_this_machine(self) -> bool:
         return False

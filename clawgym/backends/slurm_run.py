@@ -211,10 +211,10 @@ def cmd_run(args) -> int:
         wait_for_nodes(args.address, args.nodes, args.gpus, args.wait_nodes, head_pid=args.head_pid)
         handle = submit_when_ready(args.address, plan, secrets, timeout=args.wait_nodes, head_pid=args.head_pid)
         if args.snapshot:
-            from clawgym.pipeline import _start_watcher
+            from clawgym.snapshot import start_checkpoint_watcher
 
             # Checkpoints are stamped here, inside the allocation, while the job runs.
-            watcher = _start_watcher(plan, args.snapshot)
+            watcher = start_checkpoint_watcher(plan, args.snapshot)
         handle.stop = _quick_stop(handle.stop)  # type: ignore[assignment]
         rc = handle.follow()
     except L.LaunchError as err:

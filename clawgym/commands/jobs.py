@@ -75,10 +75,21 @@ def resolve_address(given: Optional[str]) -> str:
                      + ", ".join(r.dashboard_address for r in live) + "\n  fix: pick one with --address")
 
 
+def _answering(address: str) -> str:
+    """The address, once its dashboard answers: a dead address is not "no such job"."""
+    from clawgym import ray_head
+
+    if not ray_head.dashboard_responds(address, timeout=5.0):
+        raise _UserError(f"no Ray dashboard answers at {address}\n"
+                         f"  fix: check --address (the dashboard's http address, e.g. http://<head>:8265); "
+                         f"`clawgym jobs heads` lists the heads clawgym started")
+    return address
+
+
 def _cmd_list(args) -> int:
     from clawgym.launch import _client
 
-    client = _client(resolve_address(args.address))
+    client = _client(_answering(resolve_address(args.address)))
     jobs = sorted(client.list_jobs(), key=lambda j: j.start_time or 0)
     print(f"{'submission id':<48} {'status':<10} {'started':<19} entrypoint")
     for j in jobs:
@@ -90,7 +101,7 @@ def _cmd_list(args) -> int:
 def _handle(args, *, log_file: Optional[str] = None):
     from clawgym.launch import JobHandle
 
-    address = resolve_address(args.address)
+    address = _answering(resolve_address(args.address))
     handle = JobHandle.attach(address, args.submission_id, log_file=log_file)
     try:
         info = handle._client.get_job_info(args.submission_id)

@@ -206,4 +206,5 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument("save_dir", help="the run's save dir (paths.save)")
     p.add_argument("overrides", nargs="*", help="key=value overrides on top of the snapshot config")
     p.add_argument("--dry-run", action="store_true", help="print the diff and the plan, launch nothing")
-    p.set_defaults(func=run)
+    # Options and overrides in any order (clawgym/cli.py:main).
+    p.set_defaults(func=run, intermixed="overrides")

@@ -23,6 +23,7 @@ tasks       sandbox=docker/chroot: the train/eval task folders hold tasks (count
 prompts     --prompt-data / --eval-prompt-data are JSONL with the --input-key/--label-key (first lines)
 functions   every custom function path in the trainer's flags exists on the job's PYTHONPATH
 memory      the per-GPU memory plan (clawgym/memory/) fits the GPU (memory.gpu, else this node's)
+wandb       W&B on: a key is set ($WANDB_KEY/$WANDB_API_KEY, or wandb login's netrc on a local head)
 =========== ======================================================================
 
 Importing this package imports no docker SDK; the chroot and none backends never do.
@@ -40,6 +41,7 @@ from clawgym.preflight.core import (FAILED, NOT_APPLICABLE, NOT_RUN, OK, SKIPPED
 from clawgym.preflight.data import check_prompt_data
 from clawgym.preflight.machine import check_cluster, check_gpus, check_ports
 from clawgym.preflight.memory import check_memory
+from clawgym.preflight.wandb import check_wandb
 from clawgym.preflight.sandbox import check_docker, check_image, check_root, check_rootfs
 from clawgym.preflight.sandbox import cleanup_leftovers as _cleanup_leftovers
 
@@ -76,6 +78,7 @@ CHECKS: List[Check] = [
     Check("prompts", "prompt data", check_prompt_data),
     Check("functions", "custom hooks", check_functions),
     Check("memory", "memory plan", check_memory),
+    Check("wandb", "W&B key", check_wandb),
 ]
 
 

@@ -62,6 +62,13 @@ def rule_cluster(v: _Collector) -> None:
             v.add("slurm-mem-format", ["slurm.mem_per_node"],
                   "sbatch --mem takes a size with an optional K, M, G or T suffix (0 = all of the node's memory)",
                   "set slurm.mem_per_node e.g. to 480G, or null for the partition's default")
+        name = str(s["job_name"] or "")
+        if not name or re.search(r"\s", name):
+            # The name is an #SBATCH --job-name=... line: sbatch reads one word there.
+            v.add("slurm-job-name-one-word", ["slurm.job_name"],
+                  "sbatch --job-name is one word (no spaces, tabs or newlines), and not empty",
+                  f"set slurm.job_name={re.sub(r'[^A-Za-z0-9_.-]+', '_', name).strip('_') or 'clawgym'}, or leave it "
+                  f"unset (the run name)")
         bad = [str(x) for x in s["extra_sbatch"] if not str(x).startswith("-") or "\n" in str(x)]
         if bad:
             v.add("slurm-extra-sbatch-options", ["slurm.extra_sbatch"],
@@ -98,9 +105,66 @@ def rule_cluster(v: _Collector) -> None:
                 v.add("kuberay-names-dns1123", [f"kuberay.{key}"],
                       "Kubernetes names are lowercase letters, digits and '-', at most 63 characters",
                       f"set kuberay.{key} to such a name")
+        _rule_kuberay_values(v, k)
         save = v.c["paths"]["save"]
         mount = str(k["mount_path"] or "")
         if save and mount and not (str(save) == mount or str(save).startswith(mount.rstrip("/") + "/")):
             v.add("kuberay-save-dir-on-pvc", ["paths.save", "kuberay.mount_path"],
                   "the save dir must be on the PVC, or checkpoints vanish with the pods",
                   "set kuberay.mount_path to paths.save or a parent of it")
+
+
+#: Kubernetes resource quantities, the pattern of KubeRay v1.3.2's RayJob CRD
+#: (ray-operator/config/crd/bases/ray.io_rayjobs.yaml, resources.limits/requests).
+_QUANTITY = re.compile(r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|"
+                       r"([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$")
+#: A Secret's name is a DNS-1123 subdomain: lowercase alphanumerics, '-' and '.', at most 253.
+_DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+#: RayJobSpec's integer fields are int32 (ray-operator/apis/ray/v1/rayjob_types.go).
+_INT32_MAX = 2 ** 31 - 1
+
+
+def _rule_kuberay_values(v: _Collector, k) -> None:
+    """kuberay.* values as KubeRay v1.3.2 takes them (the manifest is checked again, against the
+    CRD schema itself, at dry run and before apply: clawgym/backends/kuberay_check.py)."""
+    deadline = k["active_deadline_seconds"]
+    if deadline is not None and not 0 < deadline <= _INT32_MAX:
+        # Mirrors ray-operator/controllers/ray/utils/validation.go:ValidateRayJobSpec (v1.3.2):
+        # "activeDeadlineSeconds must be a positive integer"; 0 is not "no deadline" there.
+        v.add("kuberay-active-deadline-positive", ["kuberay.active_deadline_seconds"],
+              "KubeRay rejects a RayJob whose activeDeadlineSeconds is not a positive int32 "
+              "(ValidateRayJobSpec, ray-operator/controllers/ray/utils/validation.go)",
+              "set kuberay.active_deadline_seconds to seconds > 0, e.g. 604800, or null for no deadline")
+    ttl = k["ttl_seconds_after_finished"]
+    if not 0 <= ttl <= _INT32_MAX:
+        # RayJobSpec.TTLSecondsAfterFinished is an int32 that the operator adds to the job's end time
+        # to the job's end time for the shutdown time (rayjob_controller.go:Reconcile, v1.3.2): a negative
+        # TTL would delete the cluster at once.
+        v.add("kuberay-ttl-nonnegative", ["kuberay.ttl_seconds_after_finished"],
+              "the seconds a finished RayJob is kept are 0 or more (an int32 in the RayJob CRD)",
+              "set kuberay.ttl_seconds_after_finished to seconds >= 0, e.g. 3600 (0: delete at once)")
+    for key in ("head_cpu", "head_memory", "worker_cpu", "worker_memory"):
+        value = k[key]
+        if value in (None, ""):
+            continue
+        text = str(value)
+        if not _QUANTITY.match(text) or text.startswith("-"):
+            example = "16" if key.endswith("cpu") else "64Gi"
+            v.add("kuberay-resource-quantity", [f"kuberay.{key}"],
+                  "a pod's CPU and memory are non-negative Kubernetes quantities (the RayJob CRD's quantity "
+                  "pattern: a number with an optional suffix such as m, Ki, Mi, Gi, k, M, G)",
+                  f"set kuberay.{key} to e.g. {example}, or null for the namespace's default")
+    secret = str(k["secret_name"] or "")
+    if not _DNS1123_SUBDOMAIN.match(secret) or len(secret) > 253:
+        v.add("kuberay-secret-name-dns1123", ["kuberay.secret_name"],
+              "a Kubernetes Secret's name is a DNS-1123 subdomain: lowercase letters, digits, '-' and '.', "
+              "starting and ending with a letter or digit, at most 253 characters",
+              f"set kuberay.secret_name to such a name, e.g. {re.sub(r'[^a-z0-9.-]+', '-', secret.lower()).strip('-.') or 'clawgym-secrets'}")
+    if k["wait_dashboard_s"] <= 0:
+        v.add("kuberay-wait-positive", ["kuberay.wait_dashboard_s"],
+              "the wait for the RayJob's dashboard must be positive", "set kuberay.wait_dashboard_s e.g. to 1800")
+    address = k["dashboard_address"]
+    if address and not re.match(r"^(https?://)?[^\s/:]+(:\d+)?/?$", str(address)):
+        v.add("kuberay-dashboard-address-form", ["kuberay.dashboard_address"],
+              "the dashboard address is http://HOST:PORT (the Ray Jobs API of the RayJob's head)",
+              "set kuberay.dashboard_address e.g. to http://127.0.0.1:8265, or null for the RayJob's status")

@@ -135,11 +135,15 @@ def _real(path: str) -> Path:
 
 
 def _run_save_dir(path: Path) -> bool:
-    """True when ``path`` is the save dir of a clawgym run (it holds launch snapshots)."""
+    """True when ``path`` is the save dir of a clawgym run (it holds launch snapshots).
+
+    A ``clawgym/snapshots/`` holding nothing but hidden leftovers (a temp dir of a launch
+    killed while it wrote, a discarded snapshot) is no run's: an interrupted launch must not
+    mark the folder as another run's save dir."""
     from clawgym.snapshot import SNAPSHOTS_RELPATH
 
     try:
-        return (path / SNAPSHOTS_RELPATH).is_dir()
+        return any(not e.name.startswith(".") for e in os.scandir(path / SNAPSHOTS_RELPATH))
     except OSError:
         return False
 
