@@ -535,8 +535,12 @@ class PortReservation:
         self.sockets: Dict[int, socket.socket] = {}
         self.what: Dict[int, Tuple[str, str]] = {}
 
-    def hold(self, host: str, port: int, what: str) -> int:
-        """Reserve ``host:port`` (port 0: a free one); returns the port. Raises HeadError when taken."""
+    def hold(self, host: str, port: int, what: str, *, keep: bool = True) -> int:
+        """Reserve ``host:port`` (port 0: a free one); returns the port. Raises HeadError when taken.
+
+        ``keep=False`` only checks that the port is free now (and lists it in :func:`starting_ports`):
+        a server binding all interfaces (gRPC binds ``[::]``) cannot share a port with a socket
+        bound to one address, so beyond loopback the port is checked, not held."""
         try:
             family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
         except socket.gaierror as exc:
@@ -551,7 +555,10 @@ class PortReservation:
             raise HeadError(f"{what}={port} on {host}: {why}\n  fix: free the port (ss -ltnp 'sport = :{port}' "
                             f"shows who holds it) or choose another") from None
         got = int(sock.getsockname()[1])
-        self.sockets[got] = sock
+        if keep:
+            self.sockets[got] = sock
+        else:
+            sock.close()
         self.what[got] = (host, what)
         with _STARTING_LOCK:
             _STARTING[got] = (host, what)
@@ -620,12 +627,13 @@ class HeadStart:
             given = argv_option(argv, option)
             if given is None and key is not None:
                 given = "6379" if option == "--port" else "8265"  # Ray's defaults
-            port = self.ports.hold(host, int(given) if given is not None else 0, key or option)
+            port = self.ports.hold(host, int(given) if given is not None else 0, key or option,
+                                   keep=self.loopback and is_loopback(host))
             if given is None:
                 extra += [option, str(port)]
         for name in PORT_ENV:
             given = head_env.get(name)
-            head_env[name] = str(self.ports.hold(self.node_ip, int(given) if given else 0, name))
+            head_env[name] = str(self.ports.hold(self.node_ip, int(given) if given else 0, name, keep=self.loopback))
         return extra
 
     def _launch(self) -> None:
@@ -636,6 +644,8 @@ class HeadStart:
         head_env[MARKER_ENV] = self.marker
         if is_loopback(self.node_ip):
             head_env.setdefault(SINGLE_NODE_ENV, "0")
+        # Ray binds loopback addresses only in single-node mode; otherwise its gRPC servers bind [::].
+        self.loopback = is_loopback(self.node_ip) and head_env.get(SINGLE_NODE_ENV) == "0"
         extra = self._reserve(self.plan_argv, head_env)
         full = exe + self.plan_argv[1:] + ["--temp-dir", self.temp_dir] + extra
         if argv_option(self.plan_argv, "--min-worker-port") is None and \
