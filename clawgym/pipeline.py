@@ -8,12 +8,16 @@ walks the same steps for both:
 2. **settle**: the backend deals with what an earlier launch left (:mod:`clawgym.backends`);
 3. **capacity** (when the cluster already runs): every job fits the cluster's *free* GPUs
    and claims no port a running job claimed (checked again once the cluster is up);
-4. **preflight** every job, all reported together; nothing has started yet;
-5. **cleanup** of leftovers, then the **snapshot** of each job (while a cluster that has to be
-   started comes up: its processes start first, and nothing is submitted before the snapshots);
-6. **cluster**: the backend connects, reuses or starts one (:meth:`Backend.start`);
+4. **preflight** every job, all reported together; no job has started yet. A cluster that has
+   to be started needs nothing preflight checks: it begins coming up first
+   (:meth:`Backend.begin`: a local head reserves its ports and runs ``ray start`` in the
+   background) and is stopped again (:meth:`Backend.abort`) when preflight fails;
+5. **cleanup** of leftovers, then the **snapshot** of each job (while that cluster comes up;
+   nothing is submitted before the snapshots);
+6. **cluster**: the backend connects, reuses or finishes starting one (:meth:`Backend.start`);
 7. **submit** jobs as they fit the free GPUs (first fit in job order), **follow** them
-   (one job: its output on the console; several: a thread each, with progress lines),
+   (one job: its output on the console; several: a thread each, with progress lines). On a
+   cluster being started, the first jobs go in as soon as its dashboard answers;
 8. **summarise** (sweeps: a table) and **close**: the backend cleans up what it started.
 
 Signals while jobs run: Ctrl-C and SIGTERM stop our running jobs (queued ones are not

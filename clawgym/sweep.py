@@ -92,6 +92,24 @@ class SweepJob(PipelineJob):
         return self.cfg
 
 
+def resolved_task(sweep_config: DictConfig) -> Dict[str, Any]:
+    """``to_plain(task_config(sweep_config))`` without copying the tree first: each top-level
+    node but ``hydra`` resolved in place (a task config has no interpolation into ``hydra``,
+    which ``task_config`` drops). Raises as ``to_plain`` does when a value does not resolve."""
+    from omegaconf import Container
+
+    out: Dict[str, Any] = {}
+    for key in sweep_config.keys():
+        if key == "hydra":
+            continue
+        node = sweep_config._get_node(key)
+        if isinstance(node, Container):
+            out[str(key)] = OmegaConf.to_container(node, resolve=True, throw_on_missing=False)
+        else:
+            out[str(key)] = "???" if node._is_missing() else sweep_config[key]
+    return out
+
+
 def task_config(sweep_config: DictConfig) -> DictConfig:
     """The job's task config: the sweep config without Hydra's node (what the task gets)."""
     cfg = copy.deepcopy(sweep_config)
@@ -337,7 +355,7 @@ class SweepSession:
         for j in self.jobs:
             # Resolved once for validation, the plan and the memory plan (each would resolve it again).
             try:
-                plain[j.num] = to_plain(j.task_cfg)
+                plain[j.num] = resolved_task(j.config) if j.config is not None else to_plain(j.task_cfg)
             except OmegaConfBaseException:
                 plain[j.num] = None  # validation reports what does not resolve
             found = violations(j.task_cfg if plain[j.num] is None else copy.deepcopy(plain[j.num]))
