@@ -2,10 +2,16 @@
 
 Its lifecycle (start, record, shared use, stop) lives in :mod:`clawgym.ray_head`; this
 backend decides when: ``settle`` deals with what an earlier launch left on the dashboard
-port, ``start`` reuses a live head with the same settings (joining its users; an orphaned
-one is reported with what runs there) or starts one with the secrets in its environment,
-``close`` leaves the users list and stops the head when this launch was the last user and
-nobody asked to keep it.
+port; ``begin`` (before preflight) reserves the new head's ports and runs ``ray start`` in
+the background, ``abort`` stops it when preflight fails; ``start`` reuses a live head with
+the same settings (joining its users; an orphaned one is reported with what runs there) or
+finishes starting one with the secrets in its environment, packaging the jobs' working dirs
+while it comes up; ``close`` leaves the users list and stops the head when this launch was
+the last user and nobody asked to keep it.
+
+A head started here declares its GPUs in its argv and runs no one else's jobs yet, so its
+capacity is known without asking its dashboard (whose node list may still be empty when it
+first answers): the first jobs go in at once.
 """
 
 from __future__ import annotations
