@@ -402,6 +402,8 @@ class SweepSession:
             for j in launched:
                 # This job's overrides and choices (HydraConfig holds the whole sweep's here).
                 j.record = LaunchRecord.from_hydra(j.config.hydra, command="sweep")
+                # The pipeline reads the task config (j.cfg); dry-run jobs never need it.
+                j.cfg = j.task_cfg
             pipeline = Pipeline(launched, PipelineOptions(
                 sweep=True, max_concurrent=self.options.max_concurrent, poll_interval=self.options.poll_interval,
                 progress_interval=self.options.progress_interval), run_job=self._run_pipeline_job,
