@@ -34,6 +34,28 @@ def env_secrets(environ: Mapping[str, str] = os.environ, extra_names: Iterable[s
     return {n: environ[n] for n in sorted(names) if len(environ.get(n) or "") >= MIN_SECRET_LEN}
 
 
+#: Parts of a variable name that make its value a secret (WANDB_API_KEY, HF_TOKEN, DB_PASSWORD...).
+_SECRET_WORDS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "PASS", "CREDENTIAL", "CREDENTIALS", "AUTH")
+#: ...or a word ending like one (APIKEY, ACCESSTOKEN, DBPASSWORD; not MONKEY).
+_SECRET_ENDINGS = ("APIKEY", "ACCESSKEY", "SECRETKEY", "PRIVATEKEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD")
+
+
+def is_secret_name(name: str) -> bool:
+    """Whether a variable named ``name`` holds a secret: a known one, or a name with a word such as
+    KEY, TOKEN, SECRET or PASSWORD in it (``WANDB_API_KEY``, ``APIKEY``, ``GITHUB_TOKEN``)."""
+    upper = str(name).upper()
+    if upper in KNOWN_SECRET_ENV:
+        return True
+    words = [w for w in upper.replace("-", "_").split("_") if w]
+    return any(w in _SECRET_WORDS or w.endswith(_SECRET_ENDINGS) for w in words)
+
+
+def named_secrets(env: Mapping[str, str]) -> Dict[str, str]:
+    """Name -> value of the variables of ``env`` named like a secret (long enough to search for)."""
+    return {str(k): str(v) for k, v in env.items()
+            if is_secret_name(str(k)) and len(str(v or "")) >= MIN_SECRET_LEN}
+
+
 def argv_secrets(args: Optional[Sequence[Any]]) -> List[str]:
     """Values given to a secret flag in an argv-like list: ``--wandb-key V``, ``--wandb-key=V``,
     or one element ``"--wandb-key V"``."""

@@ -1,12 +1,14 @@
 """``clawgym import SCRIPT``: a slime launch script -> ``DIR/experiment/NAME.yaml``, with proof of parity.
 
-The script runs under bash with recording stand-ins (nothing is killed, started or
-submitted); what it would submit is turned into an experiment config that picks the
-closest model / gpu_layout / trainer / sandbox options and sets every remaining flag
-and variable. The experiment is then composed, planned and compared with the script
-dest by dest (argparse semantics) and variable by variable. Exit status: 0 when the
-experiment launches the same run, 1 when anything differs or cannot be expressed
-(a table says what), 2 when nothing could be imported.
+The script runs under bash in a sandbox (bubblewrap: its own user, PID, network and
+UTS namespaces, read-only views of the machine and its checkout) with recording
+stand-ins (nothing is killed, started or submitted); what it would submit is turned
+into an experiment config that picks the closest model / gpu_layout / trainer /
+sandbox options and sets every remaining flag and variable. The experiment is then
+composed, planned and compared with the script dest by dest (argparse semantics) and
+variable by variable. Exit status: 0 when the experiment launches the same run, 1 when
+anything differs or cannot be expressed (a table says what), 2 when nothing could be
+imported.
 """
 
 from __future__ import annotations
@@ -34,6 +36,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument("--env", action="append", default=[], metavar="NAME=VALUE",
                         help="environment variable the script reads (repeatable); by default the script "
                              "runs with none, so its own defaults apply")
+    parser.add_argument("--timeout", type=float, default=None, metavar="SECONDS",
+                        help="seconds the script may run in the importer's sandbox before it is killed with "
+                             "everything it started (default: 120)")
     parser.add_argument("--force", action="store_true", help="replace an existing experiment file")
     parser.add_argument("--check", action="store_true",
                         help="write nothing: compare the script with the existing experiment NAME "
@@ -53,16 +58,21 @@ def parse_env(items: List[str]) -> Dict[str, str]:
 
 
 def run(args: argparse.Namespace) -> int:
+    from clawgym import secrets
+    from clawgym.importer.capture import DEFAULT_TIMEOUT
     from clawgym.importer.core import ImportFailure, format_result, import_script
     from clawgym.registry import RegistryError
 
     try:
         env = parse_env(args.env)
+        # Values of secret-named --env variables are masked in everything printed, refusals included.
+        secrets.remember(secrets.named_secrets(env).values())
+        timeout = DEFAULT_TIMEOUT if args.timeout is None else args.timeout
         result = import_script(args.script, name=args.name, trainer=args.trainer, out_dir=args.out,
                                slime_root=args.slime_root, env=env, force=args.force,
-                               check=args.check)
+                               check=args.check, timeout=timeout)
     except (ImportFailure, RegistryError, ValueError) as exc:
-        print(f"clawgym import: {exc}", file=sys.stderr)
+        print(f"clawgym import: {secrets.redact(str(exc))}", file=sys.stderr)
         return 2
     print(format_result(result))
     return 0 if result.ok else 1

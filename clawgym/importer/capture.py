@@ -1,6 +1,8 @@
 """Run a launch script for real, with stand-ins, and read back what it would submit.
 
-The script runs under bash in a temporary directory laid out like its repository
+The script runs under bash inside the import's jail (:mod:`clawgym.importer.sandbox`:
+own namespaces, no capabilities, read-only views of the machine and the repository), in
+a temporary directory laid out like its repository
 (the directories on the way to the script are real, everything else is a symlink
 into the repository, so ``${SCRIPT_DIR}/models/x.sh`` or ``${SCRIPT_DIR}/slime``
 resolve as they would at home). Its PATH holds only:
@@ -17,23 +19,27 @@ nowhere is recorded by bash's ``command_not_found_handle`` (``python3 convert.py
 record which files the script sources and to take ``scripts/models/*.sh`` from the
 user's slime checkout (``--slime-root``).
 
-Every temporary path in what was recorded is mapped back to the repository, so the
-captured argv names the user's real files.
+Every temporary path in what was recorded is mapped back to the repository (and the jail's
+HOME to the user's), so the captured argv names the user's real files; the report names
+files written in HOME or /tmp as the script did (``~/x``, ``/tmp/x``), and writes the jail
+refused (read-only views) from the script's own error lines.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import shutil
 import stat
 import subprocess
-import sys
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
+
+from clawgym import secrets
+from clawgym.importer import sandbox
 
 RECORDER = Path(__file__).resolve().parent / "recorder.py"
 
@@ -189,6 +195,16 @@ class Capture:
     calls: List[Call] = field(default_factory=list)
     # Files created or changed inside the temporary layout (relative to the repository).
     written: List[str] = field(default_factory=list)
+    # Files or links of the layout the script removed (relative to the repository).
+    deleted: List[str] = field(default_factory=list)
+    # The --timeout the script ran past (seconds), None when it ended by itself.
+    timed_out: Optional[float] = None
+    # Files written in its HOME or /tmp, as the script named them (~/x, /tmp/x).
+    written_elsewhere: List[str] = field(default_factory=list)
+    # Lines of the call log that were not the recorder's (the script wrote to the log itself).
+    forged_log_lines: int = 0
+    # Output lines where the jail refused a write (the repository and the system are read-only).
+    refused_writes: List[str] = field(default_factory=list)
 
     def calls_of(self, tool: str) -> List[Call]:
         return [c for c in self.calls if c.tool == tool]
@@ -298,8 +314,11 @@ def _mirror(repo: Path, script: Path, tmp_root: Path) -> Path:
 
 
 def _tree_state(root: Path) -> Dict[str, Tuple[int, int]]:
-    """(size, mtime) of every regular file under root, not following symlinks."""
-    state = {}
+    """(size, mtime) of every regular file and symlink under root, not following symlinks
+    (a link of the mirror replaced or removed is a write or a deletion of the repository's file)."""
+    state: Dict[str, Tuple[int, int]] = {}
+    if root.is_symlink():  # the script replaced the layout by a link: not followed
+        return state
     for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
         for name in filenames:
             p = Path(dirpath) / name
@@ -307,7 +326,12 @@ def _tree_state(root: Path) -> Dict[str, Tuple[int, int]]:
                 st = p.lstat()
             except OSError:
                 continue
-            if stat.S_ISREG(st.st_mode):
+            if stat.S_ISREG(st.st_mode) or stat.S_ISLNK(st.st_mode):
+                state[str(p.relative_to(root))] = (st.st_size, st.st_mtime_ns)
+        for name in dirnames:
+            p = Path(dirpath) / name
+            if p.is_symlink():
+                st = p.lstat()
                 state[str(p.relative_to(root))] = (st.st_size, st.st_mtime_ns)
     return state
 
@@ -332,19 +356,25 @@ def _link_tools(bindir: Path) -> None:
             (bindir / name).symlink_to(real)
 
 
-def _map_back(value: Any, tmp: str, real: str) -> Any:
+def _map_back(value: Any, mapping: Sequence[Tuple[str, str]]) -> Any:
     if isinstance(value, str):
-        return value.replace(tmp, real)
+        return sandbox.map_paths(value, mapping)
     if isinstance(value, list):
-        return [_map_back(v, tmp, real) for v in value]
+        return [_map_back(v, mapping) for v in value]
     if isinstance(value, dict):
-        return {k: _map_back(v, tmp, real) for k, v in value.items()}
+        return {k: _map_back(v, mapping) for k, v in value.items()}
     return value
 
 
+#: Seconds a script may run before the jail is killed (``clawgym import --timeout``).
+DEFAULT_TIMEOUT = 120.0
+
+
 def run_script(script: Path, *, slime_root: Optional[Path] = None, env: Optional[Mapping[str, str]] = None,
-               timeout: float = 120.0) -> Capture:
-    """Run ``script`` with stand-ins and return what it did.
+               timeout: float = DEFAULT_TIMEOUT) -> Capture:
+    """Run ``script`` with stand-ins, in the import's jail, and return what it did.
+
+    Raises :class:`CaptureError` when no jail can be made (the script is then not run).
 
     ``env`` is the environment the script sees besides PATH/HOME (default: nothing, so
     the script's own defaults apply). ``slime_root`` is the slime checkout whose
@@ -363,26 +393,37 @@ def run_script(script: Path, *, slime_root: Optional[Path] = None, env: Optional
     slime = slime or repo
     models = slime / "scripts" / "models"
 
-    with tempfile.TemporaryDirectory(prefix="clawgym-import-") as tmp:
-        tmp_path = Path(os.path.realpath(tmp))
+    env = {str(k): str(v) for k, v in (env or {}).items()}
+    with _refusals():
+        sandbox.check_env(env)
+        jail = sandbox.Jail()
+    # Secret values the user gave are masked in every report from here on.
+    secrets.remember(secrets.named_secrets(env).values())
+    with jail, _refusals():
+        tmp_path = jail.dir
         root = tmp_path / "checkout"
         copy = _mirror(repo, script, root)
         _write_standins(tmp_path / "standins")
         _link_tools(tmp_path / "tools")
-        (tmp_path / "home").mkdir()
+        # The script reads its checkout and models, runs the recorder; it changes none of them.
+        for path in (repo, slime, RECORDER):
+            jail.readonly(path)
+        jail.readonly_inside(tmp_path / "standins")
+        jail.readonly_inside(tmp_path / "tools")
         log = tmp_path / "calls.jsonl"
+        log.touch()
         # Scripts are run from their slime checkout (`bash scripts/run-x.sh`), or from their own folder.
         cwd = root / slime.relative_to(repo) if _inside(slime, repo) else copy.parent
         given = {
             "PATH": f"{tmp_path / 'standins'}:{tmp_path / 'tools'}",
-            "HOME": str(tmp_path / "home"),
+            "HOME": str(jail.home),
             "LANG": "C.UTF-8",
-            **{str(k): str(v) for k, v in (env or {}).items()},
+            **env,
         }
         run_env = {
             **given,
             "CLAWGYM_IMPORT_LOG": str(log),
-            "CLAWGYM_IMPORT_PY": sys.executable,
+            "CLAWGYM_IMPORT_PY": sandbox.interpreter(),
             "CLAWGYM_IMPORT_RECORDER": str(RECORDER),
             "CLAWGYM_IMPORT_MODELS": str(models) if models.is_dir() else "",
             "CLAWGYM_IMPORT_MODELS_FORCE": "1" if explicit_slime else "",
@@ -392,27 +433,56 @@ def run_script(script: Path, *, slime_root: Optional[Path] = None, env: Optional
             "BASH_FUNC_command_not_found_handle%%": _NOT_FOUND_FN,
         }
         before = _tree_state(root)
-        try:
-            proc = subprocess.run([bash, str(copy)], env=run_env, cwd=cwd, stdin=subprocess.DEVNULL,
-                                  capture_output=True, text=True, timeout=timeout)
-            returncode, output = proc.returncode, proc.stdout + proc.stderr
-        except subprocess.TimeoutExpired as exc:
-            out = exc.stdout or b""
-            returncode, output = -1, (out.decode(errors="replace") if isinstance(out, bytes) else out) + \
-                f"\n(clawgym import: the script did not finish within {timeout:.0f} s)"
+        jail.snapshot()
+        outcome = jail.run([bash, str(copy)], env=run_env, cwd=cwd, timeout=timeout)
         after = _tree_state(root)
         written = sorted(p for p, st in after.items() if before.get(p) != st)
-        calls = [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
-        tmp_s, real_s = str(root), str(repo)
+        deleted = sorted(p for p in before if p not in after)
+        calls, bad_lines = sandbox.read_log(log)
+        # Jail paths back to what the script named: the mirror is the repository; HOME is the
+        # user's home for what the job would see, ``~`` in what the report prints.
+        real_home = os.path.expanduser("~")
+        to_real = [(str(root), str(repo)), (str(jail.home), real_home)]
+        to_shown = [(str(root), str(repo)), (str(jail.home), "~")]
+        output = sandbox.map_paths(outcome.output, to_shown)
         capture = Capture(
-            script=script, repo_root=repo, slime_root=slime, given_env=dict(given), returncode=returncode,
-            output=output.replace(tmp_s, real_s), written=written,
+            script=script, repo_root=repo, slime_root=slime,
+            given_env={k: sandbox.map_paths(v, to_real) for k, v in given.items()},
+            returncode=outcome.returncode, output=output, written=written, deleted=deleted,
+            timed_out=outcome.timed_out,
+            written_elsewhere=jail.written(), refused_writes=sandbox.refused_writes(output),
+            forged_log_lines=bad_lines,
         )
         for c in calls:
-            c = _map_back(c, tmp_s, real_s)
+            c = _map_back(c, to_real)
             c["env"] = {k: v for k, v in c["env"].items() if not k.startswith(("BASH_FUNC_",) + IMPORTER_OWN)}
             capture.calls.append(Call(c["tool"], c["argv"], c["cwd"], c["env"]))
+        _remember_secrets(capture)
         return capture
+
+
+@contextlib.contextmanager
+def _refusals() -> Iterator[None]:
+    """The jail's refusals (no sandbox here, a reserved --env name, a shared folder as the
+    repository) as the capture's own error: the script was not run."""
+    try:
+        yield
+    except sandbox.SandboxError as exc:
+        raise CaptureError(str(exc)) from None
+
+
+def _remember_secrets(capture: Capture) -> None:
+    """Mask, in every report, the values of secret-named variables the script set or passed on,
+    and values it gives to secret flags."""
+    for c in capture.calls:
+        secrets.remember(secrets.named_secrets(c.env).values())
+    for sub in capture.submits:
+        secrets.remember(secrets.argv_secrets(sub.entrypoint))
+        try:
+            env_vars = sub.env_vars
+        except (ValueError, AttributeError):  # a runtime env that is not JSON: the import names it later
+            continue
+        secrets.remember(secrets.named_secrets(env_vars).values())
 
 
 #: How the report names what a recorded command was.
@@ -427,6 +497,11 @@ def classify(capture: Capture, allowed_write_dirs: Sequence[str] = ()) -> List[T
     elsewhere, or was not found; a file written).
     """
     rows: List[Tuple[str, str]] = []
+    home = os.path.expanduser("~").rstrip("/")
+
+    def shown(text: str) -> str:
+        # The script's HOME is a folder of the import; the report names it as the script did.
+        return text.replace(home + "/", "~/") if home else text
 
     def allowed(path: str) -> bool:
         return any(os.path.normpath(path).startswith(os.path.normpath(d)) for d in allowed_write_dirs if d)
@@ -453,9 +528,21 @@ def classify(capture: Capture, allowed_write_dirs: Sequence[str] = ()) -> List[T
         elif c.tool == "<not found>":
             rows.append(("inexpressible", f"`{c.line}`: a command other than ray (not run)"))
         else:
-            rows.append(("inexpressible", f"`{c.line}`: {STANDINS.get(c.tool, 'a command other than ray')} (not run)"))
+            rows.append(("inexpressible", shown(f"`{c.line}`: {STANDINS.get(c.tool, 'a command other than ray')} "
+                                                "(not run)")))
     for path in capture.written:
         target = str(capture.repo_root / path)
         if not allowed(target):
             rows.append(("inexpressible", f"the script writes {target} (a file an experiment cannot create)"))
+    for path in capture.deleted:
+        rows.append(("inexpressible", f"the script deletes {capture.repo_root / path} (an experiment cannot "
+                                      "delete files)"))
+    for shown in capture.written_elsewhere:
+        rows.append(("inexpressible", f"the script writes {shown} (a file an experiment cannot create)"))
+    if capture.forged_log_lines:
+        rows.append(("inexpressible", f"the script wrote {capture.forged_log_lines} line(s) into the importer's "
+                                      "call log that the stand-ins did not (the capture cannot be trusted)"))
+    for line in capture.refused_writes:
+        rows.append(("inexpressible", f"the script writes outside its folders, refused by the import's "
+                                      f"read-only view: {line}"))
     return rows

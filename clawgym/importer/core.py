@@ -31,8 +31,9 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
 from clawgym.importer import parity
-from clawgym.importer.capture import Capture, CaptureError, Submit, classify, run_script
+from clawgym.importer.capture import DEFAULT_TIMEOUT, Capture, CaptureError, Submit, classify, run_script
 from clawgym.importer.parity import MISSING_VALUE, Difference
+from clawgym.secrets import redact
 
 #: Interpreters a Ray entrypoint may run the trainer with.
 INTERPRETERS = ("python", "python3")
@@ -761,11 +762,11 @@ def choose_flavour(capture: Capture, submit: Submit, requested: Optional[str]) -
 def import_script(script: Path, *, name: Optional[str] = None, trainer: Optional[str] = None,
                   out_dir: Optional[Path] = None, slime_root: Optional[Path] = None,
                   env: Optional[Mapping[str, str]] = None, force: bool = False,
-                  check: bool = False) -> ImportResult:
+                  check: bool = False, timeout: float = DEFAULT_TIMEOUT) -> ImportResult:
     """Import ``script``; write ``out_dir/experiment/<name>.yaml``; verify it (see module doc).
 
     ``check``: write nothing; compare the script with the existing experiment ``name``
-    (e.g. after editing it by hand)."""
+    (e.g. after editing it by hand). ``timeout``: seconds the script may run (its jail is killed after)."""
     from clawgym.config import compose, config_dir
     from clawgym.validate import violations
 
@@ -781,17 +782,21 @@ def import_script(script: Path, *, name: Optional[str] = None, trainer: Optional
     if target.exists() and not force and not check:
         raise ImportFailure(f"{target} exists; choose another --name, pass --force to replace it, "
                             "or --check to compare the script with it")
+    if not timeout or timeout <= 0:
+        raise ImportFailure(f"--timeout {timeout}: give the seconds the script may run, more than 0")
     try:
-        capture = run_script(script, slime_root=slime_root, env=env)
+        capture = run_script(script, slime_root=slime_root, env=env, timeout=timeout)
     except CaptureError as exc:
-        raise ImportFailure(str(exc)) from None
+        raise ImportFailure(redact(str(exc))) from None
     submits = capture.submits
     if not submits:
         tail = "\n".join(capture.output.strip().splitlines()[-15:])
-        raise ImportFailure(
-            f"{script} submitted no Ray job (exit status {capture.returncode}); nothing to import.\n"
+        ended = (f"timed out after {capture.timed_out:g} s (--timeout)" if capture.timed_out is not None
+                 else f"exit status {capture.returncode}")
+        raise ImportFailure(redact(
+            f"{script} submitted no Ray job ({ended}); nothing to import.\n"
             + "\n".join(f"  - {text}" for kind, text in classify(capture) if kind == "inexpressible")
-            + (f"\nlast lines of its output:\n{tail}" if tail else ""))
+            + (f"\nlast lines of its output:\n{tail}" if tail else "")))
     submit = submits[-1]
     entry = submit.entrypoint
     if len(entry) < 2 or os.path.basename(entry[0]) not in INTERPRETERS or not entry[1].endswith(".py"):
@@ -802,7 +807,10 @@ def import_script(script: Path, *, name: Optional[str] = None, trainer: Optional
         trainer = str(OmegaConf.select(written, "trainer.flavour", default=None) or "clawgym")
     flavour = choose_flavour(capture, submit, trainer)
     result = ImportResult(script=script.resolve(), flavour=flavour, name=name, path=None, choices={}, body={})
-    if capture.returncode != 0:
+    if capture.timed_out is not None:
+        result.inexpressible.append(f"the script timed out after {capture.timed_out:g} s (--timeout) "
+                                    "after submitting; it was killed with everything it started")
+    elif capture.returncode != 0:
         result.inexpressible.append(f"the script exited with status {capture.returncode} after submitting")
     if len(submits) > 1:
         result.inexpressible.append(f"the script submits {len(submits)} jobs; an experiment is one job "
@@ -903,6 +911,11 @@ KEY_SOURCES = {
 
 
 def format_result(result: ImportResult) -> str:
+    """The import report; every secret value seen (``--env``, the script's own) is masked."""
+    return redact(_format_result(result))
+
+
+def _format_result(result: ImportResult) -> str:
     out = [f"{'checked' if result.checked else 'imported'} {result.script}", f"  trainer flavour: {result.flavour}"]
     if not result.checked:
         out.append("  options: " + (", ".join(f"{g}={o}" for g, o in result.choices.items()) or "(defaults)"))
