@@ -156,7 +156,7 @@ def run_clawgym(work: Path, name: str, extra: List[str], env_extra: Dict[str, st
 
 def main(argv: Optional[List[str]] = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--repeat", type=int, default=2, help="runs of each variant (median reported)")
+    ap.add_argument("--repeat", type=int, default=5, help="runs of each variant (median reported)")
     ap.add_argument("--seed", type=Path, default=DEFAULT_SEED, help="the seed script to compare against")
     args = ap.parse_args(argv)
     if not args.seed.is_file():

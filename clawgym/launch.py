@@ -487,17 +487,18 @@ def ports_of(plan: LaunchPlan) -> List[int]:
 
 
 def submit(address: str, plan: LaunchPlan, *, secrets: Mapping[str, str], pass_secrets: bool = False,
-           started_here: bool = False) -> JobHandle:
+           started_here: bool = False, working_dir_package: Optional[str] = None) -> JobHandle:
     """Submit the plan's job to the cluster at ``address``.
 
     ``started_here``: the head was started by clawgym with the secrets in its environment,
     so the job inherits them. Otherwise secrets are added to the runtime env only with
     ``pass_secrets`` (``ray.pass_secrets_in_runtime_env=true``: Ray stores the runtime env
     in the job's metadata and writes it to the cluster's ``runtime_env_agent.log``, so this
-    is opt-in and warned about).
+    is opt-in and warned about). ``working_dir_package``: the working dir already packaged
+    (a zip of what Ray would upload, :mod:`clawgym.backends.workdir`); Ray then only uploads it.
     """
     runtime_env = copy.deepcopy(plan.runtime_env)
-    runtime_env.setdefault("working_dir", plan.working_dir)
+    runtime_env.setdefault("working_dir", working_dir_package or plan.working_dir)
     if secrets and not started_here:
         if pass_secrets:
             print(f"[clawgym] WARNING: passing {', '.join(sorted(secrets))} in the job's runtime env "

@@ -8,12 +8,16 @@ walks the same steps for both:
 2. **settle**: the backend deals with what an earlier launch left (:mod:`clawgym.backends`);
 3. **capacity** (when the cluster already runs): every job fits the cluster's *free* GPUs
    and claims no port a running job claimed (checked again once the cluster is up);
-4. **preflight** every job, all reported together; nothing has started yet;
-5. **cleanup** of leftovers, then the **snapshot** of each job (while a cluster that has to be
-   started comes up: its processes start first, and nothing is submitted before the snapshots);
-6. **cluster**: the backend connects, reuses or starts one (:meth:`Backend.start`);
+4. **preflight** every job, all reported together; no job has started yet. A cluster that has
+   to be started needs nothing preflight checks: it begins coming up first
+   (:meth:`Backend.begin`: a local head reserves its ports and runs ``ray start`` in the
+   background) and is stopped again (:meth:`Backend.abort`) when preflight fails;
+5. **cleanup** of leftovers, then the **snapshot** of each job (while that cluster comes up;
+   nothing is submitted before the snapshots);
+6. **cluster**: the backend connects, reuses or finishes starting one (:meth:`Backend.start`);
 7. **submit** jobs as they fit the free GPUs (first fit in job order), **follow** them
-   (one job: its output on the console; several: a thread each, with progress lines),
+   (one job: its output on the console; several: a thread each, with progress lines). On a
+   cluster being started, the first jobs go in as soon as its dashboard answers;
 8. **summarise** (sweeps: a table) and **close**: the backend cleans up what it started.
 
 Signals while jobs run: Ctrl-C and SIGTERM stop our running jobs (queued ones are not
@@ -206,6 +210,8 @@ class Pipeline:
         self._wake = threading.Event()
         self._last_progress = 0.0
         self._last_counts: Optional[Tuple[int, ...]] = None
+        # A sweep whose first jobs were started as the cluster's dashboard came up.
+        self._began_sweep = False
 
     # -------------------------------------------------------- small helpers
 
@@ -268,23 +274,32 @@ class Pipeline:
         if self.backend.answers():
             # A running cluster: refuse what cannot fit, before preflight and before any snapshot.
             self._check_capacity()
-        self._preflight()
+        else:
+            # A cluster to start needs nothing preflight checks: it comes up while preflight runs
+            # (and is stopped again if preflight fails).
+            self.backend.begin(secrets)
+        try:
+            self._preflight()
+        except BaseException:
+            self.backend.abort()
+            raise
         # A cluster that must be started takes seconds: cleanup and snapshots happen meanwhile
         # (still before any submission); otherwise now.
         starting = not self.backend.answers()
         if not starting:
             self._cleanup_and_snapshot()
         early = len(self.jobs) == 1 and not self._sweep and not self.backend.answers()
+        # A packed sweep on a cluster being started: its first jobs go in once the dashboard answers.
+        early_sweep = self._sweep and not self.detach and not self.backend.answers()
         try:
             with launch._sigterm_as_interrupt():
                 try:
-                    self._connect(secrets, submit_early=early, prepare=self._cleanup_and_snapshot if starting else None)
-                    if not early:
+                    self._connect(secrets, submit_early=early, sweep_early=early_sweep,
+                                  prepare=self._cleanup_and_snapshot if starting else None)
+                    if not early and not self._began_sweep:
                         self._check_capacity(after_start=True)
-                    if self._sweep:
-                        cap = f"{self.capacity:g} GPUs free" if self.capacity is not None else "the cluster queues jobs"
-                        say(f"[sweep] {len(self.jobs)} jobs on {self.backend.address} ({cap})")
-                    _quiet_ray_sdk() if self._sweep else None
+                    if self._sweep and not self._began_sweep:
+                        self._sweep_header()
                     if self.detach:
                         self._submit_detached()
                     elif self._sweep:
@@ -453,7 +468,12 @@ class Pipeline:
 
     # -------------------------------------------------------- cluster and jobs
 
-    def _connect(self, secrets: Mapping[str, str], *, submit_early: bool,
+    def _sweep_header(self) -> None:
+        cap = f"{self.capacity:g} GPUs free" if self.capacity is not None else "the cluster queues jobs"
+        say(f"[sweep] {len(self.jobs)} jobs on {self.backend.address} ({cap})")
+        _quiet_ray_sdk()
+
+    def _connect(self, secrets: Mapping[str, str], *, submit_early: bool, sweep_early: bool = False,
                  prepare: Optional[Callable[[], None]] = None) -> None:
         from clawgym import launch
         from clawgym.backends import BackendError
@@ -461,6 +481,13 @@ class Pipeline:
         early: Dict[str, Any] = {}
 
         def on_address(address: str) -> None:
+            # A sweep on a cluster being started: its capacity is what the new head declares, and
+            # the jobs that fit go in now, while the rest of the head comes up.
+            if sweep_early:
+                self._check_capacity(after_start=True)
+                self._began_sweep = True
+                self._sweep_header()
+                self._fill([j for j in self.jobs if j.status == QUEUED], [])
             # One job on a cluster being started: submit as soon as the dashboard answers,
             # while the rest of the head comes up (Ray's job API waits for it by itself).
             if submit_early:
@@ -605,17 +632,7 @@ class Pipeline:
                         j.exit_code = 0 if ok else (EXIT_INTERRUPTED if ray_status == "STOPPED" else 1)
                     j.status = SUCCEEDED if ok and j.error is None else FAILED
                     self._event(j)
-            free = self._free_now(running) if self.capacity is not None else float("inf")
-            for j in list(queue):
-                if self.options.max_concurrent and len(running) >= self.options.max_concurrent:
-                    break
-                if j.plan.gpus_required <= free:
-                    queue.remove(j)
-                    self._start(j)
-                    if j.status == RUNNING:
-                        running.append(j)
-                        free -= j.plan.gpus_required
-                        self._spawn_follower(j)
+            self._fill(queue, running)
             self._progress()
             if queue or running:
                 self._wake.wait(self.options.poll_interval)
@@ -623,6 +640,20 @@ class Pipeline:
         for j in self.jobs:
             if j.thread is not None:
                 j.thread.join(timeout=30)
+
+    def _fill(self, queue: List[PipelineJob], running: List[PipelineJob]) -> None:
+        """Start queued jobs, in order, while their GPUs fit next to the running ones (first fit)."""
+        free = self._free_now(running) if self.capacity is not None else float("inf")
+        for j in list(queue):
+            if self.options.max_concurrent and len(running) >= self.options.max_concurrent:
+                break
+            if j.plan.gpus_required <= free:
+                queue.remove(j)
+                self._start(j)
+                if j.status == RUNNING:
+                    running.append(j)
+                    free -= j.plan.gpus_required
+                    self._spawn_follower(j)
 
     def _spawn_follower(self, j: PipelineJob) -> None:
         if j.thread is None and j.handle is not None:

@@ -33,6 +33,7 @@ Record updates are serialised by a lock file next to the record.
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import hmac
 import json
@@ -44,6 +45,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -415,16 +417,21 @@ def dashboard_responds(address: str, timeout: float = 2.0) -> bool:
         return False
 
 
-def cluster_gpus(address: str, timeout: float = 30.0) -> float:
-    """GPUs declared by the alive nodes of the cluster whose dashboard is at ``address``."""
-    import json
+def cluster_gpus(address: str, timeout: float = 30.0, *, wait_for_node: bool = False) -> float:
+    """GPUs declared by the alive nodes of the cluster whose dashboard is at ``address``.
 
+    ``wait_for_node``: a head whose dashboard just came up may not list its own node yet; ask
+    again (up to ``timeout`` seconds) until one node is alive."""
     # The dashboard's node list is one HTTP call; ray.init would start a driver.
     url = f"{address.rstrip('/')}/api/v0/nodes?limit=10000&detail=1"
-    with urllib.request.urlopen(url, timeout=timeout) as resp:
-        data = json.load(resp)
-    nodes = data.get("data", {}).get("result", {}).get("result", [])
-    return float(sum((n.get("resources_total") or {}).get("GPU", 0.0) for n in nodes if n.get("state") == "ALIVE"))
+    deadline = time.time() + timeout
+    while True:
+        with urllib.request.urlopen(url, timeout=timeout) as resp:
+            data = json.load(resp)
+        nodes = [n for n in data.get("data", {}).get("result", {}).get("result", []) if n.get("state") == "ALIVE"]
+        if nodes or not wait_for_node or time.time() > deadline:
+            return float(sum((n.get("resources_total") or {}).get("GPU", 0.0) for n in nodes))
+        time.sleep(0.2)
 
 
 def head_state(rec: HeadRecord, *, patience: float = 10.0) -> str:
@@ -462,6 +469,305 @@ def _ray_executable() -> List[str]:
     return [sys.executable, "-c", "import sys; from ray.scripts.scripts import main; sys.exit(main())"]
 
 
+# Loopback: Ray picks the address its servers bind from the node IP. In cluster mode (its
+# default on Linux) `ray start` replaces a loopback --node-ip-address by the machine's routable
+# address (ray/_private/services.py:resolve_ip_for_localhost via get_node_ip_address), and the
+# GCS and raylet gRPC servers then listen on 0.0.0.0 (src/ray/rpc/grpc_server.cc:GrpcServer::Run
+# binds 127.0.0.1 only when the node IP is loopback). RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 keeps
+# the loopback node IP, so every server of a single-node head binds loopback; it only disables
+# adding worker nodes to this head (ray/scripts/scripts.py refuses `ray start --address` then),
+# which a local head does not do.
+SINGLE_NODE_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
+LOOPBACK_HOSTS = ("127.0.0.1", "::1", "localhost")
+
+#: ``ray start`` options naming a port one of the head's services binds, with the config key
+#: that sets it (None: clawgym picks a free one and reserves it).
+PORT_OPTIONS: Tuple[Tuple[str, Optional[str]], ...] = (
+    ("--port", "ray.port"),
+    ("--dashboard-port", "ray.dashboard_port"),
+    ("--ray-client-server-port", None),
+    ("--dashboard-agent-listen-port", None),
+    ("--dashboard-agent-grpc-port", None),
+    ("--runtime-env-agent-port", None),
+    ("--node-manager-port", None),
+    ("--object-manager-port", None),
+    ("--metrics-export-port", None),
+)
+#: Metrics servers of the dashboard and the autoscaler monitor: fixed default ports (44227,
+#: 44217 in ray/dashboard/consts.py, ray/autoscaler/_private/constants.py) set by environment
+#: only; two heads on one machine would collide on them.
+PORT_ENV = ("DASHBOARD_METRIC_PORT", "AUTOSCALER_METRIC_PORT")
+
+# Ports this process reserved for heads it is starting: port -> (host, what), until each head
+# is up or stopped. Preflight's ports check reports these as the head's own.
+_STARTING: Dict[int, Tuple[str, str]] = {}
+_STARTING_LOCK = threading.Lock()
+
+
+def is_loopback(host: str) -> bool:
+    return host in LOOPBACK_HOSTS or host.startswith("127.")
+
+
+def starting_ports() -> Dict[int, Tuple[str, str]]:
+    """Ports reserved by heads this process is starting: port -> (host, option or variable)."""
+    with _STARTING_LOCK:
+        return dict(_STARTING)
+
+
+def declared_gpus(argv: Sequence[str]) -> Optional[float]:
+    """GPUs a ``ray start`` argv declares (None: Ray detects them)."""
+    value = argv_option(argv, "--num-gpus")
+    return float(value) if value is not None else None
+
+
+class PortReservation:
+    """Ports held for a head from before ``ray start`` until the head listens on them.
+
+    A reserved port is a socket bound with SO_REUSEADDR and never listening. On Linux that
+    keeps every other bind without SO_REUSEADDR off the port, and the kernel's choice of free
+    ports (bind to port 0, Ray's own port picking) skips it; the head's servers, which all set
+    SO_REUSEADDR (gRPC, aiohttp, Python's http.server), can still bind and listen on it. A
+    server of someone else that also sets SO_REUSEADDR could still take it before the head
+    does: the reservation narrows that window to nothing for ephemeral-port users, not for them.
+    """
+
+    def __init__(self) -> None:
+        self.sockets: Dict[int, socket.socket] = {}
+        self.what: Dict[int, Tuple[str, str]] = {}
+
+    def hold(self, host: str, port: int, what: str, *, keep: bool = True) -> int:
+        """Reserve ``host:port`` (port 0: a free one); returns the port. Raises HeadError when taken.
+
+        ``keep=False`` only checks that the port is free now (and lists it in :func:`starting_ports`):
+        a server binding all interfaces (gRPC binds ``[::]``) cannot share a port with a socket
+        bound to one address, so beyond loopback the port is checked, not held."""
+        try:
+            family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
+        except socket.gaierror as exc:
+            raise HeadError(f"{what}: host {host!r} does not resolve ({exc})") from None
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind((host, port))
+        except OSError as exc:
+            sock.close()
+            why = "in use" if exc.errno == errno.EADDRINUSE else str(exc)
+            raise HeadError(f"{what}={port} on {host}: {why}\n  fix: free the port (ss -ltnp 'sport = :{port}' "
+                            f"shows who holds it) or choose another") from None
+        got = int(sock.getsockname()[1])
+        if keep:
+            self.sockets[got] = sock
+        else:
+            sock.close()
+        self.what[got] = (host, what)
+        with _STARTING_LOCK:
+            _STARTING[got] = (host, what)
+        return got
+
+    def release_sockets(self) -> None:
+        """Close the sockets (the head listens on the ports now, or never will)."""
+        for sock in self.sockets.values():
+            sock.close()
+        self.sockets.clear()
+
+    def forget(self) -> None:
+        """Release everything, including the ports' listing in :func:`starting_ports`."""
+        self.release_sockets()
+        with _STARTING_LOCK:
+            for port in self.what:
+                _STARTING.pop(port, None)
+        self.what.clear()
+
+
+class HeadStart:
+    """A ``ray start --head`` running in the background, from before preflight to a record.
+
+    :func:`begin_head` reserves every port the head will bind and starts ``ray start`` at
+    once; the caller does what does not need the head meanwhile (preflight, snapshots,
+    packaging the working dir), then :meth:`finish` waits for it and writes the record, or
+    :meth:`abort` stops whatever it started (by its session and marker) and releases the ports.
+    """
+
+    def __init__(self, argv: Sequence[str], env: Mapping[str, str], *, secrets: Mapping[str, str],
+                 timeout: float, quiet: bool) -> None:
+        argv = list(argv)
+        if argv[:2] != ["ray", "start"] or "--head" not in argv:
+            raise HeadError(f"not a 'ray start --head' command: {argv}")
+        self.plan_argv = argv
+        self.env = dict(env)
+        self.secrets = dict(secrets)
+        self.timeout = timeout
+        self.quiet = quiet
+        self.port = dashboard_port_of(argv)
+        self.address = dashboard_address_of(argv)
+        self.marker = _secrets.token_hex(8)
+        self.temp_dir = os.path.join(_temp_root(), "clawgym", f"h{self.port}-{self.marker[:6]}")
+        if len(self.temp_dir) > MAX_TEMP_DIR_LEN:
+            raise HeadError(f"Ray temp dir {self.temp_dir} is too long for Ray's unix sockets "
+                            f"(max {MAX_TEMP_DIR_LEN})")
+        self.node_ip = argv_option(argv, "--node-ip-address") or "127.0.0.1"
+        self.ports = PortReservation()
+        self.proc: Optional[subprocess.Popen] = None
+        self.sid: Optional[int] = None
+        self.start = time.time()
+        self.log_path = os.path.join(self.temp_dir, "ray_start.log")
+        self.record: Optional[HeadRecord] = None
+        try:
+            self._launch()
+        except BaseException:
+            self.abort()
+            raise
+
+    def _reserve(self, argv: List[str], head_env: Dict[str, str]) -> List[str]:
+        """Every port the head binds, reserved; the argv gets the ones clawgym picked."""
+        dash_host = argv_option(argv, "--dashboard-host") or "127.0.0.1"
+        extra: List[str] = []
+        for option, key in PORT_OPTIONS:
+            host = dash_host if option == "--dashboard-port" else self.node_ip
+            given = argv_option(argv, option)
+            if given is None and key is not None:
+                given = "6379" if option == "--port" else "8265"  # Ray's defaults
+            port = self.ports.hold(host, int(given) if given is not None else 0, key or option,
+                                   keep=self.loopback and is_loopback(host))
+            if given is None:
+                extra += [option, str(port)]
+        for name in PORT_ENV:
+            given = head_env.get(name)
+            head_env[name] = str(self.ports.hold(self.node_ip, int(given) if given else 0, name, keep=self.loopback))
+        return extra
+
+    def _launch(self) -> None:
+        exe = _ray_executable()
+        head_env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS",)}
+        head_env.update(self.env)
+        head_env.update(self.secrets)
+        head_env[MARKER_ENV] = self.marker
+        if is_loopback(self.node_ip):
+            head_env.setdefault(SINGLE_NODE_ENV, "0")
+        # Ray binds loopback addresses only in single-node mode; otherwise its gRPC servers bind [::].
+        self.loopback = is_loopback(self.node_ip) and head_env.get(SINGLE_NODE_ENV) == "0"
+        extra = self._reserve(self.plan_argv, head_env)
+        full = exe + self.plan_argv[1:] + ["--temp-dir", self.temp_dir] + extra
+        if argv_option(self.plan_argv, "--min-worker-port") is None and \
+                argv_option(self.plan_argv, "--worker-port-list") is None:
+            full += ["--min-worker-port", "0", "--max-worker-port", "0"]
+        self.full_argv = ["ray", *full[len(exe):]]
+        os.makedirs(self.temp_dir, mode=0o700, exist_ok=True)
+        if not self.quiet:
+            print(f"[clawgym] starting a Ray head at {self.address} ...", flush=True)
+        self.start = time.time()
+        with open(self.log_path, "wb") as log:
+            self.proc = subprocess.Popen(full, env=head_env, stdin=subprocess.DEVNULL, stdout=log,
+                                         stderr=subprocess.STDOUT, start_new_session=True)
+        self.sid = self.proc.pid
+
+    def dashboard_answers(self) -> bool:
+        return dashboard_responds(self.address, timeout=1.0)
+
+    def finish(self, on_dashboard: Optional[Callable[[str], None]] = None) -> HeadRecord:
+        """Wait for ``ray start`` to finish and record the head. ``on_dashboard(address)`` is
+        called once the dashboard answers, which is seconds before ``ray start`` has finished.
+        On failure (also from the callback, or Ctrl-C) the head is stopped (:meth:`abort`)."""
+        try:
+            return self._finish(on_dashboard)
+        except BaseException:
+            self.abort()
+            raise
+
+    def _finish(self, on_dashboard: Optional[Callable[[str], None]]) -> HeadRecord:
+        assert self.proc is not None
+        deadline = self.start + self.timeout
+        while True:
+            rc = self.proc.poll()
+            if rc is not None:
+                break
+            if time.time() > deadline:
+                self.proc.kill()
+                raise HeadError(f"'ray start' did not finish within {self.timeout:.0f}s; see {self.log_path}")
+            if on_dashboard is not None and self.dashboard_answers():
+                callback, on_dashboard = on_dashboard, None
+                callback(self.address)
+                continue
+            time.sleep(0.1)
+        if rc != 0:
+            # The temp dir goes away with the failed head; keep ray start's output for the user.
+            kept = heads_dir() / f"failed-{self.port}.log"
+            kept.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(self.log_path, kept)
+            lines = Path(self.log_path).read_text(errors="replace").strip().splitlines()
+            causes = [ln.strip() for ln in lines if "Error" in ln or "error" in ln or "Failed" in ln][-3:]
+            raise HeadError(f"'ray start' failed (exit {rc}): " + ("\n  ".join(causes) or "(no error line)") +
+                            f"\n  full output: {kept}"
+                            f"\n  fix: free the ports (ray.port, ray.dashboard_port) or choose others, "
+                            f"or check the options in ray.*")
+        deadline = time.time() + 60
+        while not dashboard_responds(self.address):
+            if time.time() > deadline:
+                raise HeadError(f"the Ray dashboard at {self.address} did not come up; see "
+                                f"{self.temp_dir}/session_latest/logs")
+            time.sleep(0.2)
+        if on_dashboard is not None:
+            on_dashboard(self.address)
+        procs = find_processes(sid=self.sid, marker=self.marker, since=self.start)
+        session = os.path.join(self.temp_dir, "session_latest")
+        salt = _secrets.token_hex(16)
+        rec = HeadRecord(
+            dashboard_address=self.address,
+            dashboard_port=self.port,
+            gcs_address=f"{self.node_ip}:{argv_option(self.plan_argv, '--port') or 6379}",
+            temp_dir=self.temp_dir,
+            session_dir=os.path.realpath(session) if os.path.exists(session) else None,
+            sid=self.sid,
+            marker=self.marker,
+            start_time=self.start,
+            argv=self.full_argv,
+            plan_argv=self.plan_argv,
+            salt=salt,
+            digest=spec_digest(self.plan_argv, self.env, self.secrets, salt),
+            processes=[ProcessId(p.pid, p.create_time(), _proc_name(p)) for p in procs.values()],
+            owner_pid=os.getpid(),
+            users=[this_launch()],
+        )
+        write_record(rec)
+        # The head listens on its ports now: the reservation has done its job.
+        self.ports.forget()
+        self.record = rec
+        if not self.quiet:
+            print(f"[clawgym] started Ray head at {self.address} (GCS {rec.gcs_address}, temp dir "
+                  f"{self.temp_dir})", flush=True)
+        return rec
+
+    def abort(self) -> List[int]:
+        """Stop whatever this start began (by session and marker), remove its temp dir and
+        record, release its ports. Returns the pids signalled."""
+        pids: List[int] = []
+        if self.sid is not None:
+            pids = terminate(find_processes(sid=self.sid, marker=self.marker, since=self.start - 1.0), grace=3.0)
+            # Processes a still-running `ray start` spawned while we signalled.
+            late = find_processes(sid=None, marker=self.marker, since=self.start - 1.0)
+            if late:
+                pids += terminate(late, grace=2.0)
+        if self.proc is not None:
+            try:
+                self.proc.wait(timeout=5.0)
+            except subprocess.TimeoutExpired:
+                pass
+        if self.record is not None:
+            remove_record(self.record)
+            self.record = None
+        shutil.rmtree(self.temp_dir, ignore_errors=True)
+        self.ports.forget()
+        return pids
+
+
+def begin_head(argv: Sequence[str], env: Mapping[str, str], *, secrets: Mapping[str, str],
+               timeout: float = 180.0, quiet: bool = False) -> HeadStart:
+    """Reserve the head's ports and start ``ray start`` in the background (see :class:`HeadStart`).
+
+    Raises HeadError, with nothing started, when a port cannot be reserved."""
+    return HeadStart(argv, env, secrets=secrets, timeout=timeout, quiet=quiet)
+
+
 def start_head(argv: Sequence[str], env: Mapping[str, str], *, secrets: Mapping[str, str],
                timeout: float = 180.0, quiet: bool = False,
                while_waiting: Optional[Callable[[], None]] = None,
@@ -476,100 +782,14 @@ def start_head(argv: Sequence[str], env: Mapping[str, str], *, secrets: Mapping[
     failure, including Ctrl-C or an exception from a callback, whatever had started
     is stopped again.
     """
-    argv = list(argv)
-    if argv[:2] != ["ray", "start"] or "--head" not in argv:
-        raise HeadError(f"not a 'ray start --head' command: {argv}")
-    port = dashboard_port_of(argv)
-    marker = _secrets.token_hex(8)
-    temp_dir = os.path.join(_temp_root(), "clawgym", f"h{port}-{marker[:6]}")
-    if len(temp_dir) > MAX_TEMP_DIR_LEN:
-        raise HeadError(f"Ray temp dir {temp_dir} is too long for Ray's unix sockets (max {MAX_TEMP_DIR_LEN})")
-    os.makedirs(temp_dir, mode=0o700, exist_ok=True)
-    exe = _ray_executable()
-    full = exe + argv[1:] + ["--temp-dir", temp_dir]
-    node_ip = argv_option(argv, "--node-ip-address") or "127.0.0.1"
-    # Services that otherwise bind fixed default ports, which a second head on the machine would collide with.
-    if argv_option(argv, "--ray-client-server-port") is None:
-        full += ["--ray-client-server-port", str(free_port())]
-    if argv_option(argv, "--dashboard-agent-listen-port") is None:
-        full += ["--dashboard-agent-listen-port", str(free_port())]
-    if argv_option(argv, "--min-worker-port") is None and argv_option(argv, "--worker-port-list") is None:
-        full += ["--min-worker-port", "0", "--max-worker-port", "0"]
-    head_env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS",)}
-    head_env.update(env)
-    head_env.update(secrets)
-    head_env[MARKER_ENV] = marker
-    salt = _secrets.token_hex(16)
-    start = time.time()
-    log_path = os.path.join(temp_dir, "ray_start.log")
-    sid: Optional[int] = None
-    if not quiet:
-        print(f"[clawgym] starting a Ray head at {dashboard_address_of(argv)} ...", flush=True)
+    start = begin_head(argv, env, secrets=secrets, timeout=timeout, quiet=quiet)
     try:
-        with open(log_path, "wb") as log:
-            proc = subprocess.Popen(full, env=head_env, stdin=subprocess.DEVNULL, stdout=log,
-                                    stderr=subprocess.STDOUT, start_new_session=True)
-            sid = proc.pid
-            if while_waiting is not None:
-                while_waiting()
-            address = dashboard_address_of(argv)
-            deadline = start + timeout
-            while True:
-                rc = proc.poll()
-                if rc is not None:
-                    break
-                if time.time() > deadline:
-                    proc.kill()
-                    raise HeadError(f"'ray start' did not finish within {timeout:.0f}s; see {log_path}")
-                if on_dashboard is not None and dashboard_responds(address, timeout=1.0):
-                    callback, on_dashboard = on_dashboard, None
-                    callback(address)
-                    continue
-                time.sleep(0.1)
-        if rc != 0:
-            # The temp dir goes away with the failed head; keep ray start's output for the user.
-            kept = heads_dir() / f"failed-{port}.log"
-            kept.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(log_path, kept)
-            lines = Path(log_path).read_text(errors="replace").strip().splitlines()
-            causes = [ln.strip() for ln in lines if "Error" in ln or "error" in ln or "Failed" in ln][-3:]
-            raise HeadError(f"'ray start' failed (exit {rc}): " + ("\n  ".join(causes) or "(no error line)") +
-                            f"\n  full output: {kept}"
-                            f"\n  fix: free the ports (ray.port, ray.dashboard_port) or choose others, "
-                            f"or check the options in ray.*")
-        deadline = time.time() + 60
-        while not dashboard_responds(address):
-            if time.time() > deadline:
-                raise HeadError(f"the Ray dashboard at {address} did not come up; see {temp_dir}/session_latest/logs")
-            time.sleep(0.2)
-        procs = find_processes(sid=sid, marker=marker, since=start)
-        session = os.path.join(temp_dir, "session_latest")
-        rec = HeadRecord(
-            dashboard_address=address,
-            dashboard_port=port,
-            gcs_address=f"{node_ip}:{argv_option(argv, '--port') or 6379}",
-            temp_dir=temp_dir,
-            session_dir=os.path.realpath(session) if os.path.exists(session) else None,
-            sid=sid,
-            marker=marker,
-            start_time=start,
-            argv=["ray", *full[len(exe):]],
-            plan_argv=argv,
-            salt=salt,
-            digest=spec_digest(argv, env, secrets, salt),
-            processes=[ProcessId(p.pid, p.create_time(), _proc_name(p)) for p in procs.values()],
-            owner_pid=os.getpid(),
-            users=[this_launch()],
-        )
-        write_record(rec)
-        if not quiet:
-            print(f"[clawgym] started Ray head at {address} (GCS {rec.gcs_address}, temp dir {temp_dir})", flush=True)
-        return rec
+        if while_waiting is not None:
+            while_waiting()
     except BaseException:
-        # Nothing half-started stays behind.
-        terminate(find_processes(sid=sid, marker=marker, since=start), grace=3.0)
-        shutil.rmtree(temp_dir, ignore_errors=True)
+        start.abort()
         raise
+    return start.finish(on_dashboard)
 
 
 def _proc_name(proc) -> str:

@@ -31,10 +31,11 @@ from hydra.core.utils import JobReturn, JobStatus, configure_log, filter_overrid
 from hydra.errors import CompactHydraException
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
+from omegaconf.errors import OmegaConfBaseException
 
 from clawgym.pipeline import (EXIT_INTERRUPTED, EXIT_REFUSED, FAILED, QUEUED, RUNNING, STOPPED, SUCCEEDED, Pipeline,
                               PipelineJob, PipelineOptions, Refused, fmt_duration, say, summary_table)
-from clawgym.plan import LaunchPlan, build_plan
+from clawgym.plan import LaunchPlan, build_plan_from_dict
 from clawgym.validate import ConfigError, check
 
 #: Longest default run name; longer ones are cut and get a hash so they stay distinct.
@@ -91,6 +92,24 @@ class SweepJob(PipelineJob):
         return self.cfg
 
 
+def resolved_task(sweep_config: DictConfig) -> Dict[str, Any]:
+    """``to_plain(task_config(sweep_config))`` without copying the tree first: each top-level
+    node but ``hydra`` resolved in place (a task config has no interpolation into ``hydra``,
+    which ``task_config`` drops). Raises as ``to_plain`` does when a value does not resolve."""
+    from omegaconf import Container
+
+    out: Dict[str, Any] = {}
+    for key in sweep_config.keys():
+        if key == "hydra":
+            continue
+        node = sweep_config._get_node(key)
+        if isinstance(node, Container):
+            out[str(key)] = OmegaConf.to_container(node, resolve=True, throw_on_missing=False)
+        else:
+            out[str(key)] = "???" if node._is_missing() else sweep_config[key]
+    return out
+
+
 def task_config(sweep_config: DictConfig) -> DictConfig:
     """The job's task config: the sweep config without Hydra's node (what the task gets)."""
     cfg = copy.deepcopy(sweep_config)
@@ -112,7 +131,8 @@ def _is_value_override(override: Any, loader: Any) -> bool:
         return False
 
 
-def compose_jobs(loader: Any, master: DictConfig, job_overrides: Sequence[Sequence[str]]) -> List[DictConfig]:
+def compose_jobs(loader: Any, master: DictConfig, job_overrides: Sequence[Sequence[str]], *,
+                 templates: Optional[Dict[Tuple[str, ...], DictConfig]] = None) -> List[DictConfig]:
     """Each job's sweep config, as ``loader.load_sweep_config(master, overrides)`` gives it.
 
     Hydra composes the whole tree for every job; with clawgym's typed schema that is most of a
@@ -122,7 +142,14 @@ def compose_jobs(loader: Any, master: DictConfig, job_overrides: Sequence[Sequen
     override code, and the ``hydra`` node's fields that depend on the overrides (the task and
     hydra override lists, ``job.override_dirname``) set as Hydra sets them.
     ``tests/test_sweep_compose.py`` holds the result to Hydra's own, node for node.
+
+    ``templates`` (shape -> composed tree) is shared between calls with the same ``master``.
+    A loader that already composed the jobs (the launcher plugin's, which composes each job
+    when Hydra's sweeper validates the batch) hands them over through ``take_composed``.
     """
+    take = getattr(loader, "take_composed", None)
+    if take is not None:
+        return [take(master, list(o)) for o in job_overrides]
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.types import RunMode
 
@@ -135,7 +162,7 @@ def compose_jobs(loader: Any, master: DictConfig, job_overrides: Sequence[Sequen
 
     parser = OverridesParser.create()
     base_hydra = list(OmegaConf.to_container(master.hydra.overrides.hydra))
-    templates: Dict[Tuple[str, ...], DictConfig] = {}
+    templates = {} if templates is None else templates
     out: List[DictConfig] = []
     for overrides in job_overrides:
         parsed = parser.parse_overrides(overrides=list(overrides))
@@ -318,10 +345,18 @@ class SweepSession:
 
     def check_all(self) -> None:
         """Validate and plan every job, then refuse shared names; raises SweepRefused."""
+        from clawgym.config import to_plain
+
         reports = []
         warned = []
+        plain: Dict[int, Any] = {}
         for j in self.jobs:
-            found, warns = check(j.task_cfg)
+            # Resolved once for validation, the plan and the memory plan (each would resolve it again).
+            try:
+                plain[j.num] = resolved_task(j.config) if j.config is not None else to_plain(j.task_cfg)
+            except OmegaConfBaseException:
+                plain[j.num] = None  # validation reports what does not resolve
+            found, warns = check(j.task_cfg if plain[j.num] is None else copy.deepcopy(plain[j.num]))
             if found:
                 reports.append(ConfigError(found, context=f"sweep job #{j.num}: {j.label}").report())
             elif warns:
@@ -341,9 +376,9 @@ class SweepSession:
 
         stamp = timestamp()
         for j in self.jobs:
-            j.plan = build_plan(j.task_cfg, environ=self.environ, timestamp=stamp)
+            j.plan = build_plan_from_dict(copy.deepcopy(plain[j.num]), environ=self.environ, timestamp=stamp)
             # Each job's memory plan: printed with its dry-run plan, checked by its preflight.
-            attach_memory(j.plan, j.task_cfg)
+            attach_memory(j.plan, plain[j.num])
         clashes = name_clashes(self.jobs)
         if clashes:
             raise SweepRefused(
@@ -374,6 +409,8 @@ class SweepSession:
             for j in launched:
                 # This job's overrides and choices (HydraConfig holds the whole sweep's here).
                 j.record = LaunchRecord.from_hydra(j.config.hydra, command="sweep")
+                # The pipeline reads the task config (j.cfg); dry-run jobs never need it.
+                j.cfg = j.task_cfg
             pipeline = Pipeline(launched, PipelineOptions(
                 sweep=True, max_concurrent=self.options.max_concurrent, poll_interval=self.options.poll_interval,
                 progress_interval=self.options.progress_interval), run_job=self._run_pipeline_job,

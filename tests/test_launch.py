@@ -432,14 +432,24 @@ def test_follow_falls_back_to_polling_when_the_log_stream_drops(ray_cluster, tmp
         assert out.count(f"line {i}\n") == 1 and log.count(f"line {i}\n") == 1
 
 
-def test_failed_preflight_starts_nothing_and_names_the_fix(clawgym_checkout, state_dir, tmp_path):
+def test_failed_preflight_stops_the_head_started_alongside_it_and_names_the_fix(clawgym_checkout, state_dir,
+                                                                                tmp_path):
     head = local_head_overrides()
-    dport = int(head[1].split("=")[1])
+    gcs, dport = int(head[0].split("=")[1]), int(head[1].split("=")[1])
     overrides = [*base_overrides(clawgym_checkout, f"pf-{uuid.uuid4().hex[:6]}"), *head,
                  f"paths.slime={tmp_path / 'no-slime-here'}"]
     proc = run_train(overrides, tmp_path, launcher_env(state_dir))
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert "preflight failed at 'checkout' (1 check): nothing was started" in proc.stderr
     assert "Traceback" not in proc.stderr
-    assert "starting a Ray head" not in proc.stdout
+    # The head started before the checklist (it needs nothing preflight checks) and was stopped after it.
+    out = proc.stdout
+    assert out.index("starting a Ray head") < out.index("preflight of") < out.index("stopped the Ray head")
     assert head_processes(dport) == [] and ray_head.load_record(dport) is None
+    assert not list(Path("/tmp/clawgym").glob(f"h{dport}-*"))
+    # Its reserved ports are free again.
+    import socket
+
+    for port in (gcs, dport):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", port))

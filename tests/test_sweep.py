@@ -225,7 +225,8 @@ def test_failed_sweep_job_ends_with_the_summary_and_exit_1_without_hydras_traile
     assert "1 of 2 sweep jobs failed" in proc.stderr
 
 
-def test_sweep_starts_one_head_reuses_it_for_every_job_and_stops_it(clawgym_checkout, tmp_path) -> None:
+def test_sweep_starts_one_head_alongside_preflight_submits_once_it_answers_and_stops_it(clawgym_checkout,
+                                                                                        tmp_path) -> None:
     port, dash = ray_head.free_port(), ray_head.free_port()
     secret = "sweep-secret-value-0451"
     proc = run_sweep(tmp_path, sweep_overrides(clawgym_checkout, tmp_path, f"ray.port={port}",
@@ -233,7 +234,14 @@ def test_sweep_starts_one_head_reuses_it_for_every_job_and_stops_it(clawgym_chec
                                                "gpu_layout=split_1_1", "rollout.temperature=0.6,0.8"),
                      env={"SGLANG_API_KEY": secret})
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert proc.stdout.count("started Ray head") == 1
+    out = proc.stdout
+    assert out.count("started Ray head") == 1
+    # The head starts before the checks (it needs none of them); the jobs that fit go in as soon as
+    # its dashboard answers, before `ray start` has finished and the head is recorded.
+    assert out.index("starting a Ray head") < out.index("[sweep] preflight passed") < \
+        out.index("[clawgym] submitted job") < out.index("started Ray head")
+    assert out.count("[clawgym] submitted job") == 2
+    assert out.rindex("[clawgym] submitted job") < out.index("started Ray head")
     recs = records(tmp_path)
     assert len(recs) == 2
     assert {r["env"]["RAY_ADDRESS"].rsplit(":", 1)[1] for r in recs} == {str(port)}

@@ -74,3 +74,38 @@ def test_a_typo_in_a_job_is_still_hydras_error(loader):
     master = _master(loader)
     with pytest.raises(ConfigCompositionException):
         compose_jobs(loader, master, [["rollout.temperatur=0.5"]])
+
+
+def test_the_sweepers_validation_compose_is_shared_and_handed_to_the_launcher(loader, monkeypatch):
+    from hydra_plugins.clawgym_launcher._core import _ComposeOnce
+
+    master = _master(loader, ["hydra.sweep.dir=/tmp/somewhere"])
+    calls = []
+    original = type(loader).load_configuration
+
+    def counted(self, *a, **k):
+        calls.append(k.get("overrides"))
+        return original(self, *a, **k)
+
+    monkeypatch.setattr(type(loader), "load_configuration", counted)
+    wrapped = _ComposeOnce(loader)
+    jobs = SWEEPS["groups and values"]
+    # What Hydra's sweeper does (validate_batch_is_legal), then what the launcher does.
+    validated = [wrapped.load_sweep_config(master, list(o)) for o in jobs]
+    assert len(calls) == 2  # one tree per gpu_layout choice, not one per job
+    launched = compose_jobs(wrapped, master, jobs)
+    assert len(calls) == 2 and all(a is b for a, b in zip(validated, launched))
+    monkeypatch.setattr(type(loader), "load_configuration", original)
+    for overrides, cfg in zip(jobs, launched):
+        assert OmegaConf.to_yaml(cfg) == OmegaConf.to_yaml(loader.load_sweep_config(master, list(overrides)))
+
+
+@pytest.mark.parametrize("name", list(SWEEPS))
+def test_a_jobs_resolved_values_are_those_of_its_task_config(loader, name):
+    from clawgym.config import to_plain
+    from clawgym.sweep import resolved_task, task_config
+
+    master = _master(loader, ["hydra.sweep.dir=/tmp/somewhere"])
+    for cfg in compose_jobs(loader, master, SWEEPS[name]):
+        ours, theirs = resolved_task(cfg), to_plain(task_config(cfg))
+        assert ours == theirs and list(ours) == list(theirs)

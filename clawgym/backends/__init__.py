@@ -6,6 +6,8 @@ run is a sweep of one):
 
 =================  ===========================================================================
 ``settle``         deal with what an earlier launch left (before any check); may refuse
+``begin``          start bringing up a cluster that does not need preflight's answers, so it
+                   comes up while preflight runs (``abort`` stops it when preflight fails)
 ``start``          make a Ray address available for these jobs (connect, reuse or start a
                    cluster); a queueing backend may return None
 ``free_gpus``      GPUs free for these jobs now (declared minus what running jobs hold);
@@ -120,6 +122,16 @@ class Backend:
     def answers(self) -> bool:
         """True when the cluster runs already (then GPUs and ports are checked before preflight)."""
         raise NotImplementedError
+
+    def begin(self, secrets: Mapping[str, str]) -> None:
+        """Start what ``start`` would start, in the background, before preflight (default: nothing).
+
+        Called only when the cluster does not answer yet. Must not fail the launch: what cannot
+        begin here is left to ``start`` (and to preflight, which reports e.g. a port in use)."""
+
+    def abort(self) -> None:
+        """Stop what ``begin`` started (preflight failed, or the launch was interrupted before
+        ``start``), through what it recorded; nothing else is touched (default: nothing)."""
 
     # -------------------------------------------------------- the cluster
 

@@ -2,17 +2,23 @@
 
 Its lifecycle (start, record, shared use, stop) lives in :mod:`clawgym.ray_head`; this
 backend decides when: ``settle`` deals with what an earlier launch left on the dashboard
-port, ``start`` reuses a live head with the same settings (joining its users; an orphaned
-one is reported with what runs there) or starts one with the secrets in its environment,
-``close`` leaves the users list and stops the head when this launch was the last user and
-nobody asked to keep it.
+port; ``begin`` (before preflight) reserves the new head's ports and runs ``ray start`` in
+the background, ``abort`` stops it when preflight fails; ``start`` reuses a live head with
+the same settings (joining its users; an orphaned one is reported with what runs there) or
+finishes starting one with the secrets in its environment, packaging the jobs' working dirs
+while it comes up; ``close`` leaves the users list and stops the head when this launch was
+the last user and nobody asked to keep it.
+
+A head started here declares its GPUs in its argv and runs no one else's jobs yet, so its
+capacity is known without asking its dashboard (whose node list may still be empty when it
+first answers): the first jobs go in at once.
 """
 
 from __future__ import annotations
 
 import sys
 import time
-from typing import Any, Callable, List, Mapping, Optional, Sequence
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 
 from clawgym.backends import BackendError
 from clawgym.backends._ray import RayJobsBackend
@@ -37,6 +43,10 @@ class LocalHead(RayJobsBackend):
         self.reusable: Any = None
         self._settled = False
         self._closed = False
+        # A head being started in the background (begin), until start() has its record.
+        self.pending: Any = None
+        # The jobs' working dirs packaged while the head comes up: dir -> zip (clawgym.backends.workdir).
+        self.packages = None
 
     def checks_this_machine(self) -> bool:
         # Preflight checks this node's GPUs and the head's ports only when it starts the head.
@@ -56,9 +66,35 @@ class LocalHead(RayJobsBackend):
     def answers(self) -> bool:
         return self.reusable is not None
 
+    def begin(self, secrets: Mapping[str, str]) -> None:
+        # Reserve the head's ports and run `ray start` in the background while preflight runs.
+        from clawgym import ray_head
+
+        if self.reusable is not None or self.pending is not None:
+            return
+        try:
+            self.pending = ray_head.begin_head(self.argv, self.env, secrets=secrets)
+        except ray_head.HeadError:
+            # A port is taken: preflight's ports check says which; start() would refuse the same way.
+            self.pending = None
+
+    def abort(self) -> None:
+        pending, self.pending = self.pending, None
+        if pending is not None:
+            pids = pending.abort()
+            _say(f"[clawgym] stopped the Ray head that was starting at {pending.address} alongside the checks "
+                 f"({len(pids)} processes); nothing is left running")
+        self._drop_packages()
+
+    def _drop_packages(self) -> None:
+        if self.packages is not None:
+            self.packages.cleanup()
+            self.packages = None
+
     def start(self, secrets: Mapping[str, str], *, on_address: Optional[Callable[[str], None]] = None,
               while_waiting: Optional[Callable[[], None]] = None) -> Optional[str]:
         from clawgym import ray_head
+        from clawgym.backends.workdir import Packages
 
         if not self._settled:
             self.settle(secrets)
@@ -78,13 +114,62 @@ class LocalHead(RayJobsBackend):
                 on_address(self.address)
             return self.address
         try:
-            self.record = ray_head.start_head(self.argv, self.env, secrets=secrets, while_waiting=while_waiting,
-                                              on_dashboard=self._early(on_address))
+            pending = self.pending or ray_head.begin_head(self.argv, self.env, secrets=secrets)
         except ray_head.HeadError as err:
             raise BackendError(str(err)) from None
+        self.pending = pending
+        try:
+            # While the head comes up: the pipeline's work (snapshots), then the working dirs packaged
+            # as Ray's job SDK would package them, so submitting only uploads them.
+            if while_waiting is not None:
+                while_waiting()
+            self.packages = Packages.build(self.plans)
+        except BaseException:
+            self.abort()
+            raise
+        try:
+            self.record = pending.finish(self._early(on_address))
+        except ray_head.HeadError as err:
+            self._drop_packages()
+            raise BackendError(str(err)) from None
+        except BaseException:
+            self._drop_packages()
+            raise
+        finally:
+            self.pending = None
         self.address = self.record.dashboard_address
         self.started_here = True
         return self.address
+
+    # A head started by this launch seconds ago declares its GPUs in its argv and runs nobody
+    # else's jobs: no need to ask its dashboard (whose node list may still be empty).
+
+    def _fresh(self) -> bool:
+        return self.reusable is None
+
+    def total_gpus(self) -> float:
+        from clawgym import ray_head
+
+        declared = ray_head.declared_gpus(self.argv)
+        if self._fresh() and declared is not None:
+            return declared
+        return ray_head.cluster_gpus(self.address, wait_for_node=self._fresh())
+
+    def free_gpus(self) -> Optional[float]:
+        return self.total_gpus() if self._fresh() else super().free_gpus()
+
+    def ports_in_use(self) -> Dict[int, str]:
+        return {} if self._fresh() else super().ports_in_use()
+
+    def running_elsewhere(self) -> List[str]:
+        return [] if self._fresh() else super().running_elsewhere()
+
+    def submit(self, plan: Any, cfg: Any, snapshot: Optional[str], secrets: Mapping[str, str]) -> Any:
+        from clawgym import launch
+
+        package = self.packages.get(plan) if self.packages is not None else None
+        return launch.submit(self.address, plan, secrets=secrets, started_here=self.started_here,
+                             pass_secrets=bool(cfg.ray.pass_secrets_in_runtime_env), working_dir_package=package)
 
     def _early(self, on_address: Optional[Callable[[str], None]]) -> Optional[Callable[[str], None]]:
         if on_address is None:
@@ -131,6 +216,7 @@ class LocalHead(RayJobsBackend):
     def close(self, *, keep: bool, reason: str = "", ignore_jobs: Sequence[str] = ()) -> None:
         from clawgym import ray_head
 
+        self._drop_packages()
         if self._closed or self.record is None:
             return
         self._closed = True

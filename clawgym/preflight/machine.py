@@ -189,13 +189,22 @@ def check_ports(ctx: Context) -> str:
             raise CheckFailed(f"{key}={port} is also {seen[port]}; both services would need the port",
                               f"give {key} a port of its own")
         seen[port] = key
+    # The head's own ports are reserved by the head clawgym is starting right now (it starts
+    # while preflight runs): reserving them was their check, probing them now would find the head.
+    from clawgym.ray_head import starting_ports
+
+    reserved = starting_ports()
+    held = [key for key, _host, port in wanted if key.startswith("ray.") and port in reserved]
     for key, host, port in wanted:
+        if key in held:
+            continue
         reason = port_free(host, port)
         if reason is not None:
             raise CheckFailed(
                 f"{key}={port} on {host}: {reason}",
                 f"free the port (ss -ltnp 'sport = :{port}' shows who holds it) or set {key} to a free port")
-    return ", ".join(f"{key}={port}" for key, _h, port in wanted) + " free"
+    return ", ".join(f"{key}={port}" + (" (reserved for the head being started)" if key in held else "")
+                     for key, _h, port in wanted) + " free"
 
 
 def check_cluster(ctx: Context) -> str:

@@ -23,26 +23,46 @@ log = logging.getLogger(__name__)
 
 
 class _ComposeOnce:
-    """A config loader that hands each sweep job's composed config over once more.
+    """A config loader that composes each sweep job once, sharing what jobs share.
 
     Hydra's sweeper composes every job of a batch (``validate_batch_is_legal``) and then
-    calls the launcher, which would compose each again: the first config composed for a
-    job's overrides is kept and returned to the next request for the same overrides
-    (the launcher's), then forgotten. Everything else goes to the real loader.
+    calls the launcher, which would compose each again. Here a job is composed the way
+    ``clawgym.sweep.compose_jobs`` composes (one tree per distinct set of group choices,
+    value overrides applied to a copy; the same result as Hydra's), the config is kept,
+    and handed to the launcher's request for the same overrides (``take_composed``), then
+    forgotten. Everything else goes to the real loader.
     """
 
     def __init__(self, loader: Any) -> None:
         self._loader = loader
         self._kept: Dict[Tuple[str, ...], Any] = {}
+        # Composed trees per group-choice set, for one master config at a time.
+        self._templates: Dict[Tuple[str, ...], Any] = {}
+        self._templates_of: Any = None
+
+    def _compose(self, master_config: Any, sweep_overrides: List[str]) -> Any:
+        from clawgym.sweep import compose_jobs
+
+        if self._templates_of is not master_config:
+            self._templates, self._templates_of = {}, master_config
+        return compose_jobs(self._loader, master_config, [list(sweep_overrides)], templates=self._templates)[0]
 
     def load_sweep_config(self, master_config: Any, sweep_overrides: List[str]) -> Any:
+        """Hydra's sweeper validating the batch: compose the job and keep it for the launcher."""
         key = tuple(sweep_overrides)
         kept = self._kept.pop(key, None)
         if kept is not None and kept[0] is master_config:
             return kept[1]
-        cfg = self._loader.load_sweep_config(master_config, list(sweep_overrides))
+        cfg = self._compose(master_config, list(sweep_overrides))
         self._kept[key] = (master_config, cfg)
         return cfg
+
+    def take_composed(self, master_config: Any, sweep_overrides: List[str]) -> Any:
+        """The launcher: the job's kept config (composed now when the sweeper did not validate it)."""
+        kept = self._kept.pop(tuple(sweep_overrides), None)
+        if kept is not None and kept[0] is master_config:
+            return kept[1]
+        return self._compose(master_config, list(sweep_overrides))
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._loader, name)

@@ -1,0 +1,108 @@
+"""Starting a local head alongside preflight: its ports are reserved before ``ray start`` runs,
+released once it is up or stopped, and a start that is abandoned leaves nothing behind.
+
+Real ``ray start`` (no GPUs needed); nothing here waits on a clock.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import socket
+from pathlib import Path
+
+import pytest
+
+from clawgym import ray_head
+from tests.fixtures.ray_cluster import head_argv
+
+
+@pytest.fixture(autouse=True)
+def private_state(tmp_path, monkeypatch):
+    monkeypatch.setenv("CLAWGYM_STATE_DIR", str(tmp_path / "state"))
+
+
+def _plain_bind_refused(port: int) -> bool:
+    """True when someone else's ordinary bind (no SO_REUSEADDR) cannot take the port."""
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError as exc:
+            assert exc.errno == errno.EADDRINUSE
+            return True
+    return False
+
+
+def _marker_processes(marker: str):
+    return ray_head.find_processes(sid=None, marker=marker, since=0.0)
+
+
+def test_the_heads_ports_are_reserved_before_ray_start_and_released_when_the_start_is_abandoned():
+    gcs, dash = ray_head.free_port(), ray_head.free_port()
+    start = ray_head.begin_head(head_argv(port=gcs, dashboard_port=dash), {}, secrets={}, quiet=True)
+    try:
+        reserved = ray_head.starting_ports()
+        what = {name for _host, name in reserved.values()}
+        # Every port a head binds, including the ones Ray would otherwise pick or fix itself.
+        assert {gcs, dash} <= set(reserved)
+        assert what == {"ray.port", "ray.dashboard_port", *(o for o, k in ray_head.PORT_OPTIONS if k is None),
+                        *ray_head.PORT_ENV}
+        assert all(_plain_bind_refused(port) for port in reserved)
+        # `ray start` is already running (its processes carry the head's marker).
+        assert start.proc is not None and _marker_processes(start.marker)
+        assert all(option in start.full_argv for option, key in ray_head.PORT_OPTIONS if key is None)
+    finally:
+        start.abort()
+    assert ray_head.starting_ports() == {}
+    assert _marker_processes(start.marker) == {}
+    assert not os.path.exists(start.temp_dir)
+    assert ray_head.load_record(dash) is None
+    assert not any(_plain_bind_refused(port) for port in reserved)
+
+
+def test_a_port_in_use_refuses_the_head_before_ray_start_runs():
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port, dash = taken.getsockname()[1], ray_head.free_port()
+        with pytest.raises(ray_head.HeadError) as err:
+            ray_head.begin_head(head_argv(port=port, dashboard_port=dash), {}, secrets={}, quiet=True)
+    assert f"ray.port={port} on 127.0.0.1: in use" in str(err.value)
+    assert ray_head.starting_ports() == {}
+    assert not list(Path("/tmp/clawgym").glob(f"h{dash}-*"))
+    assert not _plain_bind_refused(dash)
+
+
+def test_preflight_counts_the_ports_of_the_head_being_started_as_its_own():
+    from clawgym.config import compose
+    from clawgym.plan import build_plan
+    from clawgym.preflight.core import CheckFailed, Context, plain_config
+    from clawgym.preflight.machine import check_ports
+
+    gcs, dash = ray_head.free_port(), ray_head.free_port()
+    cfg = compose([f"ray.port={gcs}", f"ray.dashboard_port={dash}", "sandbox=none"])
+    ctx = Context(c=plain_config(cfg), plan=build_plan(cfg, environ={}, timestamp="t"), local_head=True)
+    held = ray_head.PortReservation()
+    try:
+        held.hold("127.0.0.1", gcs, "ray.port")
+        held.hold("127.0.0.1", dash, "ray.dashboard_port")
+        # The head listens on them already (it starts while preflight runs): still its own ports.
+        listening = []
+        for port in (gcs, dash):
+            s = socket.socket()
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            s.bind(("127.0.0.1", port))
+            s.listen(1)
+            listening.append(s)
+        line = check_ports(ctx)
+        assert f"ray.port={gcs} (reserved for the head being started)" in line
+    finally:
+        held.forget()
+    # Without the reservation, the same listeners are somebody else's.
+    try:
+        with pytest.raises(CheckFailed) as err:
+            check_ports(ctx)
+        assert f"ray.port={gcs} on 127.0.0.1: in use" in err.value.problem
+    finally:
+        for s in listening:
+            s.close()
