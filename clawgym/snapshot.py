@@ -69,7 +69,6 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, field
-from importlib import metadata
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
@@ -174,6 +173,10 @@ def _has_sweep(overrides: Sequence[str]) -> bool:
 # ---------------------------------------------------------------- facts about the machine
 
 def package_versions() -> Dict[str, Optional[str]]:
+    # Imported here: importlib.metadata costs ~15 ms, and a dry run imports this module but never
+    # asks for versions (only a launch's snapshot does).
+    from importlib import metadata
+
     out: Dict[str, Optional[str]] = {}
     for name in VERSIONED_PACKAGES:
         try:
