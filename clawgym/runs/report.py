@@ -24,11 +24,12 @@ _CSS = """
 body { font-family: sans-serif; margin: 24px; color: #222; background: #fff; }
 h1 { font-size: 22px; } h2 { font-size: 18px; margin-top: 32px; border-bottom: 1px solid #ccc; }
 table { border-collapse: collapse; font-size: 12px; margin: 8px 0; }
-th, td { border: 1px solid #ccc; padding: 3px 6px; text-align: left; vertical-align: top; }
+th, td { border: 1px solid #ccc; padding: 3px 6px; text-align: left; vertical-align: top; max-width: 18em;
+         overflow-wrap: anywhere; }
 th { background: #eef; } td.num { text-align: right; font-variant-numeric: tabular-nums; }
 .status-running { color: #06c; } .status-succeeded { color: #080; } .status-failed { color: #c00; }
 .status-stopped, .status-unknown { color: #888; }
-img { max-width: 100%; border: 1px solid #eee; margin: 6px 0; }
+img { max-width: 49%; border: 1px solid #eee; margin: 6px 0; vertical-align: top; }
 .muted { color: #777; font-size: 12px; }
 """
 
