@@ -695,6 +695,7 @@ class Pipeline:
             say(f"[clawgym] could not clean up the cluster: {exc}")
 
     def _summarise(self) -> int:
+        _record_endings(self.jobs)
         if self.hangup:
             from clawgym.launch import EXIT_HANGUP
 
@@ -805,6 +806,18 @@ def _metrics_ticker(j: PipelineJob):
         return Ticker(j.plan, say).start()
     except Exception:  # noqa: BLE001 - the run matters more than its progress lines
         return None
+
+
+def _record_endings(jobs: Sequence[PipelineJob]) -> None:
+    """Each followed job's end into its snapshot, so ``clawgym runs`` knows it after the cluster is gone."""
+    from clawgym.snapshot import mark_ended
+
+    for j in jobs:
+        if j.snapshot and j.submission_id and j.status in (SUCCEEDED, FAILED, STOPPED):
+            try:
+                mark_ended(j.snapshot, j.status, j.exit_code)
+            except OSError:
+                pass  # a read-only save dir: the status is then asked from the cluster only
 
 
 def _say_runs_table(jobs: Sequence[PipelineJob]) -> None:

@@ -454,3 +454,24 @@ def test_launcher_side_never_imported_torch(sweep, sweep_rows, fake_torch):
     probe = subprocess.run([sys.executable, "-c", "import torch"], env=sweep["env"], capture_output=True, text=True)
     assert "must not be imported on the launcher side" in probe.stderr and marker.exists()
     marker.unlink()
+
+
+def test_status_of_a_run_whose_cluster_is_gone_is_the_end_the_launcher_saw(sweep, tmp_path):
+    save = _copy_run(sweep, "1e-06", tmp_path)
+    (snap,) = (save / "clawgym" / "snapshots").iterdir()
+    ended = json.loads((snap / "ended.json").read_text())
+    assert ended["status"] == "succeeded" and ended["exit_code"] == 0
+    # The snapshot is still whole (ended.json is one of the files added after it was written).
+    from clawgym.snapshot import verify_snapshot
+
+    verify_snapshot(snap)
+    sub = json.loads((snap / "submitted.json").read_text())
+    from clawgym import ray_head
+
+    sub["address"] = f"http://127.0.0.1:{ray_head.free_port()}"  # nobody answers there
+    (snap / "submitted.json").write_text(json.dumps(sub))
+    (row,) = runs_json([tmp_path], sweep["env"])
+    assert row["status"] == "succeeded" and "as the launcher saw it end" in row["status_detail"]
+    (snap / "ended.json").unlink()
+    (row,) = runs_json([tmp_path], sweep["env"])
+    assert row["status"] == "unknown" and "no Ray dashboard answers" in row["status_detail"]

@@ -97,4 +97,19 @@ def resolve(run: Run, cache: Optional[StatusCache] = None) -> Run:
         return run
     status, detail, job = cache.ray_job(address, sid)
     run.status, run.status_detail, run.job = status or UNKNOWN, detail, job
+    if status is None:
+        _from_launcher(run, detail)
     return run
+
+
+def _from_launcher(run: Run, why: str) -> None:
+    """The end the launcher recorded (``ended.json``) when the cluster cannot say any more."""
+    try:
+        ended = json.loads((run.latest.path / "ended.json").read_text())
+    except (OSError, ValueError, AttributeError):
+        return
+    if ended.get("status") in (SUCCEEDED, FAILED, STOPPED):
+        run.status = str(ended["status"])
+        run.status_detail = f"as the launcher saw it end ({why})"
+        if ended.get("ended_unix"):
+            run.job = {**run.job, "end_time": float(ended["ended_unix"])}
