@@ -26,7 +26,9 @@ h1 { font-size: 22px; } h2 { font-size: 18px; margin-top: 32px; border-bottom: 1
 table { border-collapse: collapse; font-size: 12px; margin: 8px 0; }
 th, td { border: 1px solid #ccc; padding: 3px 6px; text-align: left; vertical-align: top; max-width: 18em;
          overflow-wrap: anywhere; }
-th { background: #eef; } td.num { text-align: right; font-variant-numeric: tabular-nums; }
+th { background: #eef; overflow-wrap: normal; }
+td.num, td[class^="status"] { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap;
+                              overflow-wrap: normal; }
 .status-running { color: #06c; } .status-succeeded { color: #080; } .status-failed { color: #c00; }
 .status-stopped, .status-unknown { color: #888; }
 img { max-width: 49%; border: 1px solid #eee; margin: 6px 0; vertical-align: top; }
