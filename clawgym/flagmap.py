@@ -97,6 +97,11 @@ def _wandb_value(key: str) -> Compute:
     return lambda c, ctx: get_key(c, key) if ctx.use_wandb else None
 
 
+def _tensorboard_on(c: Mapping[str, Any]) -> bool:
+    # Configs from before the metrics group (old snapshots) had no events.
+    return bool((c.get("metrics") or {}).get("tensorboard", False))
+
+
 def _model(name: str) -> str:
     return f"model.{name}"
 
@@ -257,6 +262,9 @@ ROWS: Tuple[Row, ...] = (
     Row("--use-wandb", "wandb.enabled", "switch", compute=_wandb_on),
     Row("--wandb-project", "wandb.project", "value", compute=_wandb_value("wandb.project")),
     Row("--wandb-group", "wandb.group", "value", compute=_wandb_value("wandb.group")),
+    # TensorBoard events into the save dir (the folder travels as TENSORBOARD_DIR in the job env,
+    # clawgym/plan.py:tensorboard_env); slime/utils/logging_utils.py:log writes them only with this flag.
+    Row("--use-tensorboard", "metrics.tensorboard", "switch", compute=lambda c, ctx: _tensorboard_on(c)),
     # Per-sample generate and reward hooks (the ClawGymRL API server in the fork's defaults).
     Row("--custom-generate-function-path", "rollout.generate_function_path", "value"),
     Row("--custom-rm-path", "rollout.reward_function_path", "value"),

@@ -588,11 +588,14 @@ class Pipeline:
             self._start(j)
         if j.handle is None:
             return
+        ticker = _metrics_ticker(j)
         try:
             j.exit_code = int(j.handle.follow(lost_contact_after=float(j.cfg.ray.lost_contact_s)))
         finally:
             if j.watcher is not None and not self.hangup:
                 j.watcher.stop()
+            if ticker is not None:
+                ticker.stop()
         j.ended = time.monotonic()
         j.status = {0: SUCCEEDED, EXIT_INTERRUPTED: STOPPED}.get(j.exit_code, FAILED)
         if j.exit_code == EXIT_INTERRUPTED:
@@ -760,12 +763,14 @@ class Pipeline:
             say(f"[clawgym] could not clean up the cluster: {exc}")
 
     def _summarise(self) -> int:
+        _record_endings(self.jobs)
         if self.hangup:
             from clawgym.launch import EXIT_HANGUP
 
             return EXIT_HANGUP
         if self._sweep:
             say(summary_table(self.jobs))
+            _say_runs_table(self.jobs)
             if self.interrupted:
                 say("[sweep] interrupted: running jobs stopped, queued jobs not submitted")
                 return EXIT_INTERRUPTED
@@ -792,10 +797,11 @@ class Pipeline:
             say(f"[sweep {self._elapsed()}] job #{j.num} running: {j.plan.run_name} ({j.submission_id}, "
                 f"{j.plan.gpus_required} GPUs)")
         elif j.status == SUCCEEDED:
-            say(f"[sweep {self._elapsed()}] job #{j.num} succeeded after {fmt_duration(j.duration)}")
+            say(f"[sweep {self._elapsed()}] job #{j.num} succeeded after {fmt_duration(j.duration)}"
+                + _metrics_note(j))
         elif j.status == FAILED:
             say(f"[sweep {self._elapsed()}] job #{j.num} FAILED ({self.why(j)}) after {fmt_duration(j.duration)}"
-                + (f"; log: {j.log_file}" if j.log_file else ""))
+                + _metrics_note(j) + (f"; log: {j.log_file}" if j.log_file else ""))
 
     @staticmethod
     def why(j: PipelineJob) -> str:
@@ -818,8 +824,9 @@ class Pipeline:
         interval = self.options.progress_interval
         if force or counts != self._last_counts or (interval > 0 and now - self._last_progress >= interval):
             self._last_counts, self._last_progress = counts, now
+            notes = [(j.num, _metrics_note(j, sep="")) for j in self.jobs if j.status == RUNNING]
             say(f"[sweep {self._elapsed()}] queued {counts[0]} | running {counts[1]} | "
-                f"succeeded {counts[2]} | failed {counts[3]}")
+                f"succeeded {counts[2]} | failed {counts[3]}" + "".join(f" | #{n} {t}" for n, t in notes if t))
 
 
 def _mark_snapshot_submitted(j: PipelineJob) -> None:
@@ -829,3 +836,54 @@ def _mark_snapshot_submitted(j: PipelineJob) -> None:
 
     if j.snapshot:
         mark_submitted(j.snapshot, j.submission_id, address=getattr(j.handle, "address", "") or "")
+
+
+# ---------------------------------------------------------------- metrics (clawgym/runs)
+
+def _metrics_note(j: PipelineJob, sep: str = " ") -> str:
+    """`` (rollout step N, raw reward R)`` from the job's TensorBoard events so far, else ""."""
+    if j.plan is None or j.handle is None:
+        return ""
+    from clawgym.runs.live import latest_step
+
+    text = latest_step(j.plan)
+    return f"{sep}({text})" if text else ""
+
+
+def _metrics_ticker(j: PipelineJob):
+    """A single followed job: a line whenever its events show a new rollout step."""
+    try:
+        from clawgym.runs.live import Ticker
+
+        return Ticker(j.plan, say).start()
+    except Exception:  # noqa: BLE001 - the run matters more than its progress lines
+        return None
+
+
+def _record_endings(jobs: Sequence[PipelineJob]) -> None:
+    """Each followed job's end into its snapshot, so ``clawgym runs`` knows it after the cluster is gone."""
+    from clawgym.snapshot import mark_ended
+
+    for j in jobs:
+        if j.snapshot and j.submission_id and j.status in (SUCCEEDED, FAILED, STOPPED):
+            try:
+                mark_ended(j.snapshot, j.status, j.exit_code)
+            except OSError:
+                pass  # a read-only save dir: the status is then asked from the cluster only
+
+
+def _say_runs_table(jobs: Sequence[PipelineJob]) -> None:
+    """The sweep's end: ``clawgym runs``' table of its jobs (what each reached, where its time went)."""
+    try:
+        from clawgym.runs.live import sweep_table
+
+        table = sweep_table(jobs)
+    except Exception as exc:  # noqa: BLE001 - the summary above already says how the jobs ended
+        say(f"[sweep] runs table unavailable: {type(exc).__name__}: {exc}")
+        return
+    if table:
+        import os
+
+        saves = [str(j.plan.save_dir) for j in jobs if j.plan is not None and j.plan.save_dir]
+        where = os.path.commonpath(saves) if len(saves) > 1 else (saves[0] if saves else ".")
+        say(f"\nruns (again, or with curves: clawgym runs {where}; clawgym report {where}):\n{table}")

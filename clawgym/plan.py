@@ -27,6 +27,10 @@ INTERPRETER = "python3"
 #: Environment variable -> where its value comes from, for docs and the migration table.
 SGLANG_KEY_ENV = "SGLANG_API_KEY"
 WANDB_KEY_TARGET = "WANDB_API_KEY"
+#: The job env variable slime's TensorBoard writer takes its folder from (slime/utils/tensorboard_utils.py).
+TENSORBOARD_DIR_ENV = "TENSORBOARD_DIR"
+#: Where a save dir keeps the TensorBoard events, one folder per launch (its submission id).
+TENSORBOARD_RELPATH = "tensorboard"
 
 
 @dataclass
@@ -219,6 +223,27 @@ def job_env(c: Mapping[str, Any]) -> Dict[str, str]:
     return env
 
 
+def tensorboard_dir(save: Optional[str], launch_id: str) -> Optional[str]:
+    """The events folder of one launch: ``<save>/tensorboard/<submission id>`` (None without a save dir).
+
+    One folder per launch, so a resumed run never appends to the previous launch's files and
+    ``clawgym runs`` can tell the launches of a save dir apart."""
+    return f"{str(save).rstrip('/')}/{TENSORBOARD_RELPATH}/{launch_id}" if save else None
+
+
+def tensorboard_env(c: Mapping[str, Any], launch_id: str) -> Dict[str, str]:
+    """``TENSORBOARD_DIR`` for the job when ``metrics.tensorboard`` is on (the flag is in flagmap.py).
+
+    slime's writer needs the flag *and* a folder: with the flag alone and no ``--tb-project-name``
+    it raises at the first metric (slime/utils/tensorboard_utils.py:_TensorboardAdapter.__init__)."""
+    from clawgym.flagmap import _tensorboard_on
+
+    path = tensorboard_dir(c["paths"]["save"], launch_id)
+    if not _tensorboard_on(c) or path is None:
+        return {}
+    return {TENSORBOARD_DIR_ENV: path}
+
+
 def head_env(c: Mapping[str, Any]) -> Dict[str, str]:
     """Environment a local head starts with: Ray's own health-check tuning (the seed's)."""
     ray = c["ray"]
@@ -288,14 +313,15 @@ def build_plan_from_dict(c: Mapping[str, Any], *, environ: Mapping[str, str], ti
     """
     use_wandb = wandb_enabled(c, environ)
     save = c["paths"]["save"]
+    sid = submission_id(c["run_name"], timestamp)
     return LaunchPlan(
         entrypoint=[INTERPRETER, c["gpu_layout"]["trainer_script"], *trainer_argv(c, use_wandb=use_wandb)],
         working_dir=c["paths"]["slime"],
-        runtime_env={"env_vars": {**job_env(c), **wandb_job_env(c, use_wandb=use_wandb),
+        runtime_env={"env_vars": {**job_env(c), **wandb_job_env(c, use_wandb=use_wandb), **tensorboard_env(c, sid),
                                   **{str(k): str(v) for k, v in c["extra_env"].items()}}},
         ray_start=ray_start_argv(c),
         ray_start_env=head_env(c),
-        submission_id=submission_id(c["run_name"], timestamp),
+        submission_id=sid,
         address=dashboard_address(c),
         secret_env=secret_env(c, use_wandb=use_wandb),
         log_file=f"{save}/logs/train_{timestamp}.log" if save else None,

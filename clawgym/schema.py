@@ -586,6 +586,19 @@ class MemoryConfig:
 
 
 @dataclass
+class MetricsConfig:
+    """Metrics kept with the run, readable without W&B or network (``clawgym runs``, ``clawgym report``)."""
+
+    # slime writes its TensorBoard events (every metric of slime/utils/logging_utils.py:log) into
+    # ``<paths.save>/tensorboard/<submission id>/``: ``--use-tensorboard`` turns the writer on and
+    # ``TENSORBOARD_DIR`` in the job env names the folder (slime/utils/tensorboard_utils.py:
+    # _TensorboardAdapter, both flavours). Beside W&B when that is on too. The trainer's
+    # environment needs the ``tensorboard`` package (torch's SummaryWriter imports it).
+    # false: no events (as the seed); the runs table then shows the snapshots only.
+    tensorboard: bool = True
+
+
+@dataclass
 class ClawGymConfig:
     """Root of the composed config."""
 
@@ -625,6 +638,8 @@ class ClawGymConfig:
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     # The memory group (conf/memory/): the GPU the memory plan is checked against.
     memory: MemoryConfig = field(default_factory=MemoryConfig)
+    # The metrics group (conf/metrics/): TensorBoard events in the save dir.
+    metrics: MetricsConfig = field(default_factory=MetricsConfig)
     # Experiment name (the seed's EXP_NAME): the run name's stem and a W&B tag.
     exp_name: str = "clawgym-rl-${model.run_label}"
     # Name of this run: save dir and W&B run. Sweep jobs get the swept overrides appended.
@@ -665,4 +680,5 @@ GROUPS: Dict[str, Any] = {
     "cluster": ClusterConfig,
     "trainer": TrainerConfig,
     "memory": MemoryConfig,
+    "metrics": MetricsConfig,
 }

@@ -94,8 +94,10 @@ META_FILE = "meta.json"
 STAMP_FILE = "stamp.json"
 MANIFEST_FILE = "manifest.json"
 SUBMITTED_FILE = "submitted.json"
+#: How the job ended, as the launcher that followed it saw it (``clawgym runs`` once Ray is gone).
+ENDED_FILE = "ended.json"
 #: Files a snapshot dir may hold beyond those its manifest lists (added after it was written).
-UNLISTED_FILES = (MANIFEST_FILE, SUBMITTED_FILE, STAMP_FILE)
+UNLISTED_FILES = (MANIFEST_FILE, SUBMITTED_FILE, STAMP_FILE, ENDED_FILE)
 
 from clawgym.secrets import KNOWN_SECRET_ENV, MIN_SECRET_LEN  # noqa: E402,F401  (kept importable from here)
 
@@ -652,6 +654,14 @@ def mark_submitted(snapshot_dir: str | os.PathLike, submission_id: str, *, addre
     atomic_write_text(Path(snapshot_dir) / SUBMITTED_FILE,
                       json.dumps({"submission_id": submission_id, "address": address,
                                   "submitted_unix": time.time()}) + "\n")
+
+
+def mark_ended(snapshot_dir: Optional[str | os.PathLike], status: str, exit_code: Optional[int]) -> None:
+    """Record how the followed job ended (succeeded / failed / stopped), for when no cluster can say."""
+    if not snapshot_dir or not Path(snapshot_dir).is_dir():
+        return
+    atomic_write_text(Path(snapshot_dir) / ENDED_FILE,
+                      json.dumps({"status": status, "exit_code": exit_code, "ended_unix": time.time()}) + "\n")
 
 
 def discard_unsubmitted(snapshot_dir: Optional[str | os.PathLike]) -> bool:

@@ -228,8 +228,9 @@ def test_seed_import_reproduces_todays_clawgym_defaults(seed_checkout, tmp_path)
     assert result.flavour == "clawgym"
     assert {g: o for g, o in result.choices.items() if g != "trainer"} == {
         "model": "qwen3_4b", "gpu_layout": "split_4_4", "sandbox": "docker"}
-    # Nearly empty: only where the checkout is.
-    assert result.body == {"paths": {"root": str(seed_checkout)}}
+    # Nearly empty: where the checkout is, and no TensorBoard events (the seed keeps none; an import
+    # reproduces the script's argv exactly, so metrics.tensorboard's default is turned off).
+    assert result.body == {"paths": {"root": str(seed_checkout)}, "metrics": {"tensorboard": False}}
     # The seed binds 0.0.0.0; clawgym keeps loopback and says so.
     assert [d.name for d in result.deliberate] == ["HOST"]
 

@@ -132,6 +132,9 @@ def test_job_runs_exactly_the_plan_entrypoint_and_environment(clawgym_checkout, 
         if key == "PYTHONPATH":
             # Ray puts the uploaded working dir in front; the plan's path order follows unchanged.
             assert rec["env"][key].split(":")[1:] == value.split(":"), key
+        elif key == "TENSORBOARD_DIR":
+            # Named after the launch's submission id (this plan was built with timestamp "test").
+            assert rec["env"][key] == f"{plan.save_dir}/tensorboard/{rec['submission_id']}"
         else:
             assert rec["env"].get(key) == value, key
     # Ray ran it in an upload of the plan's working dir.

@@ -389,6 +389,9 @@ def assert_parity(seed: SeedRun, cfg, plan, environ: Mapping[str, str], exported
     if "--wandb-key" in seed_flags:
         assert seed_flags.pop("--wandb-key") == key
     assert "--wandb-key" not in our_flags
+    # Deliberate: metrics are kept in the save dir (metrics.tensorboard, default on); the seed keeps none.
+    assert "--use-tensorboard" not in seed_flags
+    assert our_flags.pop("--use-tensorboard", False) is c["metrics"]["tensorboard"]
     assert normalized(our_flags) == normalized(seed_flags)
 
     # Working dir and PYTHONPATH.
@@ -412,6 +415,10 @@ def assert_parity(seed: SeedRun, cfg, plan, environ: Mapping[str, str], exported
     # W&B settings we add to the job env (wandb_env) are allowed extras.
     for extra in wandb_job_env(c, use_wandb="--use-wandb" in our_flags):
         ours.pop(extra, None)
+    # Deliberate: the TensorBoard events folder of this launch (see the flag above).
+    assert "TENSORBOARD_DIR" not in seed_job
+    tb_dir = ours.pop("TENSORBOARD_DIR", None)
+    assert tb_dir == (f"{c['paths']['save']}/tensorboard/{plan.submission_id}" if c["metrics"]["tensorboard"] else None)
     assert ours == seed_job
 
     # The local head: same options, except where it listens.
@@ -589,6 +596,8 @@ def test_existing_cluster_gets_the_complete_job_env(seed_checkout, seed_text, tm
         seed_job.pop(k)
         ours.pop(k, None)
     assert norm_pythonpath(ours.pop("PYTHONPATH")) == norm_pythonpath(seed_job.pop("PYTHONPATH"))
+    # Deliberate (see assert_parity): the TensorBoard events folder; the seed keeps no events.
+    assert ours.pop("TENSORBOARD_DIR").endswith(f"/tensorboard/{plan.submission_id}")
     # PYTHONUNBUFFERED, MASTER_ADDR, no_proxy... reach the job through the runtime env.
     assert ours == seed_job
 

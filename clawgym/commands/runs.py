@@ -1,0 +1,107 @@
+"""``clawgym runs``: the runs under some paths, side by side, from their save dirs.
+
+    clawgym runs [PATH...] [--sort KEY [--desc]] [--where KEY=VALUE ...] [--metric TAG[,TAG...]]
+                 [--last N] [--json] [--plot METRIC[,METRIC...] --out DIR [--smooth W]]
+
+A run is a save dir with clawgym snapshots; PATHs are save dirs or folders above them
+(default: ``<paths.root>/exp`` of this checkout, ``$CLAWGYM_RL_ROOT`` or the current
+directory, and the current directory). Metrics come from the TensorBoard events slime
+writes into ``<save>/tensorboard/`` (``metrics.tensorboard``, on by default).
+
+Columns (keys for --sort and --where): name, status, flavour, model, layout, sweep,
+overrides (those that tell a run apart from its sweep mates), started, duration, steps
+(rollout steps done), the --metric tags (default: every eval set's reward ``eval/<set>``)
+latest and ``<tag>:best``, reward (mean ``rollout/raw_reward`` of the last N steps),
+tok_s_gpu (``perf/tokens_per_gpu_per_sec``), train_tok_s (``perf/actor_train_tok_per_s``),
+step_s (``perf/step_time``) and where a step's time goes: rollout_s, log_probs_s, train_s,
+update_s, wait_s. ``--where`` takes =, !=, >, <, >=, <=; numbers compare as numbers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+
+def add_common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("paths", nargs="*", metavar="PATH", help="save dirs or folders above them (default: see above)")
+    p.add_argument("--metric", default="", help="comma-separated tags for the latest/best columns "
+                                               "(default: every eval set's reward, eval/<set>)")
+    p.add_argument("--last", type=int, default=5, help="steps the per-step means cover (default 5; 0 = all)")
+    p.add_argument("--sort", help="column key to sort by (--sort=-KEY or --desc: descending)")
+    p.add_argument("--desc", action="store_true", help="sort descending")
+    p.add_argument("--where", action="append", default=[], metavar="KEY=VALUE", help="keep rows where KEY matches")
+    p.add_argument("--smooth", type=float, default=0.0, help="curve smoothing weight in [0, 1) (TensorBoard's EMA)")
+
+
+def add_parser(subparsers) -> None:
+    p = subparsers.add_parser("runs", help="the runs under some paths side by side: status, reward, step time",
+                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_common(p)
+    p.add_argument("--json", action="store_true", help="print the rows as JSON")
+    p.add_argument("--plot", default="", metavar="METRIC[,METRIC...]",
+                   help="write PNG curves of these tags (one figure per metric and sweep) into --out")
+    p.add_argument("--out", help="folder for --plot's PNGs")
+    p.set_defaults(func=run)
+
+
+def _metrics(text: str):
+    return [m.strip() for m in text.split(",") if m.strip()]
+
+
+def collect(args, command: str):
+    """(runs, rows, columns) after --where/--sort, or raises _Bad."""
+    from clawgym.runs import RunsError, find_runs
+    from clawgym.runs.table import apply, build_rows
+
+    if not 0.0 <= args.smooth < 1.0:
+        raise _Bad(f"--smooth {args.smooth}: the weight must be in [0, 1), e.g. --smooth 0.6")
+    if args.last < 0:
+        raise _Bad(f"--last {args.last}: give a number of steps >= 0 (0 = all)")
+    try:
+        runs = find_runs(args.paths)
+    except RunsError as exc:
+        raise _Bad(str(exc)) from None
+    rows, columns = build_rows(runs, metrics=_metrics(args.metric) or None, last=args.last)
+    keys = [c.key for c in columns] + ["last_step", "submission_id", "save_dir", "launches"]
+    try:
+        sort = f"-{args.sort.lstrip('-')}" if args.sort and args.desc else args.sort
+        kept = apply(rows, where=args.where, sort=sort, keys=keys)
+    except ValueError as exc:
+        raise _Bad(str(exc)) from None
+    by_row = {id(r): run for r, run in zip(rows, runs)}
+    return [by_row[id(r)] for r in kept], kept, columns
+
+
+class _Bad(Exception):
+    pass
+
+
+def run(args) -> int:
+    from clawgym.runs.table import format_table, to_json
+
+    try:
+        if args.plot and not args.out:
+            raise _Bad("--plot needs --out DIR (the folder the PNGs go to)")
+        runs, rows, columns = collect(args, "runs")
+    except _Bad as exc:
+        print(f"clawgym runs: {exc}", file=sys.stderr)
+        return 2
+    if args.json:
+        sys.stdout.write(to_json(rows))
+    elif not rows:
+        print("no runs found (a run is a save dir with clawgym snapshots: <save>/clawgym/snapshots/)")
+    else:
+        print(format_table(rows, columns))
+    if args.plot:
+        from clawgym.runs.plot import write_plots
+
+        written, missing = write_plots(runs, _metrics(args.plot), Path(args.out), weight=args.smooth)
+        for path in written:
+            print(f"wrote {path}", file=sys.stderr if args.json else sys.stdout)
+        for metric in missing:
+            print(f"clawgym runs: no run logged {metric} (yet); no picture for it", file=sys.stderr)
+        if not written:
+            return 1
+    return 0

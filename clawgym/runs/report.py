@@ -1,0 +1,146 @@
+"""``clawgym report``: one self-contained HTML page of runs side by side.
+
+Everything is inside the file: pictures are PNGs inlined as ``data:`` URIs, the style sheet
+is inline, there is no script and no link to fetch, so the page reads the same on a laptop
+without network as on the cluster. Sections: the runs table, the config keys whose values
+differ between runs, reward and eval curves, the step-time breakdown, and each run's
+snapshot summary.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import time
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+
+from clawgym.runs.discover import Run
+from clawgym.runs.table import Column, fmt
+
+#: Curves every report draws when the runs logged them (slime's keys).
+CURVES = ("rollout/raw_reward", "perf/step_time", "perf/tokens_per_gpu_per_sec", "train/loss")
+
+_CSS = """
+body { font-family: sans-serif; margin: 24px; color: #222; background: #fff; }
+h1 { font-size: 22px; } h2 { font-size: 18px; margin-top: 32px; border-bottom: 1px solid #ccc; }
+table { border-collapse: collapse; font-size: 12px; margin: 8px 0; }
+th, td { border: 1px solid #ccc; padding: 3px 6px; text-align: left; vertical-align: top; max-width: 18em;
+         overflow-wrap: anywhere; }
+th { background: #eef; overflow-wrap: normal; }
+td.num, td[class^="status"] { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap;
+                              overflow-wrap: normal; }
+.status-running { color: #06c; } .status-succeeded { color: #080; } .status-failed { color: #c00; }
+.status-stopped, .status-unknown { color: #888; }
+img { max-width: 49%; border: 1px solid #eee; margin: 6px 0; vertical-align: top; }
+.muted { color: #777; font-size: 12px; }
+"""
+
+
+def _img(png: bytes, alt: str) -> str:
+    return f'<img alt="{html.escape(alt)}" src="data:image/png;base64,{base64.b64encode(png).decode()}">'
+
+
+def flatten(d: Mapping[str, Any], prefix: str = "") -> Dict[str, Any]:
+    out: Dict[str, Any] = {}
+    for k, v in d.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, Mapping) and v:
+            out.update(flatten(v, key + "."))
+        else:
+            out[key] = v
+    return out
+
+
+def config_differences(runs: Sequence[Run]) -> Tuple[List[str], Dict[int, Dict[str, Any]]]:
+    """Config keys whose resolved value differs between runs, and each run's values.
+
+    Values that merely carry the run's own name (its save dir, W&B group, run name) are left
+    out: they differ for every pair of runs and tell nothing about the training."""
+    flat = {id(r): flatten(r.config) for r in runs}
+    keys = sorted({k for f in flat.values() for k in f})
+    differ = []
+    for k in keys:
+        values = [flat[id(r)].get(k) for r in runs]
+        if len({repr(v) for v in values}) < 2:
+            continue
+        if all(isinstance(v, str) and r.name and r.name in v for v, r in zip(values, runs)):
+            continue
+        differ.append(k)
+    return differ, flat
+
+
+def _table(headers: Sequence[str], rows: Sequence[Sequence[Tuple[str, str]]]) -> str:
+    """``rows``: cells as (text, css class)."""
+    out = ["<table><tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in headers) + "</tr>"]
+    for row in rows:
+        out.append("<tr>" + "".join(f'<td class="{c}">{html.escape(t)}</td>' for t, c in row) + "</tr>")
+    out.append("</table>")
+    return "\n".join(out)
+
+
+def render(runs: Sequence[Run], rows: Sequence[Mapping[str, Any]], columns: Sequence[Column], *,
+           metrics: Sequence[str] = (), weight: float = 0.0, title: str = "clawgym runs") -> str:
+    """The whole page. ``rows``/``columns`` are :func:`clawgym.runs.table.build_rows`' (same order as ``runs``)."""
+    from clawgym.runs import plot
+    from clawgym.runs.table import _differing
+
+    differing = _differing(runs)
+    parts = [f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>",
+             f"<style>{_CSS}</style></head><body>",
+             f"<h1>{html.escape(title)}</h1>",
+             f"<p class='muted'>{len(runs)} run(s); written {time.strftime('%Y-%m-%d %H:%M:%S')} by clawgym report "
+             "from the save dirs' snapshots and TensorBoard events.</p>"]
+
+    shown = [c for c in columns if c.key in ("name", "status") or any(r.get(c.key) not in (None, "-") for r in rows)]
+    parts.append("<h2>Runs</h2>")
+    parts.append(_table([c.header for c in shown], [
+        [(fmt(r.get(c.key), c.kind), f"status-{r.get('status')}" if c.key == "status" else
+          ("num" if c.kind in ("num", "secs") else "")) for c in shown] for r in rows]))
+
+    keys, flat = config_differences(runs)
+    parts.append("<h2>Config differences</h2>")
+    if keys and len(runs) > 1:
+        parts.append(_table(["key", *[r.name for r in runs]],
+                            [[(k, ""), *[(repr(flat[id(r)].get(k, "-")) if not isinstance(flat[id(r)].get(k), str)
+                                          else str(flat[id(r)].get(k)), "") for r in runs]] for k in keys]))
+    else:
+        parts.append("<p class='muted'>No differences (or a single run).</p>")
+
+    parts.append("<h2>Curves</h2>")
+    wanted = list(dict.fromkeys([*CURVES[:1], *metrics, *CURVES[1:]]))
+    drawn = 0
+    for metric in wanted:
+        for name, mates in plot.groups(runs).items():
+            png = plot.curves_png(mates, metric, weight=weight, title=f"{metric} - {name}",
+                                  labels={id(r): plot.label(r, differing) for r in mates})
+            if png is not None:
+                parts.append(_img(png, f"{metric} - {name}"))
+                drawn += 1
+    if not drawn:
+        parts.append("<p class='muted'>No events yet: the runs have logged no metric (TensorBoard events "
+                     "appear in &lt;save&gt;/tensorboard/ once slime logs its first step).</p>")
+
+    parts.append("<h2>Step time</h2>")
+    bars = plot.time_bars_png(rows)
+    parts.append(_img(bars, "step time breakdown") if bars else "<p class='muted'>No step times logged yet.</p>")
+
+    parts.append("<h2>Snapshots</h2>")
+    for r, row in zip(runs, rows):
+        snap = r.latest
+        parts.append(f"<h3>{html.escape(r.name)}</h3>")
+        facts: List[Tuple[str, str]] = [("save dir", str(r.save_dir)), ("status", f"{row.get('status')} "
+                                                                                   f"{row.get('status_detail') or ''}")]
+        if snap is not None:
+            m = snap.meta
+            facts += [("launches", str(len(r.snapshots))), ("submission id", str(r.submission_id)),
+                      ("created", str(m.get("created"))), ("host", str(m.get("host"))),
+                      ("snapshot format", str(m.get("format"))),
+                      ("overrides", " ".join(snap.overrides or []) or "-"),
+                      ("choices", " ".join(f"{k}={v}" for k, v in sorted((snap.choices or {}).items())) or "-"),
+                      ("versions", " ".join(f"{k}={v}" for k, v in sorted((m.get("versions") or {}).items()))),
+                      ("git", " ".join(f"{k}={str((v or {}).get('commit') or '?')[:10]}"
+                                       for k, v in sorted((m.get("git") or {}).items()) if isinstance(v, dict)))]
+        facts += [("problem", p) for p in r.problems]
+        parts.append(_table(["", ""], [[(k, ""), (v, "")] for k, v in facts]))
+    parts.append("</body></html>\n")
+    return "\n".join(parts)

@@ -1,0 +1,115 @@
+"""A run's status: from what clawgym recorded, and what Ray or SLURM still answer.
+
+The latest launch's ``submitted.json`` names the job (a Ray submission id and dashboard
+address, or ``slurm:<job id>``). Ray is asked only when its dashboard port accepts a
+connection within a second (a cluster that is gone must not stall the table); SLURM only
+when ``scontrol`` is installed. What nobody answers for is ``unknown``, with the reason.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import socket
+from typing import Dict, Optional, Tuple
+from urllib.parse import urlparse
+
+from clawgym.runs.discover import Run
+
+RUNNING, SUCCEEDED, FAILED, STOPPED, UNKNOWN = "running", "succeeded", "failed", "stopped", "unknown"
+STATUSES = (RUNNING, SUCCEEDED, FAILED, STOPPED, UNKNOWN)
+
+_RAY = {"PENDING": RUNNING, "RUNNING": RUNNING, "SUCCEEDED": SUCCEEDED, "FAILED": FAILED, "STOPPED": STOPPED}
+_SLURM = {"PENDING": RUNNING, "CONFIGURING": RUNNING, "RUNNING": RUNNING, "COMPLETING": RUNNING,
+          "SUSPENDED": RUNNING, "REQUEUED": RUNNING, "COMPLETED": SUCCEEDED, "CANCELLED": STOPPED,
+          "FAILED": FAILED, "TIMEOUT": FAILED, "NODE_FAIL": FAILED, "OUT_OF_MEMORY": FAILED,
+          "BOOT_FAIL": FAILED, "DEADLINE": FAILED, "PREEMPTED": FAILED}
+
+
+def _answers(address: str, timeout: float = 1.0) -> bool:
+    u = urlparse(address if "://" in address else f"http://{address}")
+    if not u.hostname:
+        return False
+    try:
+        with socket.create_connection((u.hostname, u.port or 80), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+class StatusCache:
+    """One Ray client per dashboard address for a whole table (clients cost a round trip each)."""
+
+    def __init__(self) -> None:
+        self._clients: Dict[str, object] = {}
+
+    def ray_job(self, address: str, submission_id: str) -> Tuple[Optional[str], str, Dict]:
+        client = self._clients.get(address)
+        if client is None:
+            if not _answers(address):
+                return None, f"no Ray dashboard answers at {address}", {}
+            from ray.job_submission import JobSubmissionClient
+
+            try:
+                client = self._clients[address] = JobSubmissionClient(address)
+            except Exception as exc:  # noqa: BLE001 - Ray raises several kinds; the cluster just does not say
+                return None, f"Ray at {address} did not answer ({type(exc).__name__})", {}
+        try:
+            info = client.get_job_info(submission_id)
+        except Exception:  # noqa: BLE001 - e.g. a job this cluster no longer (or never) had
+            return None, f"Ray at {address} does not know job {submission_id}", {}
+        job = {"start_time": (info.start_time or 0) / 1000 or None, "end_time": (info.end_time or 0) / 1000 or None,
+               "ray_status": str(info.status.value), "message": info.message or ""}
+        return _RAY.get(str(info.status.value)), str(info.message or ""), job
+
+
+def _submitted(run: Run) -> Dict[str, str]:
+    snap = run.latest
+    if snap is None:
+        return {}
+    try:
+        return json.loads((snap.path / "submitted.json").read_text())
+    except (OSError, ValueError):
+        # A format-1 snapshot recorded no submission: its meta and plan still name the job.
+        return {"submission_id": snap.meta.get("submission_id") or snap.plan.get("submission_id") or "",
+                "address": snap.plan.get("address") or ""}
+
+
+def resolve(run: Run, cache: Optional[StatusCache] = None) -> Run:
+    """Set ``run.status``, ``run.status_detail`` and ``run.job`` (Ray's start/end times when known)."""
+    cache = cache or StatusCache()
+    if run.latest is None:
+        run.status, run.status_detail = UNKNOWN, "; ".join(run.problems) or "no readable snapshot"
+        return run
+    sub = _submitted(run)
+    sid, address = str(sub.get("submission_id") or ""), str(sub.get("address") or "")
+    if sid.startswith("slurm:"):
+        if shutil.which("scontrol") is None:
+            run.status, run.status_detail = UNKNOWN, "scontrol is not installed here, so SLURM cannot be asked"
+            return run
+        from clawgym.backends.slurm import SlurmJob
+
+        state = SlurmJob(sid.split(":", 1)[1]).state()
+        run.status, run.status_detail = _SLURM.get(state, UNKNOWN), f"SLURM: {state}"
+        return run
+    if not sid or not address or not address.startswith(("http://", "https://")):
+        run.status, run.status_detail = UNKNOWN, "the launch recorded no Ray dashboard to ask"
+        return run
+    status, detail, job = cache.ray_job(address, sid)
+    run.status, run.status_detail, run.job = status or UNKNOWN, detail, job
+    if status is None:
+        _from_launcher(run, detail)
+    return run
+
+
+def _from_launcher(run: Run, why: str) -> None:
+    """The end the launcher recorded (``ended.json``) when the cluster cannot say any more."""
+    try:
+        ended = json.loads((run.latest.path / "ended.json").read_text())
+    except (OSError, ValueError, AttributeError):
+        return
+    if ended.get("status") in (SUCCEEDED, FAILED, STOPPED):
+        run.status = str(ended["status"])
+        run.status_detail = f"as the launcher saw it end ({why})"
+        if ended.get("ended_unix"):
+            run.job = {**run.job, "end_time": float(ended["ended_unix"])}

@@ -1,0 +1,289 @@
+"""One row per run: the columns of ``clawgym runs``, sorting, filtering, text and JSON.
+
+Every value comes from the run's snapshots (what ran), its events (what happened, slime's
+keys: see :mod:`clawgym.runs.events`) and its status (:mod:`clawgym.runs.status`). Numbers
+over steps are means of the last ``last`` rollout steps, so one slow warm-up step does not
+decide a comparison.
+"""
+
+from __future__ import annotations
+
+import json
+import operator
+import re
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+
+from clawgym.runs import events as ev
+from clawgym.runs.discover import Run
+
+#: slime's keys behind the columns (slime/ray/rollout.py, slime/backends/megatron_utils/data.py,
+#: slime/utils/train_metric_utils.py).
+RAW_REWARD = "rollout/raw_reward"
+STEP_TAGS = ("rollout/raw_reward", "perf/rollout_time", "perf/step_time")
+TOKENS_PER_GPU = "perf/tokens_per_gpu_per_sec"
+TRAIN_TOKENS = "perf/actor_train_tok_per_s"
+STEP_TIME = "perf/step_time"
+#: Where a step's time goes: column key -> the perf tags it sums.
+TIME_PARTS: Dict[str, Tuple[str, ...]] = {
+    "rollout_s": ("perf/rollout_time",),
+    "log_probs_s": ("perf/log_probs_time", "perf/ref_log_probs_time"),
+    "train_s": ("perf/actor_train_time",),
+    "update_s": ("perf/update_weights_time",),
+    "wait_s": ("perf/train_wait_time",),
+}
+TIME_LABELS = {"rollout_s": "rollout", "log_probs_s": "log-probs", "train_s": "train", "update_s": "weight update",
+               "wait_s": "waiting"}
+_STAMP = re.compile(r"(\d{8}_\d{6})$")
+
+
+@dataclass(frozen=True)
+class Column:
+    key: str
+    header: str
+    kind: str = "text"  # text | num | time | duration | secs
+
+
+BASE_COLUMNS: Tuple[Column, ...] = (
+    Column("name", "run"), Column("status", "status"), Column("flavour", "flavour"), Column("model", "model"),
+    Column("layout", "layout"), Column("sweep", "sweep"), Column("overrides", "overrides"),
+    Column("started", "started", "time"), Column("duration", "duration", "duration"),
+    Column("steps", "steps", "num"),
+)
+TAIL_COLUMNS: Tuple[Column, ...] = (
+    Column("reward", "reward(last N)", "num"), Column("tok_s_gpu", "tok/s/GPU", "num"),
+    Column("train_tok_s", "train tok/s", "num"), Column("step_s", "step", "secs"),
+    *(Column(k, TIME_LABELS[k], "secs") for k in TIME_PARTS),
+)
+
+
+def _sweep_of(run: Run) -> Optional[str]:
+    """Sweep mates share the experiment and the one timestamp their sweep planned them with."""
+    snap = run.latest
+    if snap is None or (snap.meta.get("origin") or {}).get("command") != "sweep":
+        return None
+    stamp = _STAMP.search(str(snap.meta.get("submission_id") or snap.plan.get("submission_id") or ""))
+    return f"{snap.meta.get('exp_name') or run.config.get('exp_name')} {stamp.group(1) if stamp else '?'}"
+
+
+def _layout(run: Run) -> str:
+    snap = run.latest
+    if snap is None:
+        return "-"
+    if snap.choices and snap.choices.get("gpu_layout"):
+        return str(snap.choices["gpu_layout"])
+    g = run.config.get("gpu_layout") or {}
+    if g.get("colocate"):
+        return f"colocate {g.get('actor_gpus')}"
+    return f"split {g.get('actor_gpus')}+{g.get('rollout_gpus')}"
+
+
+def _user_overrides(run: Run) -> List[str]:
+    """The run's recorded overrides the user asked for: keys written on its command line (a sweep
+    adds ``run_name`` and per-job API ports of its own, which tell nothing)."""
+    snap = run.latest
+    if snap is None:
+        return []
+    typed = {a.split("=", 1)[0].lstrip("+~") for a in (snap.meta.get("command") or [])[1:] if "=" in a}
+    out = []
+    for o in snap.overrides or []:
+        key = o.split("=", 1)[0].lstrip("+~")
+        if key.startswith("hydra.") or key == "run_name" and "run_name" not in typed:
+            continue
+        if typed and key not in typed:
+            continue
+        out.append(o)
+    return out
+
+
+def _differing(runs: Sequence[Run]) -> Dict[int, List[str]]:
+    """id(run) -> its overrides that tell it apart from its sweep mates (runs outside a sweep:
+    from the other runs outside a sweep)."""
+    from clawgym.sweep import differing_overrides
+
+    groups: Dict[Optional[str], List[Run]] = {}
+    for r in runs:
+        groups.setdefault(_sweep_of(r), []).append(r)
+    out: Dict[int, List[str]] = {}
+    for mates in groups.values():
+        ovs = [_user_overrides(r) for r in mates]
+        diff = differing_overrides(ovs) if len(mates) > 1 else [[] for _ in mates]
+        for r, d in zip(mates, diff):
+            out[id(r)] = d
+    return out
+
+
+def metric_tags(runs: Sequence[Run], metrics: Optional[Sequence[str]]) -> List[str]:
+    """The tags of the latest/best columns: the ones asked for, else every eval set's reward."""
+    if metrics:
+        return list(metrics)
+    tags = {t for r in runs for t in r.scalars()}
+    return ev.eval_sets(sorted(tags))
+
+
+def steps_done(s: Mapping[str, List[ev.Point]]) -> Tuple[int, Optional[int]]:
+    steps = {p.step for tag in STEP_TAGS for p in s.get(tag, [])}
+    return len(steps), (max(steps) if steps else None)
+
+
+def _sum_parts(s: Mapping[str, List[ev.Point]], tags: Sequence[str], last: int) -> Optional[float]:
+    values = [ev.mean_last(s.get(t), last) for t in tags]
+    values = [v for v in values if v is not None]
+    return sum(values) if values else None
+
+
+def build_rows(runs: Sequence[Run], *, metrics: Optional[Sequence[str]] = None, last: int = 5,
+               resolve_status: bool = True, now: Optional[float] = None) -> Tuple[List[Dict[str, Any]], List[Column]]:
+    """(rows, columns): one dict per run (raw values; ``None`` = not known), and the columns to show."""
+    from clawgym.runs.status import StatusCache, resolve
+
+    now = time.time() if now is None else now
+    cache = StatusCache()
+    tags = metric_tags(runs, metrics)
+    differing = _differing(runs)
+    rows = []
+    for r in runs:
+        if resolve_status and r.status is None:
+            resolve(r, cache)
+        s = r.scalars()
+        c = r.config
+        n_steps, last_step = steps_done(s)
+        first = r.snapshots[0] if r.snapshots else None
+        started = (r.job.get("start_time") or (first.created if first else None)) or None
+        end = r.job.get("end_time")
+        if r.status == "running":
+            end = now
+        if end is None:
+            walls = [p.wall_time for pts in s.values() for p in pts]
+            end = max(walls) if walls else None
+        row: Dict[str, Any] = {
+            "name": r.name,
+            "status": r.status or "unknown",
+            "status_detail": r.status_detail,
+            "flavour": str((c.get("trainer") or {}).get("flavour") or ("clawgym" if c else "-")),
+            "model": str((c.get("model") or {}).get("name") or "-"),
+            "layout": _layout(r),
+            "sweep": _sweep_of(r) or "-",
+            "overrides": " ".join(differing.get(id(r), [])) or "-",
+            "started": started,
+            "duration": (end - started) if (started and end and end >= started) else None,
+            "steps": n_steps,
+            "last_step": last_step,
+            "reward": ev.mean_last(s.get(RAW_REWARD), last),
+            "tok_s_gpu": ev.mean_last(s.get(TOKENS_PER_GPU), last),
+            "train_tok_s": ev.mean_last(s.get(TRAIN_TOKENS), last),
+            "step_s": ev.mean_last(s.get(STEP_TIME), last),
+            **{k: _sum_parts(s, parts, last) for k, parts in TIME_PARTS.items()},
+            "save_dir": str(r.save_dir),
+            "submission_id": r.submission_id,
+            "launches": len(r.snapshots),
+            "events": [str(p) for p in r.events_dirs()],
+            "problems": list(r.problems),
+        }
+        for tag in tags:
+            pts = s.get(tag)
+            lp, bp = ev.latest(pts), ev.best(pts)
+            row[tag] = lp.value if lp else None
+            row[f"{tag}:best"] = bp.value if bp else None
+            row[f"{tag}:step"] = lp.step if lp else None
+        rows.append(row)
+    columns = list(BASE_COLUMNS)
+    for tag in tags:
+        columns += [Column(tag, tag, "num"), Column(f"{tag}:best", f"best {tag}", "num")]
+    columns += [Column(c.key, f"reward(last {last or 'all'})", c.kind) if c.key == "reward" else c
+                for c in TAIL_COLUMNS]
+    return rows, columns
+
+
+# ---------------------------------------------------------------- sort / where
+
+_OPS: List[Tuple[str, Callable[[Any, Any], bool]]] = [
+    (">=", operator.ge), ("<=", operator.le), ("!=", operator.ne), ("=", operator.eq), (">", operator.gt),
+    ("<", operator.lt)]
+
+
+def _num(value: Any) -> Optional[float]:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, (int, float)):
+        return float(value)
+    try:
+        return float(str(value))
+    except ValueError:
+        return None
+
+
+def parse_where(text: str, keys: Sequence[str]) -> Tuple[str, str, Callable[[Any, Any], bool]]:
+    """``key=value`` (also !=, >, <, >=, <=) -> (key, value, op); ValueError names a known key."""
+    for sym, op in _OPS:
+        if sym in text:
+            key, value = text.split(sym, 1)
+            key = key.strip()
+            if key not in keys:
+                raise ValueError(f"--where {text!r}: no column {key!r}; columns: {', '.join(keys)}")
+            return key, value.strip(), op
+    raise ValueError(f"--where {text!r}: expected KEY=VALUE (or KEY!=, KEY>, KEY<, KEY>=, KEY<= VALUE)")
+
+
+def matches(row: Mapping[str, Any], key: str, value: str, op: Callable[[Any, Any], bool]) -> bool:
+    have = row.get(key)
+    a, b = _num(have), _num(value)
+    if a is not None and b is not None:
+        return op(a, b)
+    if op in (operator.eq, operator.ne):
+        return op(str(have if have is not None else "-"), value)
+    return False
+
+
+def apply(rows: List[Dict[str, Any]], *, where: Sequence[str] = (), sort: Optional[str] = None,
+          keys: Sequence[str] = ()) -> List[Dict[str, Any]]:
+    """Filter by every ``where`` and sort by ``sort`` (``-key`` descending; unknown values last)."""
+    for w in where:
+        key, value, op = parse_where(w, keys)
+        rows = [r for r in rows if matches(r, key, value, op)]
+    if sort:
+        key = sort.lstrip("-")
+        if key not in keys:
+            raise ValueError(f"--sort {sort!r}: no column {key!r}; columns: {', '.join(keys)}")
+        known = [r for r in rows if r.get(key) is not None]
+        unknown = [r for r in rows if r.get(key) is None]
+        numeric = all(_num(r[key]) is not None for r in known)
+        known.sort(key=lambda r: _num(r[key]) if numeric else str(r[key]), reverse=sort.startswith("-"))
+        rows = known + unknown
+    return rows
+
+
+# ---------------------------------------------------------------- text and JSON
+
+def fmt(value: Any, kind: str) -> str:
+    if value is None:
+        return "-"
+    if kind == "time":
+        return time.strftime("%Y-%m-%d %H:%M", time.localtime(value))
+    if kind == "duration":
+        from clawgym.pipeline import fmt_duration
+
+        return fmt_duration(value)
+    if kind == "secs":
+        return f"{value:.3g}s"
+    if kind == "num" and isinstance(value, float):
+        return f"{value:.4g}"
+    return str(value)
+
+
+def format_table(rows: Sequence[Mapping[str, Any]], columns: Sequence[Column]) -> str:
+    """A plain-text table; columns no row has a value for are left out."""
+    shown = [c for c in columns if c.key in ("name", "status") or any(r.get(c.key) not in (None, "-") for r in rows)]
+    cells = [[c.header for c in shown]] + [[fmt(r.get(c.key), c.kind) for c in shown] for r in rows]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(shown))]
+    lines = []
+    for n, row in enumerate(cells):
+        lines.append("  ".join(v.ljust(w) for v, w in zip(row, widths)).rstrip())
+        if n == 0:
+            lines.append("  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def to_json(rows: Sequence[Mapping[str, Any]]) -> str:
+    return json.dumps(list(rows), indent=2, sort_keys=False) + "\n"
