@@ -520,7 +520,7 @@ def submit(address: str, plan: LaunchPlan, *, secrets: Mapping[str, str], pass_s
     }
     client = _client(address)
     try:
-        sid = client.submit_job(entrypoint=shlex.join(plan.entrypoint), submission_id=plan.submission_id,
+        sid = client.submit_job(entrypoint=shlex.join(plan.job_entrypoint), submission_id=plan.submission_id,
                                 runtime_env=runtime_env, metadata=metadata)
     except Exception as exc:
         raise LaunchError(f"Ray refused job {plan.submission_id} at {address}: {exc}\n"

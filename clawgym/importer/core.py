@@ -312,7 +312,8 @@ class Launch:
 
 def script_launch(capture: Capture, submit: Submit, parser: Any, reg: Any,
                   notes: List[str]) -> Launch:
-    argv, removed = parity.strip_secrets(submit.entrypoint[2:])
+    _, _, trainer_script, trainer_argv = submit.trainer_entry  # type: ignore[misc]
+    argv, removed = parity.strip_secrets(trainer_argv)
     for flag in removed:
         notes.append(f"{flag}: secrets are read from the environment at launch, never written "
                      "(W&B: $WANDB_KEY or $WANDB_API_KEY)")
@@ -323,7 +324,7 @@ def script_launch(capture: Capture, submit: Submit, parser: Any, reg: Any,
             notes.append(f"{var}: a secret; the job gets it from the launcher's environment at launch")
     head = capture.head_options()
     gpus = head.get("--num-gpus")
-    return Launch(submit.entrypoint[1], parity.parse_argv(parser, reg, argv), env, submit.working_dir,
+    return Launch(trainer_script, parity.parse_argv(parser, reg, argv), env, submit.working_dir,
                   str(gpus) if gpus is not None and gpus is not True else None)
 
 
@@ -745,7 +746,7 @@ def choose_flavour(capture: Capture, submit: Submit, requested: Optional[str]) -
         if requested not in FLAVOURS:
             raise ImportFailure(f"--trainer {requested!r}: not a trainer flavour; choose one of {', '.join(FLAVOURS)}")
         return requested
-    argv, _ = parity.strip_secrets(submit.entrypoint[2:])
+    argv, _ = parity.strip_secrets(submit.trainer_entry[3])  # type: ignore[index]
     scores = []
     for flavour in FLAVOURS:
         reg = load_registry(flavour)
@@ -794,9 +795,9 @@ def import_script(script: Path, *, name: Optional[str] = None, trainer: Optional
             + (f"\nlast lines of its output:\n{tail}" if tail else ""))
     submit = submits[-1]
     entry = submit.entrypoint
-    if len(entry) < 2 or os.path.basename(entry[0]) not in INTERPRETERS or not entry[1].endswith(".py"):
-        raise ImportFailure(f"the job's entrypoint `{' '.join(entry[:4])} ...` is not `python3 <trainer>.py FLAGS`; "
-                            "clawgym launches slime's train.py / train_async.py only")
+    if submit.trainer_entry is None:
+        raise ImportFailure(f"the job's entrypoint `{' '.join(entry[:4])} ...` is not `python3 [options] <trainer>.py "
+                            "FLAGS`; clawgym launches slime's train.py / train_async.py only")
     if check and not trainer:
         written = compose([*_searchpath_override(out_dir), f"+experiment={name}"])
         trainer = str(OmegaConf.select(written, "trainer.flavour", default=None) or "clawgym")
