@@ -37,7 +37,15 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument("--force", action="store_true", help="replace an existing experiment file")
     parser.add_argument("--check", action="store_true",
                         help="write nothing: compare the script with the existing experiment NAME "
-                             "(e.g. after editing it by hand) and print the difference table")
+                             "(e.g. after editing it by hand) and print the difference table; with --force, "
+                             "re-import and replace it when it differs")
+    parser.add_argument("--strict", action="store_true",
+                        help="refuse a script that runs setup steps (installs, downloads, conversions) instead "
+                             "of listing them as prerequisites")
+    parser.add_argument("--gpus-per-node", type=int, default=8, metavar="N",
+                        help="GPUs the nvidia-smi stand-in reports (default: 8)")
+    parser.add_argument("--no-nvlink", dest="nvlink", action="store_false",
+                        help="the nvidia-smi stand-in reports no NVLink between the GPUs")
     parser.set_defaults(func=run)
     return parser
 
@@ -60,7 +68,8 @@ def run(args: argparse.Namespace) -> int:
         env = parse_env(args.env)
         result = import_script(args.script, name=args.name, trainer=args.trainer, out_dir=args.out,
                                slime_root=args.slime_root, env=env, force=args.force,
-                               check=args.check)
+                               check=args.check, strict=args.strict, gpus_per_node=args.gpus_per_node,
+                               nvlink=args.nvlink)
     except (ImportFailure, RegistryError, ValueError) as exc:
         print(f"clawgym import: {exc}", file=sys.stderr)
         return 2

@@ -72,6 +72,8 @@ STANDINS: Dict[str, str] = {
     "nohup": "starts background processes",
     "timeout": "runs commands",
     "sudo": "runs commands as root",
+    "python3": "inline programs (python3 - <<PY, -c) compute values and run isolated; anything else is recorded, not run",
+    "python": "as python3",
 }
 
 #: Real tools launch scripts compute with; nothing else from the machine is on PATH.
@@ -118,7 +120,8 @@ class Call:
 
     @property
     def line(self) -> str:
-        return " ".join([self.tool, *self.argv]) if self.tool != "<not found>" else " ".join(self.argv)
+        return " ".join([self.tool, *self.argv]) if self.tool not in ("<not found>", "python (inline)") \
+            else " ".join(self.argv)
 
 
 def split_options(tokens: Sequence[str], valued: Sequence[str]) -> Tuple[Dict[str, Any], List[str]]:
@@ -537,8 +540,11 @@ def classify(capture: Capture, allowed_write_dirs: Sequence[str] = ()) -> List[T
             rows.append(("answered", f"`{c.line}` -> {answer_summary(c)}"))
         elif c.tool == "docker" and c.argv[:1] in (["rm"], ["ps"], ["kill"], ["stop"]):
             rows.append(("ignored", f"`{c.line}` (clawgym removes its own leftover containers)"))
-        elif c.tool in ("mkdir", "tee") and all(allowed(a) for a in c.argv if not a.startswith("-")):
-            rows.append(("ignored", f"`{c.line}` (clawgym writes its log under <save>/logs too)"))
+        elif c.tool == "tee" or (c.tool == "mkdir" and all(allowed(a) for a in c.argv if not a.startswith("-"))):
+            rows.append(("ignored", f"`{c.line}` (clawgym writes the job's log under <save>/logs itself)"))
+        elif c.tool == "python (inline)":
+            rows.append(("answered", f"`{c.line.splitlines()[0][:80]}`: an inline program, run isolated to compute "
+                                     "a value"))
         elif sglang_server(c):
             rows.append(("service", f"`{c.line}`: a server the script starts before the job"))
         elif c.tool == "curl" and any(f":{p}/" in a for a in c.argv for p in ports):

@@ -28,8 +28,22 @@ import sys
 PASS_THROUGH = {"tee"}
 
 
+#: Interpreters whose inline programs (``python3 - <<PY``, ``python3 -c CODE``) compute a value
+#: for the script (a runtime-env JSON); they run, isolated (-I). Anything else they would run
+#: (``python3 convert.py``, ``python3 -m sglang.launch_server``) is recorded as a command not run.
+INLINE = {"python", "python3"}
+
+
 def main() -> int:
     tool, argv = sys.argv[1], sys.argv[2:]
+    if tool in INLINE:
+        if argv[:1] in (["-"], ["-c"]):
+            record = {"tool": "python (inline)", "argv": [tool, *argv], "cwd": os.getcwd(), "env": {}, "answer": ""}
+            with open(os.environ["CLAWGYM_IMPORT_LOG"], "a", encoding="utf-8") as log:
+                log.write(json.dumps(record) + "\n")
+            real = os.environ["CLAWGYM_IMPORT_PY"]
+            os.execv(real, [real, "-I", *argv])
+        tool, argv = "<not found>", [tool, *argv]
     answer = ANSWERS.get(tool)
     text = answer(argv) if answer is not None else ""
     record = {"tool": tool, "argv": argv, "cwd": os.getcwd(), "env": dict(os.environ), "answer": text}

@@ -9,7 +9,8 @@ from clawgym.validate.core import _Collector, _get
 def rule_sglang(v: _Collector) -> None:
     s = v.c["sglang"]
     v.positive("sglang-sizes-positive", ["sglang.tp", "sglang.context_length"], "SGLang engine sizes")
-    if not 0 < s["mem_fraction_static"] <= 1:
+    # None: SGLang picks the fraction from the GPU's memory (ServerArgs), always in range.
+    if s["mem_fraction_static"] is not None and not 0 < s["mem_fraction_static"] <= 1:
         v.add("mem-fraction-in-range", ["sglang.mem_fraction_static"],
               "the static memory fraction is a share of GPU memory, in (0, 1]", "set sglang.mem_fraction_static, e.g. 0.8")
     if not 0 < s["api_port"] < 65536:

@@ -7,9 +7,11 @@ from clawgym.validate.core import _Collector
 
 
 def rule_gpu_counts_positive(v: _Collector) -> None:
+    # Without a rollout engine (SFT) there are no rollout GPUs to count.
+    rollout = ["gpu_layout.rollout_gpus"] if v.c["gpu_layout"].get("rollout_engine", True) else []
     v.positive("gpu-counts-positive",
-               ["gpu_layout.num_gpus", "gpu_layout.actor_num_nodes", "gpu_layout.actor_gpus",
-                "gpu_layout.rollout_gpus"], "GPU and node counts")
+               ["gpu_layout.num_gpus", "gpu_layout.actor_num_nodes", "gpu_layout.actor_gpus", *rollout],
+               "GPU and node counts")
 
 
 def rule_trainer_matches_colocation(v: _Collector) -> None:
@@ -23,9 +25,11 @@ def rule_trainer_matches_colocation(v: _Collector) -> None:
 
 
 def rule_perf_sizes_positive(v: _Collector) -> None:
+    # slime's own default --log-probs-chunk-size -1 means "no chunking" (slime/utils/arguments.py).
+    chunk = [] if v.c["perf"].get("log_probs_chunk_size") == -1 else ["log_probs_chunk_size"]
     v.positive("parallel-sizes-positive",
                [f"perf.{k}" for k in ("tensor_parallel", "pipeline_parallel", "context_parallel", "expert_parallel",
-                                     "expert_tensor_parallel", "max_tokens_per_gpu", "log_probs_chunk_size")],
+                                     "expert_tensor_parallel", "max_tokens_per_gpu", *chunk)],
                "parallel sizes and batch limits")
 
 
