@@ -464,6 +464,9 @@ class Importer:
                     group, name = key.split(".", 1)
                     with open_dict(cfg[group]):
                         cfg[group][name] = value
+                elif isinstance(value, list) and value and isinstance(value[0], dict):
+                    # A list of typed records (sglang.models): merged so each dict becomes its dataclass.
+                    OmegaConf.update(cfg, key, value, merge=True)
                 else:
                     OmegaConf.update(cfg, key, value, merge=False)
             except (OmegaConfBaseException, ValueError, TypeError) as exc:
