@@ -162,12 +162,7 @@ def violations(cfg: DictConfig | Mapping[str, Any], *, environ: Optional[Mapping
     # Rules about what the config itself says (a model group left incomplete) read it as written.
     col.raw = raw
     for rule in LOCAL_RULES:
-        try:
-            rule(col)
-        except TypeError as exc:
-            # A null the rule cannot reason with (a key left to a trainer default it has none for).
-            col.out.append(Violation([], {}, f"{rule.__name__} cannot check a null value ({exc})",
-                                     "give the keys this rule reads a value", "rule-needs-value"))
+        rule(col)
     # A cross rule that cannot evaluate a broken group (already reported above) is skipped.
     for rule in CROSS_RULES:
         try:

@@ -25,12 +25,11 @@ def rule_trainer_matches_colocation(v: _Collector) -> None:
 
 
 def rule_perf_sizes_positive(v: _Collector) -> None:
-    # slime's own default --log-probs-chunk-size -1 means "no chunking" (slime/utils/arguments.py).
-    chunk = [] if v.c["perf"].get("log_probs_chunk_size") == -1 else ["log_probs_chunk_size"]
     v.positive("parallel-sizes-positive",
                [f"perf.{k}" for k in ("tensor_parallel", "pipeline_parallel", "context_parallel", "expert_parallel",
-                                     "expert_tensor_parallel", "max_tokens_per_gpu", *chunk)],
+                                     "expert_tensor_parallel", "max_tokens_per_gpu")],
                "parallel sizes and batch limits")
+    # log_probs_chunk_size <= 0 (the trainer's default -1) means no chunking: any int is accepted.
 
 
 def rule_gpus_fit_node(v: _Collector) -> None:
