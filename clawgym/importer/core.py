@@ -1051,6 +1051,7 @@ def import_script(script: Path, *, name: Optional[str] = None, trainer: Optional
     previous = target.read_text(encoding="utf-8") if target.exists() else None
     created_dir = not target.parent.exists()
     _write_atomic(target, text)
+    result.path = target
     try:
         # Verify from the file, as train.py will compose it.
         _verify(imp, result, _compose_experiment(out_dir, name, target))

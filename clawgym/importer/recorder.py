@@ -33,6 +33,30 @@ PASS_THROUGH = {"tee"}
 #: (``python3 convert.py``, ``python3 -m sglang.launch_server``) is recorded as a command not run.
 INLINE = {"python", "python3"}
 
+#: Runs an inline program under an audit hook that refuses every write, deletion, process and
+#: network call: it may read and compute (json.dumps of os.environ), never change the machine.
+GUARD = r"""
+import sys
+_DENY = ("os.remove", "os.rename", "os.mkdir", "os.rmdir", "os.chmod", "os.chown", "os.link", "os.symlink",
+         "os.truncate", "os.utime", "shutil.rmtree", "shutil.copyfile", "shutil.move", "subprocess.Popen",
+         "os.system", "os.exec", "os.posix_spawn", "os.spawn", "os.fork", "os.forkpty", "os.kill", "os.killpg",
+         "socket.connect", "socket.bind", "socket.sendto", "pty.spawn", "ctypes.dlopen")
+def _hook(event, args):
+    if event == "open":
+        mode, flags = (args[1] or "r"), (args[2] or 0)
+        if isinstance(mode, str) and any(c in mode for c in "wax+") or flags & 0o3:
+            raise PermissionError("clawgym import: an inline program may not write files")
+    elif event in _DENY or event.startswith(("os.exec", "os.spawn")):
+        raise PermissionError(f"clawgym import: an inline program may not call {event}")
+sys.addaudithook(_hook)
+_argv = sys.argv[1:]
+if _argv[:1] == ["-c"]:
+    _code, sys.argv = _argv[1], ["-c", *_argv[2:]]
+else:
+    _code, sys.argv = sys.stdin.read(), ["-", *_argv[1:]]
+exec(compile(_code, "<inline>", "exec"), {"__name__": "__main__"})
+"""
+
 
 def main() -> int:
     tool, argv = sys.argv[1], sys.argv[2:]
@@ -42,7 +66,7 @@ def main() -> int:
             with open(os.environ["CLAWGYM_IMPORT_LOG"], "a", encoding="utf-8") as log:
                 log.write(json.dumps(record) + "\n")
             real = os.environ["CLAWGYM_IMPORT_PY"]
-            os.execv(real, [real, "-I", *argv])
+            os.execv(real, [real, "-I", "-c", GUARD, *argv])
         tool, argv = "<not found>", [tool, *argv]
     answer = ANSWERS.get(tool)
     text = answer(argv) if answer is not None else ""

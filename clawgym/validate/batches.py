@@ -69,7 +69,9 @@ def rule_eval(v: _Collector) -> None:
 
 
 def rule_grpo_needs_group(v: _Collector) -> None:
-    if v.c["grpo"]["advantage_estimator"] in ("grpo", "gspo") and v.c["rollout"]["n_samples_per_prompt"] <= 1:
+    # Without a rollout engine (SFT, --debug-train-only) there is no group to compare.
+    if v.c["grpo"]["advantage_estimator"] in ("grpo", "gspo") and v.c["rollout"]["n_samples_per_prompt"] <= 1 \
+            and v.c["gpu_layout"].get("rollout_engine", True):
         v.add("grpo-needs-several-samples", ["grpo.advantage_estimator", "rollout.n_samples_per_prompt"],
               "GRPO's baseline is the mean of several samples of the same prompt",
               "set rollout.n_samples_per_prompt to 2 or more (the seed uses 8)")
