@@ -1145,6 +1145,9 @@ def _comments(imp: Importer, overrides: Mapping[str, Any]) -> Dict[str, str]:
             out[key] = by_key[key]
         elif key in KEY_SOURCES:
             out[key] = KEY_SOURCES[key]
+        elif key.startswith("services.teacher."):
+            out["services.teacher"] = ("the script's own `python3 -m sglang.launch_server` (run inside the job, "
+                                       "before the trainer, as the teacher service)")
     return out
 
 
