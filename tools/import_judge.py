@@ -36,6 +36,37 @@ def _safe(value):
     return f"<{type(value).__name__}: {value!r}>"[:300]
 
 
+def _rooted(argv, root, files):
+    """Absolute paths of the argv moved under ``root`` (the machine has none of the scripts'
+    checkpoints and data; slime checks that --ref-load exists): each becomes a directory there,
+    or the file the request carries for it (a generated --sglang-config). Both argvs of a script
+    are moved alike, and the namespace is mapped back, so the comparison is unaffected."""
+    out = []
+    for tok in argv:
+        flag, eq, value = tok.partition("=") if tok.startswith("--") else ("", "", tok)
+        if value.startswith("/") and not value.startswith("//"):
+            moved = root + value
+            if value in files:
+                os.makedirs(os.path.dirname(moved), exist_ok=True)
+                with open(moved, "w") as f:
+                    f.write(files[value])
+            else:
+                os.makedirs(moved, exist_ok=True)
+            value = moved
+        out.append(f"{flag}={value}" if eq else value)
+    return out
+
+
+def _unrooted(value, root):
+    if isinstance(value, str):
+        return value.replace(root, "")
+    if isinstance(value, list):
+        return [_unrooted(v, root) for v in value]
+    if isinstance(value, dict):
+        return {k: _unrooted(v, root) for k, v in value.items()}
+    return value
+
+
 def _message(log: str, exc: BaseException) -> str:
     lines = [ln for ln in log.strip().splitlines() if "error:" in ln]
     return lines[-1].split("error:", 1)[1].strip() if lines else f"exit {getattr(exc, 'code', exc)}"
@@ -95,14 +126,16 @@ def main(argv=None) -> int:
         for req in requests:
             saved_env, saved_argv = dict(os.environ), sys.argv
             os.environ.update({k: str(v) for k, v in (req.get("env") or {}).items() if k != "PYTHONPATH"})
-            sys.argv = [req.get("script", "train.py"), *req["argv"]]
+            root = tempfile.mkdtemp(prefix="clawgym-import-judge-root-")
+            sys.argv = [req.get("script", "train.py"), *_rooted(req["argv"], root, req.get("files") or {})]
             current["architectures"] = list(req.get("architectures") or [])
             buf = io.StringIO()
             answer = {"id": req["id"]}
             try:
                 with contextlib.redirect_stdout(buf), contextlib.redirect_stderr(buf):
                     args = slime_arguments.parse_args()
-                answer.update(accepted=True, namespace={k: _safe(v) for k, v in sorted(vars(args).items())})
+                answer.update(accepted=True, namespace={k: _unrooted(_safe(v), root)
+                                                        for k, v in sorted(vars(args).items())})
             except SystemExit as exc:
                 answer.update(accepted=False, reason=f"parse: {_message(buf.getvalue(), exc)}")
             except Exception as exc:  # noqa: BLE001 - the trainer's refusal, whatever it raised
@@ -113,6 +146,9 @@ def main(argv=None) -> int:
                 msg = " ".join(str(exc).split())[:300] or (tb[-1].line if tb else "")
                 answer.update(accepted=False, reason=f"{type(exc).__name__} at {where}: {msg}")
             finally:
+                import shutil
+
+                shutil.rmtree(root, ignore_errors=True)
                 sys.argv = saved_argv
                 os.environ.clear()
                 os.environ.update(saved_env)

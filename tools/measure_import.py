@@ -92,6 +92,7 @@ def import_one(rel: str, slime: Path, out_dir: Path) -> Dict[str, Any]:
         row["trainer_script"] = trainer_script
         row["script_argv"] = strip_secrets(argv)[0]
         row["generated"] = dict(cap.generated)
+        row["script_env"] = cap.job_env(submit)
         models = [Path(p).name for p in cap.model_files]
         row["architectures"] = DSA_MODEL_FILES.get(models[-1], []) if models else []
     try:
@@ -116,6 +117,8 @@ def import_one(rel: str, slime: Path, out_dir: Path) -> Dict[str, Any]:
     row["experiment_argv"] = list(plan.entrypoint[2:])
     row["experiment_script"] = plan.entrypoint[1]
     row["experiment_files"] = dict(plan.files)
+    row["experiment_env"] = {**(plan.ray_start_env if plan.ray_start is not None else {}),
+                             **plan.runtime_env["env_vars"]}
     return row
 
 
@@ -124,10 +127,11 @@ def judge(rows: List[Dict[str, Any]], ns: argparse.Namespace) -> Dict[str, Dict[
     for r in rows:
         if "script_argv" in r:
             requests.append({"id": f"{r['name']}:script", "script": r["trainer_script"], "argv": r["script_argv"],
-                             "architectures": r["architectures"]})
+                             "architectures": r["architectures"], "env": r["script_env"], "files": r["generated"]})
         if "experiment_argv" in r:
             requests.append({"id": f"{r['name']}:experiment", "script": r["experiment_script"],
-                             "argv": r["experiment_argv"], "architectures": r["architectures"]})
+                             "argv": r["experiment_argv"], "architectures": r["architectures"],
+                             "env": r["experiment_env"], "files": r["experiment_files"]})
     with tempfile.TemporaryDirectory(prefix="clawgym-measure-") as tmp:
         req = Path(tmp) / "requests.jsonl"
         req.write_text("".join(json.dumps(x) + "\n" for x in requests))
