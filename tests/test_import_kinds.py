@@ -276,3 +276,12 @@ def test_supervisor_starts_service_waits_for_health_and_stops_it(tmp_path):
     pid = int(pidfile.read_text())
     with pytest.raises(ProcessLookupError):
         os.kill(pid, 0)
+
+
+@pytest.mark.parametrize("name", ["run-qwen3-4B-sft.sh", "run-qwen3-4B-pd-config.sh", "run-qwen3-4B-ray-env.sh"])
+def test_run_kinds_round_trip_under_the_fork_flavour_too(name, checkout, tmp_path):
+    """Parity by the fork's parser (trainer=clawgym): the same kinds, its registry and defaults."""
+    from clawgym.importer.core import format_result, import_script
+
+    result = import_script(checkout / LAYOUT[name], out_dir=tmp_path / "conf", trainer="clawgym")
+    assert result.ok and result.flavour == "clawgym", format_result(result)
