@@ -248,16 +248,26 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap.add_argument("--tools", default=str(ROOT / "tools"), help="where trainer_env.py and trainer_judge.py live")
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "import_public_scripts"))
     ap.add_argument("--only", action="append", default=[], help="import only scripts containing this (repeatable)")
+    ap.add_argument("--save-imports", metavar="FILE",
+                    help="stop after importing: write the imports (argvs, env, files) to FILE for --from-imports")
+    ap.add_argument("--from-imports", metavar="FILE",
+                    help="judge the imports a --save-imports run wrote (the judge alone needs the trainer env)")
     ns = ap.parse_args(argv)
     slime = Path(ns.slime).resolve()
     rows = []
-    with tempfile.TemporaryDirectory(prefix="clawgym-measure-conf-") as conf:
-        for rel in public_scripts(slime):
-            if ns.only and not any(o in rel for o in ns.only):
-                continue
-            rows.append(import_one(rel, slime, Path(conf)))
-            print(f"imported {rel}: {'ok' if rows[-1].get('imported') else rows[-1].get('reason')}", flush=True)
-        answers = judge(rows, ns)
+    if ns.from_imports:
+        rows = json.loads(Path(ns.from_imports).read_text())
+    else:
+        with tempfile.TemporaryDirectory(prefix="clawgym-measure-conf-") as conf:
+            for rel in public_scripts(slime):
+                if ns.only and not any(o in rel for o in ns.only):
+                    continue
+                rows.append(import_one(rel, slime, Path(conf)))
+                print(f"imported {rel}: {'ok' if rows[-1].get('imported') else rows[-1].get('reason')}", flush=True)
+        if ns.save_imports:
+            Path(ns.save_imports).write_text(json.dumps(rows))
+            return 0
+    answers = judge(rows, ns)
     verdicts(rows, answers)
     write(rows, answers["meta"], ns)
     for r in rows:
