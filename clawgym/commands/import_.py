@@ -4,9 +4,12 @@ The script runs under bash with recording stand-ins (nothing is killed, started 
 submitted); what it would submit is turned into an experiment config that picks the
 closest model / gpu_layout / trainer / sandbox options and sets every remaining flag
 and variable. The experiment is then composed, planned and compared with the script
-dest by dest (argparse semantics) and variable by variable. Exit status: 0 when the
-experiment launches the same run, 1 when anything differs or cannot be expressed
-(a table says what), 2 when nothing could be imported.
+dest by dest (argparse semantics) and variable by variable. Setup steps the script runs
+(installs, downloads, conversions) are listed as prerequisites (--strict refuses them);
+probes are answered as a slime node would, and every answer is listed. The experiment is
+written only when it launches the same run. Exit status: 0 when it does, 1 when anything
+differs or cannot be expressed (a table says what; nothing is written), 2 when nothing could
+be imported.
 """
 
 from __future__ import annotations
