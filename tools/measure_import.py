@@ -179,6 +179,9 @@ def verdicts(rows: List[Dict[str, Any]], answers: Dict[str, Dict[str, Any]]) -> 
             r["verdict"] = "failed"
             continue
         e = answers.get(f"{r['name']}:experiment")
+        if e is None:
+            r.update(verdict="failed", reason="the experiment's argv was not judged")
+            continue
         if not e["accepted"]:
             r.update(verdict="failed", reason=f"upstream refuses the experiment's argv: {one_line(e['reason'])}")
             continue
