@@ -215,7 +215,7 @@ def write(rows: List[Dict[str, Any]], meta: Dict[str, Any], ns: argparse.Namespa
           "`validate_args`, `sglang_validate_args`) in a CPU trainer environment and compared dest by dest "
           "(`--sglang-config` by file content).", "",
           f"**{len(passed)} of {len(accepted)} scripts that upstream accepts import with 0 differences "
-          f"({100 * summary['share']:.1f}%)**; {len(rows) - len(accepted)} of {len(rows)} scripts are refused by "
+          f"({100 * (summary['share'] or 0):.1f}%)**; {len(rows) - len(accepted)} of {len(rows)} scripts are refused by "
           "upstream's parser itself and not counted.", "",
           "| script | upstream | verdict | reason / notes |", "|---|---|---|---|"]
     for r in rows:
@@ -253,6 +253,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap.add_argument("--only", action="append", default=[], help="import only scripts containing this (repeatable)")
     ap.add_argument("--save-imports", metavar="FILE",
                     help="stop after importing: write the imports (argvs, env, files) to FILE for --from-imports")
+    ap.add_argument("--save-answers", metavar="FILE", help="also write the judge's raw answers to FILE")
     ap.add_argument("--from-imports", metavar="FILE",
                     help="judge the imports a --save-imports run wrote (the judge alone needs the trainer env)")
     ns = ap.parse_args(argv)
@@ -271,6 +272,8 @@ def main(argv: Optional[List[str]] = None) -> int:
             Path(ns.save_imports).write_text(json.dumps(rows))
             return 0
     answers = judge(rows, ns)
+    if ns.save_answers:
+        Path(ns.save_answers).write_text(json.dumps(answers))
     verdicts(rows, answers)
     write(rows, answers["meta"], ns)
     for r in rows:
