@@ -44,6 +44,9 @@ def _rooted(argv, root, files):
     out = []
     for tok in argv:
         flag, eq, value = tok.partition("=") if tok.startswith("--") else ("", "", tok)
+        if tok.startswith("--") and not eq:
+            out.append(tok)
+            continue
         if value.startswith("/") and not value.startswith("//"):
             moved = root + value
             if value in files:
