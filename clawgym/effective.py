@@ -8,7 +8,8 @@ key owns, read from the flavour's flag registry (generated from the trainer's ow
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Optional
+import copy
+from typing import Any, Dict, Mapping, Optional
 
 
 def _flavour(c: Mapping[str, Any]) -> str:
@@ -55,3 +56,62 @@ def effective(c: Mapping[str, Any], key: str) -> Any:
     if value is not None:
         return value
     return trainer_default(key, _flavour(c))
+
+
+def effective_config(c: Mapping[str, Any]) -> Dict[str, Any]:
+    """A copy of the resolved config ``c`` with every null curated key replaced by the value
+    the trainer will run with: the flag's registry default, then what slime derives at
+    startup for flags left unset (slime/utils/arguments.py:slime_validate_args):
+
+    - ``--eps-clip-high`` unset takes ``--eps-clip``;
+    - ``--rollout-num-gpus`` unset takes the actor's GPUs when colocated, and no rollout GPUs
+      run without a rollout engine (``--debug-train-only``) or in a split layout that names none.
+
+    Validation and the memory plan read this; the plan itself still emits nothing for null.
+    """
+    from clawgym.flagmap import ROWS
+
+    out: Dict[str, Any] = copy.deepcopy(dict(c))
+    flavour = _flavour(c)
+    for row in ROWS:
+        # The model group describes the checkpoint: a null there is the architecture's (no such
+        # feature, or Megatron's own value, as each field says), and its rules read it as such.
+        if row.kind != "value" or row.compute is not None or row.key.startswith("model."):
+            continue
+        try:
+            if _get(out, row.key) is not None:
+                continue
+        except (KeyError, TypeError):
+            continue
+        default = trainer_default(row.key, flavour)
+        if default is not None:
+            _set(out, row.key, default)
+    try:
+        grpo, g = out["grpo"], out["gpu_layout"]
+        if grpo.get("eps_clip_high") is None and grpo.get("eps_clip") is not None:
+            grpo["eps_clip_high"] = grpo["eps_clip"]
+        if g.get("rollout_gpus") is None:
+            if not g.get("rollout_engine", True):
+                g["rollout_gpus"] = 0
+            elif g.get("colocate"):
+                g["rollout_gpus"] = int(g["actor_gpus"]) * int(g["actor_num_nodes"])
+            else:
+                g["rollout_gpus"] = 0
+    except (KeyError, TypeError, AttributeError):
+        pass
+    return out
+
+
+def _get(c: Mapping[str, Any], key: str) -> Any:
+    node: Any = c
+    for part in key.split("."):
+        node = node[part]
+    return node
+
+
+def _set(c: Dict[str, Any], key: str, value: Any) -> None:
+    node: Any = c
+    parts = key.split(".")
+    for part in parts[:-1]:
+        node = node[part]
+    node[parts[-1]] = value

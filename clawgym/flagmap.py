@@ -13,7 +13,10 @@ import`` maps a script's flags back to keys through :func:`owners`.
   ``--disable-bias-linear``, a store_false action, from ``model.disable_bias_linear``);
 - ``inverse_switch``: present when the key is false (``--disable-rollout-global-dataset`` from
   ``rollout.global_dataset``);
-- ``derived``: computed from several keys, not invertible key by key.
+- ``derived``: computed from several keys, not invertible key by key;
+- ``file``: the flag names a file clawgym writes at launch from the key's content
+  (``--sglang-config`` <- ``sglang.models``, written to ``<paths.save>/clawgym/``); parity
+  compares such flags by the file's content, not its path (:mod:`clawgym.generated`).
 
 Fork-only rows (``fork_only=True``) exist in the ClawGym fork's parser only; under
 ``trainer=slime`` they are not emitted, and a config that would emit one is refused.
@@ -26,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
 #: Owner kinds (see module doc).
-KINDS = ("value", "switch", "inverse_switch", "derived")
+KINDS = ("value", "switch", "inverse_switch", "derived", "file")
 
 
 @dataclass(frozen=True)
@@ -102,6 +105,12 @@ def _tensorboard_on(c: Mapping[str, Any]) -> bool:
     return bool((c.get("metrics") or {}).get("tensorboard", False))
 
 
+def _generated_path(c: Mapping[str, Any], key: str) -> Optional[str]:
+    from clawgym.generated import generated_path
+
+    return generated_path(c, key)
+
+
 def _model(name: str) -> str:
     return f"model.{name}"
 
@@ -113,6 +122,8 @@ ROWS: Tuple[Row, ...] = (
     Row("--rollout-num-gpus", "gpu_layout.rollout_gpus", "value"),
     Row("--num-gpus-per-node", "gpu_layout.num_gpus", "value"),
     Row("--colocate", "gpu_layout.colocate", "switch"),
+    # No rollout engine (SFT): slime starts no SGLang engine and trains on its data directly.
+    Row("--debug-train-only", "gpu_layout.rollout_engine", "inverse_switch"),
     # Model architecture (the layer spec first, as slime's model scripts put it).
     Row("--spec", _model("spec"), "value"),
     Row("--swiglu", _model("swiglu"), "switch"),
@@ -248,6 +259,8 @@ ROWS: Tuple[Row, ...] = (
     Row("--sglang-tool-call-parser", "sglang.tool_call_parser", "value"),
     Row("--sglang-mem-fraction-static", "sglang.mem_fraction_static", "value"),
     Row("--sglang-context-length", "sglang.context_length", "value"),
+    # Engine groups (PD disaggregation, several models): a YAML file clawgym writes at launch.
+    Row("--sglang-config", "sglang.models", "file", compute=lambda c, ctx: _generated_path(c, "sglang.models")),
     # An empty parser means none, as the seed's ${REASONING_PARSER:+...}.
     Row("--sglang-reasoning-parser", "sglang.reasoning_parser", "value",
         compute=lambda c, ctx: c["sglang"]["reasoning_parser"] or None),

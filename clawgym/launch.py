@@ -474,7 +474,8 @@ def ports_of(plan: LaunchPlan) -> List[int]:
     port = (plan.runtime_env.get("env_vars") or {}).get("PORT")
     if port and str(port).isdigit():
         found.append(int(port))
-    argv = plan.entrypoint
+    # The trainer's flags, then each service's command (a teacher server's --port).
+    argv = list(plan.entrypoint) + [a for svc in (getattr(plan, "services", None) or []) for a in svc["argv"]]
     for i, arg in enumerate(argv):
         value = None
         if arg.startswith("--") and arg.endswith("-port") and i + 1 < len(argv):
@@ -521,7 +522,7 @@ def submit(address: str, plan: LaunchPlan, *, secrets: Mapping[str, str], pass_s
     }
     client = _client(address)
     try:
-        sid = client.submit_job(entrypoint=shlex.join(plan.entrypoint), submission_id=plan.submission_id,
+        sid = client.submit_job(entrypoint=shlex.join(plan.job_entrypoint), submission_id=plan.submission_id,
                                 runtime_env=runtime_env, metadata=metadata)
     except Exception as exc:
         raise LaunchError(f"Ray refused job {plan.submission_id} at {address}: {exc}\n"

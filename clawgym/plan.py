@@ -64,12 +64,28 @@ class LaunchPlan:
     # The per-GPU memory plan (``clawgym.memory.memory_plan(...).to_dict()``), attached by the
     # launcher (it depends on the GPU found on this node); None: not computed.
     memory: Optional[Dict[str, Any]] = None
+    # Files clawgym writes at launch and passes by path (path -> text; clawgym/generated.py).
+    files: Dict[str, str] = field(default_factory=dict)
+    # Servers run inside the job before the trainer (services.*): name, argv, env, health_url...
+    services: List[Dict[str, Any]] = field(default_factory=list)
 
     def to_dict(self) -> Dict[str, Any]:
         d = asdict(self)
         if d["memory"] is None:
             del d["memory"]
+        # Plans without generated files or services read as before (goldens, older snapshots).
+        for key in ("files", "services"):
+            if not d[key]:
+                del d[key]
         return d
+
+    @property
+    def job_entrypoint(self) -> List[str]:
+        """What the Ray job runs: the trainer, or the service supervisor around it."""
+        if not self.services:
+            return list(self.entrypoint)
+        spec = services_spec_path(self.save_dir)
+        return [INTERPRETER, supervisor_path(self.save_dir), spec, "--", *self.entrypoint]
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=2, sort_keys=False) + "\n"
@@ -121,10 +137,18 @@ def wandb_enabled(c: Mapping[str, Any], environ: Mapping[str, str]) -> bool:
 
 
 def gpus_required(c: Mapping[str, Any]) -> int:
-    """GPUs the run holds: shared in colocate mode, disjoint otherwise."""
-    g = c["gpu_layout"]
+    """GPUs the run holds: shared in colocate mode, disjoint otherwise (null keys count as the
+    trainer will run them); a teacher server's GPUs come on top."""
+    from clawgym.effective import effective_config
+
+    e = effective_config(c)
+    g = e["gpu_layout"]
+    extra = 0
+    teacher = ((c.get("services") or {}).get("teacher") or {})
+    if teacher.get("enabled") and not teacher.get("gpus"):
+        extra = int(teacher.get("tp") or 1)
     actor = g["actor_gpus"] * g["actor_num_nodes"]
-    return max(actor, g["rollout_gpus"]) if g["colocate"] else actor + g["rollout_gpus"]
+    return (max(actor, g["rollout_gpus"]) if g["colocate"] else actor + g["rollout_gpus"]) + extra
 
 
 def trainer_flavour(c: Mapping[str, Any]) -> str:
@@ -184,7 +208,10 @@ def trainer_argv(c: Mapping[str, Any], *, use_wandb: bool) -> List[str]:
 
 def job_env(c: Mapping[str, Any]) -> Dict[str, str]:
     """Environment of the trainer job: complete, so an existing cluster needs nothing else."""
-    paths, r, e, s, sb = c["paths"], c["rollout"], c["eval"], c["sglang"], c["sandbox"]
+    from clawgym.effective import effective_config
+
+    eff = effective_config(c)
+    paths, r, e, s, sb = c["paths"], eff["rollout"], c["eval"], c["sglang"], c["sandbox"]
     node_ip = c["ray"]["node_ip"]
     env = {
         # Megatron-LM first, then the ClawGym-RL modules (rollout, API server), then slime.
@@ -299,6 +326,35 @@ def secret_env(c: Mapping[str, Any], *, use_wandb: bool) -> Dict[str, List[str]]
     return names
 
 
+def supervisor_path(save_dir: Optional[str]) -> str:
+    """Where the pipeline copies clawgym/jobside/run_services.py for the job."""
+    return f"{save_dir}/clawgym/run_services.py"
+
+
+def services_spec_path(save_dir: Optional[str]) -> str:
+    return f"{save_dir}/clawgym/services.json"
+
+
+def services(c: Mapping[str, Any]) -> List[Dict[str, Any]]:
+    """Servers the job runs before the trainer (the OPD teacher), as the supervisor reads them."""
+    out: List[Dict[str, Any]] = []
+    t = ((c.get("services") or {}).get("teacher") or {})
+    if t.get("enabled"):
+        argv = [INTERPRETER, "-m", "sglang.launch_server", "--model-path", str(t["model_path"]),
+                "--host", str(t["host"]), "--port", str(t["port"]), "--tp", str(t["tp"])]
+        if t.get("mem_fraction_static") is not None:
+            argv += ["--mem-fraction-static", str(t["mem_fraction_static"])]
+        argv += [str(a) for a in t.get("extra_args") or []]
+        host = "127.0.0.1" if t["host"] in ("0.0.0.0", "::", "") else t["host"]
+        save = c["paths"]["save"]
+        out.append({"name": "teacher", "argv": argv,
+                    "env": {"CUDA_VISIBLE_DEVICES": str(t["gpus"])} if t.get("gpus") else {},
+                    "health_url": f"http://{host}:{t['port']}{t['health_path']}",
+                    "timeout_s": float(t["startup_timeout_s"]),
+                    "log": f"{save}/logs/teacher.log" if save else None})
+    return out
+
+
 def submission_id(run_name: str, timestamp: str) -> str:
     slug = re.sub(r"[^A-Za-z0-9_.-]+", "-", run_name).strip("-") or "run"
     # The prefix marks jobs as clawgym's on a shared cluster.
@@ -311,9 +367,15 @@ def build_plan_from_dict(c: Mapping[str, Any], *, environ: Mapping[str, str], ti
     ``environ`` is consulted only for whether a W&B key is present (the seed's auto
     mode); no value from it is copied into the plan.
     """
+    from clawgym.generated import generated_files
+
     use_wandb = wandb_enabled(c, environ)
     save = c["paths"]["save"]
     sid = submission_id(c["run_name"], timestamp)
+    svc = services(c)
+    files = generated_files(c)
+    if svc:
+        files[services_spec_path(save)] = json.dumps({"services": svc}, indent=2) + "\n"
     return LaunchPlan(
         entrypoint=[INTERPRETER, c["gpu_layout"]["trainer_script"], *trainer_argv(c, use_wandb=use_wandb)],
         working_dir=c["paths"]["slime"],
@@ -328,6 +390,8 @@ def build_plan_from_dict(c: Mapping[str, Any], *, environ: Mapping[str, str], ti
         save_dir=save,
         gpus_required=gpus_required(c),
         run_name=c["run_name"],
+        files=files,
+        services=svc,
     )
 
 
@@ -349,7 +413,7 @@ def equivalent_command(plan: LaunchPlan) -> str:
         f" --submission-id {shlex.quote(plan.submission_id)}"
         f" --working-dir {shlex.quote(plan.working_dir)}"
         f" --runtime-env-json {shlex.quote(runtime_env)}"
-        f" -- {shlex.join(plan.entrypoint)}"
+        f" -- {shlex.join(plan.job_entrypoint)}"
     )
     return "\n".join(lines)
 
@@ -376,6 +440,11 @@ def format_plan(plan: LaunchPlan) -> str:
     if plan.ray_start is not None:
         out += ["", "local head: " + shlex.join(plan.ray_start)]
         out += [f"  {k}={v}" for k, v in plan.ray_start_env.items()]
+    if plan.services:
+        out += ["", "services (started in the job before the trainer, stopped with it):"]
+        out += [f"  {svc['name']}: {shlex.join(svc['argv'])}  (ready: {svc['health_url']})" for svc in plan.services]
+    if plan.files:
+        out += ["", "files written at launch:"] + [f"  {p}" for p in plan.files]
     if plan.secret_env:
         out += ["", "secrets (read from the environment at launch, never stored):"]
         out += [f"  {k} <- {' or '.join('$' + n for n in v)}" for k, v in plan.secret_env.items()]

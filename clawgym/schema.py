@@ -10,6 +10,10 @@ interpolations so that overriding the source moves everything that follows from 
 
 Struct mode (Hydra's default for structured configs) makes a misspelled key or a
 wrongly typed value an error at compose time.
+
+Every key that owns a trainer flag may be ``null``: no flag is emitted and the trainer
+keeps its own default (validation and the memory plan reason with that default, read
+from the flavour's registry by :mod:`clawgym.effective`).
 """
 
 from __future__ import annotations
@@ -43,26 +47,26 @@ class ModelConfig:
     # The model name the API server reports (sglang.served_model_name, SERVED_MODEL_NAME).
     served_name: str = "${cg.lower:${model.checkpoint_dirname}}"
     # Transformer layers (config.json num_hidden_layers).
-    num_layers: int = MISSING
+    num_layers: Optional[int] = MISSING
     # Model width (config.json hidden_size).
-    hidden_size: int = MISSING
+    hidden_size: Optional[int] = MISSING
     # Dense MLP width (config.json intermediate_size).
-    ffn_hidden_size: int = MISSING
+    ffn_hidden_size: Optional[int] = MISSING
     # Query heads (config.json num_attention_heads).
-    num_attention_heads: int = MISSING
+    num_attention_heads: Optional[int] = MISSING
     # Grouped-query attention: number of KV heads (config.json num_key_value_heads). None
     # (multi-latent attention) emits neither --group-query-attention nor --num-query-groups.
     num_query_groups: Optional[int] = MISSING
     # Head dimension (config.json head_dim); None leaves Megatron's hidden_size / heads.
     kv_channels: Optional[int] = 128
     # Tokenizer vocabulary (config.json vocab_size).
-    vocab_size: int = 151936
+    vocab_size: Optional[int] = 151936
     # RoPE theta; must equal ``rope_theta`` in the checkpoint's config.json.
-    rotary_base: int = 1000000
+    rotary_base: Optional[int] = 1000000
     # Fraction of head dimensions that get rotary embedding (emitted when not None).
     rotary_percent: Optional[float] = None
     # Layer norm type.
-    normalization: str = "RMSNorm"
+    normalization: Optional[str] = "RMSNorm"
     # Norm epsilon; must equal config.json rms_norm_eps. None leaves Megatron's 1e-5.
     norm_epsilon: Optional[float] = 1e-6
     # Linear layers without bias terms (all Qwen3 models).
@@ -171,9 +175,9 @@ class ModelConfig:
     # slime's sequential all-gather context-parallel layout (GLM5's sparse attention needs it).
     allgather_cp: bool = False
     # Dropout is off for RL fine-tuning.
-    attention_dropout: float = 0.0
+    attention_dropout: Optional[float] = 0.0
     # Dropout after attention and MLP blocks.
-    hidden_dropout: float = 0.0
+    hidden_dropout: Optional[float] = 0.0
 
 
 @dataclass
@@ -181,15 +185,18 @@ class GpuLayoutConfig:
     """How the node's GPUs are split between the Megatron actor and SGLang."""
 
     # GPUs on each node (the seed's NUM_GPUS); slime's --num-gpus-per-node.
-    num_gpus: int = 8
+    num_gpus: Optional[int] = 8
     # Nodes the actor spans.
-    actor_num_nodes: int = 1
+    actor_num_nodes: Optional[int] = 1
     # GPUs per node for the Megatron actor (the seed's ACTOR_GPUS).
-    actor_gpus: int = 4
+    actor_gpus: Optional[int] = 4
     # GPUs for the SGLang engines (the seed's ROLLOUT_GPUS).
-    rollout_gpus: int = 4
+    rollout_gpus: Optional[int] = 4
     # Training and inference share the same GPUs, swapped by offloading.
     colocate: bool = False
+    # False: no rollout engine at all (SFT: slime's --debug-train-only; the trainer reads
+    # its data itself, no SGLang engine starts and rollout_gpus should be null).
+    rollout_engine: bool = True
     # Colocated runs need the synchronous driver; split runs use the one-step-off-policy one.
     trainer_script: str = "${cg.pick:${.colocate},train.py,train_async.py}"
 
@@ -199,7 +206,7 @@ class RolloutConfig:
     """Per-iteration rollout data and decoding, and the OpenClaw training workers."""
 
     # Slime's rollout hook (ClawGym-RL drives OpenClaw gateways from it).
-    function_path: str = "clawgym_rl_rollout.generate_rollout_clawgym_rl"
+    function_path: Optional[str] = "clawgym_rl_rollout.generate_rollout_clawgym_rl"
     # Custom per-sample generate hook (the ClawGymRL API server); None leaves slime's own.
     generate_function_path: Optional[str] = "clawgym_rl_api_server.generate"
     # Custom reward hook; None leaves slime's own (``--rm-type``).
@@ -207,17 +214,17 @@ class RolloutConfig:
     # ClawGym-RL manages its own task data; slime's global dataset stays off.
     global_dataset: bool = False
     # Total rollout iterations (huge = run until stopped).
-    num_rollout: int = 100000000
+    num_rollout: Optional[int] = 100000000
     # Distinct tasks per rollout.
-    batch_size: int = 8
+    batch_size: Optional[int] = 8
     # Samples per task; GRPO compares samples of the same task.
-    n_samples_per_prompt: int = 8
+    n_samples_per_prompt: Optional[int] = 8
     # Max tokens of one model generation (also OPENCLAW_MAX_TOKENS).
-    max_response_len: int = 8192
+    max_response_len: Optional[int] = 8192
     # Max context of a conversation (also OPENCLAW_CONTEXT_WINDOW); None leaves slime's default (no limit).
     max_context_len: Optional[int] = 65536
     # Sampling temperature; GRPO needs sample diversity, so > 0.
-    temperature: float = 0.7
+    temperature: Optional[float] = 0.7
     # Key of the reward dict used as the scalar score; None when the reward is a scalar.
     reward_key: Optional[str] = "score"
     # Gradient updates per rollout (1 = standard online GRPO); None when args.global_batch_size sizes
@@ -234,21 +241,21 @@ class GrpoConfig:
     """Advantage estimation and policy loss."""
 
     # Advantage estimator (slime --advantage-estimator).
-    advantage_estimator: str = "grpo"
+    advantage_estimator: Optional[str] = "grpo"
     # Split samples of one trajectory share one baseline (ClawGym fork flag).
     dynamic_history: bool = True
     # KL term in the loss against the reference model (loads --ref-load).
     use_kl_loss: bool = True
     # Weight of the KL term (0 = logged, not penalised).
-    kl_loss_coef: float = 0.0
+    kl_loss_coef: Optional[float] = 0.0
     # KL estimator: k1, k2, k3 or low_var_kl.
-    kl_loss_type: str = "low_var_kl"
+    kl_loss_type: Optional[str] = "low_var_kl"
     # Entropy bonus weight (raise to encourage exploration).
-    entropy_coef: float = 0.0
+    entropy_coef: Optional[float] = 0.0
     # PPO clip range, lower and upper.
-    eps_clip: float = 0.2
+    eps_clip: Optional[float] = 0.2
     # Upper bound, a bit higher to allow small positive drift.
-    eps_clip_high: float = 0.28
+    eps_clip_high: Optional[float] = 0.28
     # Tolerate missing samples by resizing the global batch (ClawGym fork flag).
     use_dynamic_global_batch_size: bool = True
     # DAPO-style token-level loss normalisation.
@@ -260,17 +267,17 @@ class PerfConfig:
     """Megatron parallelism, recompute, batching and numerics."""
 
     # Tensor parallel size; the seed ties it to the actor GPUs.
-    tensor_parallel: int = "${gpu_layout.actor_gpus}"  # type: ignore[assignment]
+    tensor_parallel: Optional[int] = "${gpu_layout.actor_gpus}"  # type: ignore[assignment]
     # Shard activations along the sequence within TP (less TP traffic).
     sequence_parallel: bool = True
     # Pipeline stages.
-    pipeline_parallel: int = 1
+    pipeline_parallel: Optional[int] = 1
     # Context-parallel ranks for long sequences.
-    context_parallel: int = 1
+    context_parallel: Optional[int] = 1
     # Expert-parallel ranks (MoE).
-    expert_parallel: int = 1
+    expert_parallel: Optional[int] = 1
     # Tensor parallel size inside each expert.
-    expert_tensor_parallel: int = 1
+    expert_tensor_parallel: Optional[int] = 1
     # "full" or "selective"; None leaves recompute off.
     recompute_granularity: Optional[str] = "full"
     # "uniform" or "block" (full recompute only).
@@ -294,15 +301,15 @@ class OptimizerConfig:
     """Optimizer and learning-rate schedule."""
 
     # Optimizer (Megatron --optimizer).
-    name: str = "adam"
+    name: Optional[str] = "adam"
     # Learning rate (RL fine-tuning: 1e-6 to 1e-5).
-    lr: float = 1e-6
+    lr: Optional[float] = 1e-6
     # LR schedule (constant, linear, cosine, ...).
-    lr_decay_style: str = "constant"
+    lr_decay_style: Optional[str] = "constant"
     # Decoupled weight decay.
-    weight_decay: float = 0.1
-    adam_beta1: float = 0.9
-    adam_beta2: float = 0.98
+    weight_decay: Optional[float] = 0.1
+    adam_beta1: Optional[float] = 0.9
+    adam_beta2: Optional[float] = 0.98
     # Optimizer state in host memory; needs the precision-aware optimizer.
     cpu_offload: bool = True
     overlap_cpu_optimizer_d2h_h2d: bool = True
@@ -329,17 +336,52 @@ class EvalConfig:
 
 
 @dataclass
+class SglangServerGroup:
+    """One server group of slime's ``--sglang-config`` (slime/backends/sglang_utils/sglang_config.py:
+    ServerGroupConfig)."""
+
+    # "regular", "prefill", "decode", "placeholder" or "encoder".
+    worker_type: str = "regular"
+    # GPUs of the group (> 0).
+    num_gpus: int = MISSING  # type: ignore[assignment]
+    # GPUs per engine; None: the model's, else --rollout-num-gpus-per-engine.
+    num_gpus_per_engine: Optional[int] = None
+    # SGLang ServerArgs field overrides applied on top of the --sglang-* flags.
+    overrides: Dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class SglangModel:
+    """One model deployment of slime's ``--sglang-config`` (sglang_config.py: ModelConfig)."""
+
+    # Unique name (e.g. "actor", "reward", "default").
+    name: str = MISSING
+    # HF checkpoint; None: --hf-checkpoint.
+    model_path: Optional[str] = None
+    # Default GPUs per engine of its groups; None: --rollout-num-gpus-per-engine.
+    num_gpus_per_engine: Optional[int] = None
+    server_groups: List[SglangServerGroup] = field(default_factory=list)
+    # Receives training weight updates; None: slime infers it from model_path.
+    update_weights: Optional[bool] = None
+
+
+@dataclass
 class SglangConfig:
     """SGLang engines and the ClawGymRL API server in front of them."""
 
+    # slime's --sglang-config (engine groups: PD disaggregation, several models): clawgym writes
+    # ``{"sglang": models}`` as YAML to ``<paths.save>/clawgym/sglang_config.yaml`` at launch and
+    # passes that path. Empty: no --sglang-config.
+    models: List[SglangModel] = field(default_factory=list)
+
     # GPUs per SGLang engine (tensor parallel); slime's --rollout-num-gpus-per-engine.
-    tp: int = 1
+    tp: Optional[int] = 1
     # SGLang tool-call parser for the model's chat format; None for runs without tool calls.
     tool_call_parser: Optional[str] = "qwen25"
     # Chain-of-thought parser; None leaves it off.
     reasoning_parser: Optional[str] = None
     # Share of GPU memory SGLang reserves (weights + KV cache).
-    mem_fraction_static: float = 0.8
+    mem_fraction_static: Optional[float] = 0.8
     # Must hold the longest rollout context, or long conversations are rejected with 400;
     # None leaves SGLang's default (the checkpoint's config.json).
     context_length: Optional[int] = "${rollout.max_context_len}"  # type: ignore[assignment]
@@ -381,9 +423,9 @@ class PathsConfig:
     # Megatron-LM checkout (first on the job's PYTHONPATH).
     megatron: str = "${.root}/Megatron-LM"
     # HF-format initial weights.
-    hf_checkpoint: str = "${.root}/local/models/${model.checkpoint_dirname}"
+    hf_checkpoint: Optional[str] = "${.root}/local/models/${model.checkpoint_dirname}"
     # Reference model for KL (usually the initial weights).
-    ref_load: str = "${.hf_checkpoint}"
+    ref_load: Optional[str] = "${.hf_checkpoint}"
     # Training output; checkpoints, logs and config snapshots go here.
     save: Optional[str] = "${.root}/exp/${run_name}"
     # OpenClaw training tasks (one folder per task).
@@ -599,6 +641,39 @@ class MetricsConfig:
 
 
 @dataclass
+class TeacherServerConfig:
+    """An SGLang server beside the trainer (on-policy distillation's teacher), run inside the
+    job: started before the trainer, health-checked, and stopped when the trainer exits."""
+
+    # Off unless a run needs it (conf/services/opd_teacher.yaml turns it on).
+    enabled: bool = False
+    # The teacher's HF checkpoint (sglang --model-path).
+    model_path: Optional[str] = None
+    # Bind address and port (the trainer reaches it at http://host:port, e.g. through --rm-url).
+    host: str = "127.0.0.1"
+    port: int = 13141
+    # Tensor parallel size (sglang --tp).
+    tp: int = 1
+    # CUDA_VISIBLE_DEVICES of the server (GPUs of the node outside the trainer's and rollout's), e.g. "7".
+    gpus: Optional[str] = None
+    # sglang --mem-fraction-static; None: SGLang's own.
+    mem_fraction_static: Optional[float] = None
+    # Any other sglang.launch_server arguments, verbatim.
+    extra_args: List[str] = field(default_factory=list)
+    # Path polled until it answers 200 before the trainer starts.
+    health_path: str = "/health_generate"
+    # Seconds to wait for the server to answer before the job fails.
+    startup_timeout_s: float = 1800.0
+
+
+@dataclass
+class ServicesConfig:
+    """Servers clawgym runs inside the job beside the trainer (the ``services`` group)."""
+
+    teacher: TeacherServerConfig = field(default_factory=TeacherServerConfig)
+
+
+@dataclass
 class ClawGymConfig:
     """Root of the composed config."""
 
@@ -640,6 +715,8 @@ class ClawGymConfig:
     memory: MemoryConfig = field(default_factory=MemoryConfig)
     # The metrics group (conf/metrics/): TensorBoard events in the save dir.
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
+    # The services group (conf/services/): servers run in the job beside the trainer.
+    services: ServicesConfig = field(default_factory=ServicesConfig)
     # Experiment name (the seed's EXP_NAME): the run name's stem and a W&B tag.
     exp_name: str = "clawgym-rl-${model.run_label}"
     # Name of this run: save dir and W&B run. Sweep jobs get the swept overrides appended.
@@ -681,4 +758,5 @@ GROUPS: Dict[str, Any] = {
     "trainer": TrainerConfig,
     "memory": MemoryConfig,
     "metrics": MetricsConfig,
+    "services": ServicesConfig,
 }

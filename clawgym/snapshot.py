@@ -422,6 +422,18 @@ def _unique_name(base: Path, name: str) -> str:
     return candidate
 
 
+def write_job_files(plan: Any) -> None:
+    """The files the job reads that clawgym generates (``plan.files``: ``--sglang-config``, the
+    services spec) and, with services, the supervisor that runs them (clawgym/jobside/)."""
+    for path, text in (getattr(plan, "files", None) or {}).items():
+        atomic_write_text(Path(path), text)
+    if getattr(plan, "services", None):
+        from clawgym.plan import supervisor_path
+
+        source = Path(__file__).resolve().parent / "jobside" / "run_services.py"
+        atomic_write_text(Path(supervisor_path(plan.save_dir)), source.read_text(encoding="utf-8"))
+
+
 def write_launch_snapshot(cfg: Any, plan: Any, *, record: Optional[LaunchRecord] = None) -> Path:
     """Write a new snapshot of a launch into its save dir and return the snapshot dir.
 
@@ -475,6 +487,7 @@ def write_launch_snapshot(cfg: Any, plan: Any, *, record: Optional[LaunchRecord]
                 shutil.rmtree(tmp, ignore_errors=True)
         if wandb_file and wandb_text:
             atomic_write_text(Path(wandb_file), wandb_text)
+        write_job_files(plan)
     except OSError as exc:
         raise SnapshotError(
             f"clawgym: cannot write the config snapshot into {base}: {exc.strerror or exc}; nothing was started.\n"

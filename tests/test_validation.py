@@ -231,6 +231,19 @@ def rule_codes_in_source(*, trainer: bool = False) -> set:
     return codes
 
 
+#: --sglang-config engine groups (sglang.models), checked as slime reads them.
+_GROUPS = "sglang.models=[{name: default, server_groups: [{worker_type: %s, num_gpus: %d}]}]"
+CASES.update({
+    "sglang-config-worker-type": Case([_GROUPS % ("prefil", 4)],
+                                      ["sglang.models[0].server_groups[0].worker_type"],
+                                      {"sglang.models[0].server_groups[0].worker_type": "prefil"}),
+    "sglang-config-gpus-match-rollout": Case([_GROUPS % ("prefill", 2)], ["sglang.models", "gpu_layout.rollout_gpus"],
+                                             {"gpu_layout.rollout_gpus": 4}),
+    "sglang-config-needs-save": Case([_GROUPS % ("regular", 4), "paths.save=null", "checkpoint.save_interval=null"],
+                                     ["sglang.models", "paths.save"], {"paths.save": None}),
+})
+
+
 def test_every_rule_has_a_test():
     assert rule_codes_in_source() == set(CASES), (
         f"rules without a case: {sorted(rule_codes_in_source() - set(CASES))}; "

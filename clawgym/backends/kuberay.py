@@ -142,7 +142,7 @@ def manifest(plan: LaunchPlan, c: Mapping[str, Any]) -> Dict[str, Any]:
         "template": {"spec": worker_pod},
     }]
     spec: Dict[str, Any] = {
-        "entrypoint": shlex.join(plan.entrypoint),
+        "entrypoint": shlex.join(plan.job_entrypoint),
         "runtimeEnvYAML": yaml.safe_dump(runtime_env, sort_keys=False, default_flow_style=False),
         "jobId": plan.submission_id,
         "submissionMode": "K8sJobMode",

@@ -6,9 +6,11 @@ stand-ins (nothing is killed, started or submitted); what it would submit is tur
 into an experiment config that picks the closest model / gpu_layout / trainer /
 sandbox options and sets every remaining flag and variable. The experiment is then
 composed, planned and compared with the script dest by dest (argparse semantics) and
-variable by variable. Exit status: 0 when the experiment launches the same run, 1 when
-anything differs or cannot be expressed (a table says what), 2 when nothing could be
-imported.
+variable by variable. Setup steps the script runs (installs, downloads, conversions)
+are listed as prerequisites (--strict refuses them); probes are answered as a slime
+node would, and every answer is listed. The experiment is written only when it
+launches the same run. Exit status: 0 when it does, 1 when anything differs or cannot
+be expressed (a table says what; nothing is written), 2 when nothing could be imported.
 """
 
 from __future__ import annotations
@@ -42,7 +44,15 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument("--force", action="store_true", help="replace an existing experiment file")
     parser.add_argument("--check", action="store_true",
                         help="write nothing: compare the script with the existing experiment NAME "
-                             "(e.g. after editing it by hand) and print the difference table")
+                             "(e.g. after editing it by hand) and print the difference table; with --force, "
+                             "re-import and replace it when it differs")
+    parser.add_argument("--strict", action="store_true",
+                        help="refuse a script that runs setup steps (installs, downloads, conversions) instead "
+                             "of listing them as prerequisites")
+    parser.add_argument("--gpus-per-node", type=int, default=8, metavar="N",
+                        help="GPUs the nvidia-smi stand-in reports (default: 8)")
+    parser.add_argument("--no-nvlink", dest="nvlink", action="store_false",
+                        help="the nvidia-smi stand-in reports no NVLink between the GPUs")
     parser.set_defaults(func=run)
     return parser
 
@@ -70,7 +80,8 @@ def run(args: argparse.Namespace) -> int:
         timeout = DEFAULT_TIMEOUT if args.timeout is None else args.timeout
         result = import_script(args.script, name=args.name, trainer=args.trainer, out_dir=args.out,
                                slime_root=args.slime_root, env=env, force=args.force,
-                               check=args.check, timeout=timeout)
+                               check=args.check, timeout=timeout, strict=args.strict,
+                               gpus_per_node=args.gpus_per_node, nvlink=args.nvlink)
     except (ImportFailure, RegistryError, ValueError) as exc:
         print(f"clawgym import: {secrets.redact(str(exc))}", file=sys.stderr)
         return 2

@@ -50,7 +50,7 @@ STANDINS: Dict[str, str] = {
     "pgrep": "process lookup before cleanup",
     "killall": "process cleanup",
     "sleep": "waits after cleanup",
-    "nvidia-smi": "GPU/NVLink probes: answered with no GPU and no NVLink",
+    "nvidia-smi": "GPU/NVLink probes: answered as a node of --gpus-per-node GPUs with NVLink",
     "docker": "container cleanup",
     "lsof": "port lookup before cleanup",
     "fuser": "port lookup before cleanup",
@@ -72,11 +72,14 @@ STANDINS: Dict[str, str] = {
     "hf": "downloads",
     "huggingface-cli": "downloads",
     "git": "changes checkouts",
-    "pip": "installs packages",
-    "pip3": "installs packages",
+    "pip": "installs packages (`pip list` answers with the packages of slime's image)",
+    "pip3": "installs packages (`pip list` answers with the packages of slime's image)",
+    "mktemp": "makes a temporary file (answered with a new empty file the importer reads back)",
     "nohup": "starts background processes",
     "timeout": "runs commands",
     "sudo": "runs commands as root",
+    "python3": "inline programs (python3 - <<PY, -c) compute values and run isolated; anything else is recorded, not run",
+    "python": "as python3",
 }
 
 #: Real tools launch scripts compute with; nothing else from the machine is on PATH.
@@ -118,10 +121,13 @@ class Call:
     argv: List[str]
     cwd: str
     env: Dict[str, str]
+    # What the stand-in printed (probes answered as a slime node would), "" for most.
+    answer: str = ""
 
     @property
     def line(self) -> str:
-        return " ".join([self.tool, *self.argv]) if self.tool != "<not found>" else " ".join(self.argv)
+        return " ".join([self.tool, *self.argv]) if self.tool not in ("<not found>", "python (inline)") \
+            else " ".join(self.argv)
 
 
 def split_options(tokens: Sequence[str], valued: Sequence[str]) -> Tuple[Dict[str, Any], List[str]]:
@@ -158,6 +164,10 @@ START_VALUED = ("--address", "--node-ip-address", "--port", "--num-gpus", "--num
                 "--node-manager-port", "--object-manager-port", "--min-worker-port", "--max-worker-port")
 
 
+#: Interpreters a Ray entrypoint may run the trainer with.
+INTERPRETERS = ("python", "python3")
+
+
 @dataclass
 class Submit:
     """One ``ray job submit`` the script ran."""
@@ -174,6 +184,25 @@ class Submit:
     @property
     def env_vars(self) -> Dict[str, str]:
         return {str(k): str(v) for k, v in (self.runtime_env.get("env_vars") or {}).items()}
+
+    @property
+    def trainer_entry(self) -> Optional[Tuple[str, List[str], str, List[str]]]:
+        """(interpreter, interpreter options, trainer script, trainer argv) of a
+        ``python3 [-u ...] <script>.py FLAGS`` entrypoint; None for anything else."""
+        entry = self.entrypoint
+        if not entry or os.path.basename(entry[0]) not in INTERPRETERS:
+            return None
+        i, opts = 1, []
+        while i < len(entry) and entry[i].startswith("-"):
+            opts.append(entry[i])
+            # Options that take a value as the next token (python -X dev, -W error).
+            if entry[i] in ("-X", "-W") and i + 1 < len(entry):
+                opts.append(entry[i + 1])
+                i += 1
+            i += 1
+        if i >= len(entry) or not entry[i].endswith(".py"):
+            return None
+        return entry[0], opts, entry[i], list(entry[i + 1:])
 
     @property
     def working_dir(self) -> str:
@@ -205,6 +234,12 @@ class Capture:
     forged_log_lines: int = 0
     # Output lines where the jail refused a write (the repository and the system are read-only).
     refused_writes: List[str] = field(default_factory=list)
+    # Content of the files the job's argv names that the script generated (mktemp, heredocs):
+    # path as the argv names it -> text. They vanish with the temporary layout.
+    generated: Dict[str, str] = field(default_factory=dict)
+    # How probes were answered (GPUs per node, NVLink), for the report.
+    gpus_per_node: int = 8
+    nvlink: bool = True
 
     def calls_of(self, tool: str) -> List[Call]:
         return [c for c in self.calls if c.tool == tool]
@@ -368,10 +403,12 @@ def _map_back(value: Any, mapping: Sequence[Tuple[str, str]]) -> Any:
 
 #: Seconds a script may run before the jail is killed (``clawgym import --timeout``).
 DEFAULT_TIMEOUT = 120.0
+#: The packages slime's image has (what the ``pip list`` stand-in answers).
+PIP_LIST = Path(__file__).resolve().parent / "data" / "slime_image_packages.json"
 
 
 def run_script(script: Path, *, slime_root: Optional[Path] = None, env: Optional[Mapping[str, str]] = None,
-               timeout: float = DEFAULT_TIMEOUT) -> Capture:
+               timeout: float = DEFAULT_TIMEOUT, gpus_per_node: int = 8, nvlink: bool = True) -> Capture:
     """Run ``script`` with stand-ins, in the import's jail, and return what it did.
 
     Raises :class:`CaptureError` when no jail can be made (the script is then not run).
@@ -406,7 +443,7 @@ def run_script(script: Path, *, slime_root: Optional[Path] = None, env: Optional
         _write_standins(tmp_path / "standins")
         _link_tools(tmp_path / "tools")
         # The script reads its checkout and models, runs the recorder; it changes none of them.
-        for path in (repo, slime, RECORDER):
+        for path in (repo, slime, RECORDER, PIP_LIST):
             jail.readonly(path)
         jail.readonly_inside(tmp_path / "standins")
         jail.readonly_inside(tmp_path / "tools")
@@ -427,6 +464,10 @@ def run_script(script: Path, *, slime_root: Optional[Path] = None, env: Optional
             "CLAWGYM_IMPORT_RECORDER": str(RECORDER),
             "CLAWGYM_IMPORT_MODELS": str(models) if models.is_dir() else "",
             "CLAWGYM_IMPORT_MODELS_FORCE": "1" if explicit_slime else "",
+            "CLAWGYM_IMPORT_GPUS": str(gpus_per_node),
+            "CLAWGYM_IMPORT_NVLINK": "1" if nvlink else "0",
+            "CLAWGYM_IMPORT_PIP_LIST": str(PIP_LIST),
+            "CLAWGYM_IMPORT_SCRATCH": str(tmp_path / "scratch"),
             "BASH_FUNC_source%%": _SOURCE_FN,
             "BASH_FUNC_.%%": _SOURCE_FN,
             "BASH_FUNC_kill%%": _KILL_FN,
@@ -451,12 +492,17 @@ def run_script(script: Path, *, slime_root: Optional[Path] = None, env: Optional
             returncode=outcome.returncode, output=output, written=written, deleted=deleted,
             timed_out=outcome.timed_out,
             written_elsewhere=jail.written(), refused_writes=sandbox.refused_writes(output),
-            forged_log_lines=bad_lines,
+            forged_log_lines=bad_lines, gpus_per_node=gpus_per_node, nvlink=nvlink,
         )
         for c in calls:
+            # Generated files the job is given by path: read them while they exist.
+            if c["tool"] == "ray" and c["argv"][:2] == ["job", "submit"]:
+                for tok in c["argv"]:
+                    _read_generated(tok, tmp_path, capture.generated)
             c = _map_back(c, to_real)
             c["env"] = {k: v for k, v in c["env"].items() if not k.startswith(("BASH_FUNC_",) + IMPORTER_OWN)}
-            capture.calls.append(Call(c["tool"], c["argv"], c["cwd"], c["env"]))
+            capture.calls.append(Call(c["tool"], c["argv"], c["cwd"], c["env"], c.get("answer") or ""))
+        capture.generated = {_map_back(k, to_real): v for k, v in capture.generated.items()}
         _remember_secrets(capture)
         return capture
 
@@ -485,16 +531,62 @@ def _remember_secrets(capture: Capture) -> None:
         secrets.remember(secrets.named_secrets(env_vars).values())
 
 
+def _read_generated(token: str, tmp_path: Path, into: Dict[str, str]) -> None:
+    """Record ``token`` (or the value of ``--flag=token``) when it names a file the script
+    wrote inside the temporary layout (a mktemp file, a heredoc into the checkout)."""
+    value = token.split("=", 1)[1] if token.startswith("--") and "=" in token else token
+    if not value.startswith(str(tmp_path)) or value in into:
+        return
+    p = Path(value)
+    try:
+        # The jail's folder is the script's: a link it planted (in the file's name or in any folder
+        # above it) could point at any file of the machine. Only a file that really lies inside is read.
+        real = Path(os.path.realpath(p))
+        if not _inside(real, Path(os.path.realpath(tmp_path))) or p.is_symlink():
+            return
+        if real.is_file() and real.stat().st_size < 1_000_000:
+            into[value] = real.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        pass
+
+
 #: How the report names what a recorded command was.
-CLEANUP_TOOLS = {"pkill", "pgrep", "killall", "kill", "sleep", "lsof", "fuser", "ps", "nvidia-smi"}
+CLEANUP_TOOLS = {"pkill", "pgrep", "killall", "kill", "sleep", "lsof", "fuser", "ps"}
+#: Probes answered as a slime node would (the answer is listed in the report).
+PROBE_TOOLS = {"nvidia-smi", "mktemp"}
+#: Commands that prepare the machine before the launch (installs, downloads, conversions,
+#: directories, copies): a prerequisite the experiment lists, not part of the run.
+SETUP_TOOLS = {"pip", "pip3", "hf", "huggingface-cli", "wget", "git", "mkdir", "cp", "mv", "rm", "ln", "touch",
+               "chmod", "rsync"}
+#: Commands that run elsewhere or start what the run would not own: never expressible.
+ELSEWHERE_TOOLS = {"ssh", "pdsh", "scp", "sudo", "nohup", "timeout"}
+
+
+def sglang_server(call: Call) -> bool:
+    """A background SGLang server the script starts itself (an OPD teacher)."""
+    argv = call.argv if call.tool == "<not found>" else []
+    return len(argv) >= 3 and os.path.basename(argv[0]) in INTERPRETERS and argv[1] == "-m" \
+        and argv[2] in ("sglang.launch_server", "sglang.srt.server")
+
+
+def answer_summary(call: Call) -> str:
+    """One line saying what a stand-in answered."""
+    text = call.answer.strip()
+    if not text:
+        return "nothing"
+    lines = text.splitlines()
+    return lines[0] if len(lines) == 1 else f"{len(lines)} lines, first: {lines[0].strip()!r}"
 
 
 def classify(capture: Capture, allowed_write_dirs: Sequence[str] = ()) -> List[Tuple[str, str]]:
     """What the script did besides submitting one job, as (kind, text) rows.
 
-    kind is ``ignored`` (cleanup and probes clawgym replaces by its own ownership of
-    what it starts) or ``inexpressible`` (a command that changes the machine, runs
-    elsewhere, or was not found; a file written).
+    kind is ``ignored`` (cleanup clawgym replaces by its own ownership of what it starts),
+    ``answered`` (a probe and the stand-in's answer), ``setup`` (prepares the machine:
+    installs, downloads, conversions, directories; listed as a prerequisite), ``service``
+    (a server the script starts and waits for, e.g. an OPD teacher; becomes a run-side
+    service when it can be expressed) or ``inexpressible`` (runs elsewhere, or another Ray
+    command).
     """
     rows: List[Tuple[str, str]] = []
     home = os.path.expanduser("~").rstrip("/")
@@ -506,6 +598,8 @@ def classify(capture: Capture, allowed_write_dirs: Sequence[str] = ()) -> List[T
     def allowed(path: str) -> bool:
         return any(os.path.normpath(path).startswith(os.path.normpath(d)) for d in allowed_write_dirs if d)
 
+    servers = [c for c in capture.calls if sglang_server(c)]
+    ports = {str(_server_port(c)) for c in servers}
     for c in capture.calls:
         if c.tool == "source":
             continue
@@ -519,21 +613,31 @@ def classify(capture: Capture, allowed_write_dirs: Sequence[str] = ()) -> List[T
                 rows.append(("inexpressible", f"`{c.line}`: only `ray start --head` and one `ray job submit` "
                                               "are understood (join an existing cluster with ray.address)"))
         elif c.tool in CLEANUP_TOOLS:
-            note = " (answered: no GPU, no NVLink)" if c.tool == "nvidia-smi" else ""
-            rows.append(("ignored", f"`{c.line}`{note}"))
+            rows.append(("ignored", f"`{c.line}`"))
+        elif c.tool in PROBE_TOOLS or (c.tool in ("pip", "pip3") and c.argv[:1] in (["list"], ["freeze"])):
+            rows.append(("answered", f"`{c.line}` -> {answer_summary(c)}"))
         elif c.tool == "docker" and c.argv[:1] in (["rm"], ["ps"], ["kill"], ["stop"]):
             rows.append(("ignored", f"`{c.line}` (clawgym removes its own leftover containers)"))
-        elif c.tool in ("mkdir", "tee") and all(allowed(a) for a in c.argv if not a.startswith("-")):
-            rows.append(("ignored", f"`{c.line}` (clawgym writes its log under <save>/logs too)"))
+        elif c.tool == "tee" or (c.tool == "mkdir" and all(allowed(a) for a in c.argv if not a.startswith("-"))):
+            rows.append(("ignored", f"`{c.line}` (clawgym writes the job's log under <save>/logs itself)"))
+        elif c.tool == "python (inline)":
+            rows.append(("answered", f"`{c.line.splitlines()[0][:80]}`: an inline program, run isolated to compute "
+                                     "a value"))
+        elif sglang_server(c):
+            rows.append(("service", f"`{c.line}`: a server the script starts before the job"))
+        elif c.tool == "curl" and any(f":{p}/" in a for a in c.argv for p in ports):
+            rows.append(("service", f"`{c.line}`: waits for / asks that server"))
+        elif c.tool in SETUP_TOOLS:
+            rows.append(("setup", f"`{c.line}`: {STANDINS.get(c.tool, c.tool)} (not run)"))
         elif c.tool == "<not found>":
-            rows.append(("inexpressible", f"`{c.line}`: a command other than ray (not run)"))
+            rows.append(("setup", f"`{c.line}`: a command other than ray (not run)"))
         else:
             rows.append(("inexpressible", shown(f"`{c.line}`: {STANDINS.get(c.tool, 'a command other than ray')} "
                                                 "(not run)")))
     for path in capture.written:
         target = str(capture.repo_root / path)
         if not allowed(target):
-            rows.append(("inexpressible", f"the script writes {target} (a file an experiment cannot create)"))
+            rows.append(("setup", f"the script writes {target} (not written)"))
     for path in capture.deleted:
         rows.append(("inexpressible", f"the script deletes {capture.repo_root / path} (an experiment cannot "
                                       "delete files)"))
@@ -546,3 +650,9 @@ def classify(capture: Capture, allowed_write_dirs: Sequence[str] = ()) -> List[T
         rows.append(("inexpressible", f"the script writes outside its folders, refused by the import's "
                                       f"read-only view: {line}"))
     return rows
+
+
+def _server_port(call: Call) -> Optional[str]:
+    opts, _ = split_options(call.argv[3:], ("--port", "--host", "--model-path", "--tp", "--tp-size"))
+    port = opts.get("--port")
+    return str(port) if port not in (None, True) else "30000"

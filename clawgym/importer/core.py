@@ -89,6 +89,14 @@ class ImportResult:
     # Validation problems of the written experiment (counted).
     violations: List[str] = field(default_factory=list)
     notes: List[str] = field(default_factory=list)
+    # Setup steps of the script (installs, downloads, conversions): prerequisites, listed.
+    setup: List[str] = field(default_factory=list)
+    # Probes the stand-ins answered, with the answer.
+    answered: List[str] = field(default_factory=list)
+    # Servers the script starts itself (reproduced as services.*).
+    services: List[str] = field(default_factory=list)
+    # The experiment's text when it was not written (a failed import writes nothing).
+    text: str = ""
     command: str = ""
     # Compared with an existing experiment (--check) instead of writing one.
     checked: bool = False
@@ -231,6 +239,9 @@ class Owners:
                 on = _switch_on(action)
                 present = value == on if on is not None else bool(value)
                 return owner.key, (present if owner.kind == "switch" else not present), None
+        for action, owner in pairs:
+            if owner.kind == "file":
+                return owner.key, value, None
         action, owner = pairs[0]
         return owner.key, None, f"derived from {owner.key}"
 
@@ -313,7 +324,8 @@ class Launch:
 
 def script_launch(capture: Capture, submit: Submit, parser: Any, reg: Any,
                   notes: List[str]) -> Launch:
-    argv, removed = parity.strip_secrets(submit.entrypoint[2:])
+    _, _, trainer_script, trainer_argv = submit.trainer_entry  # type: ignore[misc]
+    argv, removed = parity.strip_secrets(trainer_argv)
     for flag in removed:
         notes.append(f"{flag}: secrets are read from the environment at launch, never written "
                      "(W&B: $WANDB_KEY or $WANDB_API_KEY)")
@@ -324,7 +336,7 @@ def script_launch(capture: Capture, submit: Submit, parser: Any, reg: Any,
             notes.append(f"{var}: a secret; the job gets it from the launcher's environment at launch")
     head = capture.head_options()
     gpus = head.get("--num-gpus")
-    return Launch(submit.entrypoint[1], parity.parse_argv(parser, reg, argv), env, submit.working_dir,
+    return Launch(trainer_script, parity.parse_argv(parser, reg, argv), env, submit.working_dir,
                   str(gpus) if gpus is not None and gpus is not True else None)
 
 
@@ -453,6 +465,9 @@ class Importer:
                     group, name = key.split(".", 1)
                     with open_dict(cfg[group]):
                         cfg[group][name] = value
+                elif isinstance(value, list) and value and isinstance(value[0], dict):
+                    # A list of typed records (sglang.models): merged so each dict becomes its dataclass.
+                    OmegaConf.update(cfg, key, value, merge=True)
                 else:
                     OmegaConf.update(cfg, key, value, merge=False)
             except (OmegaConfBaseException, ValueError, TypeError) as exc:
@@ -468,8 +483,65 @@ class Importer:
     def differences(self, cfg: DictConfig) -> Tuple[List[Difference], List[Difference], Any]:
         plan = self.plan_of(cfg)
         ours = plan_launch(plan, self.parser, self.reg)
-        diffs, deliberate = compare(self.script, ours, self.reg, list(plan.secret_env))
+        script = self.by_content(self.script, None)
+        ours = self.by_content(ours, plan.files)
+        diffs, deliberate = compare(script, ours, self.reg, list(plan.secret_env))
+        diffs += self.service_differences(cfg, plan)
         return diffs, deliberate, plan
+
+    def by_content(self, launch: Launch, files: Optional[Mapping[str, str]]) -> Launch:
+        """``launch`` with each generated-file flag's path replaced by the file's content
+        (the script's: what it generated, else the file on disk; ours: the plan's file)."""
+        from clawgym.generated import normalised
+
+        values = dict(launch.parsed.values)
+        changed = False
+        for dest, value in launch.parsed.values.items():
+            if value is None or _owner_kind(self.owners, dest) != "file":
+                continue
+            key = self.owners.for_dest(dest)[0][1].key
+            if files is not None:
+                text = files.get(str(value))
+            else:
+                text = self.capture.generated.get(str(value))
+                if text is None and Path(str(value)).is_file():
+                    text = Path(str(value)).read_text(encoding="utf-8", errors="replace")
+            if text is not None:
+                try:
+                    values[dest] = {"file content": normalised(key, text)}
+                    changed = True
+                except Exception:  # noqa: BLE001 - unreadable YAML compares as its path
+                    pass
+        if not changed:
+            return launch
+        parsed = parity.Parsed(values, launch.parsed.unknown, launch.parsed.error, launch.parsed.written)
+        return Launch(launch.trainer_script, parsed, launch.env, launch.working_dir, launch.head_gpus)
+
+    def service_differences(self, cfg: DictConfig, plan: Any) -> List[Difference]:
+        """The script's own servers (an OPD teacher) against the experiment's services."""
+        ours = {svc["name"]: svc for svc in plan.services}
+        out: List[Difference] = []
+        theirs = self.script_services()
+        for name in sorted(set(theirs) | set(ours)):
+            a = theirs.get(name)
+            b = ours.get(name)
+            a_cmd = (a["argv"], a["env"]) if a else MISSING_VALUE
+            b_cmd = (_service_argv(b["argv"]), b["env"]) if b else MISSING_VALUE
+            if a_cmd is MISSING_VALUE or b_cmd is MISSING_VALUE or not _same_server(a_cmd, b_cmd):
+                out.append(Difference("service", name, " ".join(a["argv"]) if a else MISSING_VALUE,
+                                      " ".join(b["argv"]) if b else MISSING_VALUE, f"services.{name}"))
+        return out
+
+    def script_services(self) -> Dict[str, Dict[str, Any]]:
+        """Servers the script started in the background (name -> argv, env)."""
+        from clawgym.importer.capture import sglang_server
+
+        out: Dict[str, Dict[str, Any]] = {}
+        for c in self.capture.calls:
+            if sglang_server(c):
+                env = {k: v for k, v in c.env.items() if k == "CUDA_VISIBLE_DEVICES"}
+                out["teacher"] = {"argv": _service_argv(c.argv), "env": env}
+        return out
 
     # -- the fixed point
 
@@ -489,6 +561,8 @@ class Importer:
                     if has_args:
                         # At the trainer's default: no flag at all (args.<dest> left out).
                         want[f"args.{dest}"] = None if at_default else _plain(value)
+                elif why is None and _owner_kind(self.owners, dest) == "file":
+                    want[key] = self.file_content(key, value)
                 elif why is None:
                     # At the trainer's default, an optional key is left empty so nothing is emitted.
                     if at_default and v == value and _optional(self.base, key):
@@ -505,13 +579,27 @@ class Importer:
                 if len(owners) == 1:
                     key, how = owners[0]
                     if how is None:
-                        want[key] = _typed_like(d.script, d.experiment)
+                        want[key] = _escape(_typed_like(d.script, d.experiment))
                         continue
                     inverse = {v: k for k, v in how.items()}
                     if d.script in inverse:
                         want[key] = inverse[d.script]
                         continue
-                want[f"extra_env.{d.name}"] = d.script
+                want[f"extra_env.{d.name}"] = _escape(d.script)
+            elif d.what == "service":
+                server = self.script_services().get(d.name)
+                if server is None:
+                    want[f"services.{d.name}.enabled"] = False
+                    continue
+                fields, rest = _server_fields(server["argv"])
+                prefix = f"services.{d.name}"
+                want[f"{prefix}.enabled"] = True
+                for field_name, text in fields.items():
+                    want[f"{prefix}.{field_name}"] = _typed_like(text, None) if field_name in (
+                        "port", "tp", "mem_fraction_static") else text
+                want[f"{prefix}.extra_args"] = _escape(rest)
+                gpus = server["env"].get("CUDA_VISIBLE_DEVICES")
+                want[f"{prefix}.gpus"] = gpus if gpus else None
             elif d.what == "trainer script":
                 want["gpu_layout.trainer_script"] = d.script
             elif d.what == "working dir":
@@ -519,6 +607,26 @@ class Importer:
             elif d.what == "GPUs":
                 want["ray.num_gpus"] = int(d.script) if str(d.script).isdigit() else d.script
         return want
+
+    def file_content(self, key: str, path: Any) -> Any:
+        """A generated-file key's content from the file the script passes (``--sglang-config``):
+        the one it generated (read back from the import's scratch dir), else the file on disk."""
+        from clawgym.generated import models_from_text
+
+        if path is None:
+            return []
+        text = self.capture.generated.get(str(path))
+        if text is None:
+            try:
+                text = Path(str(path)).read_text(encoding="utf-8")
+            except OSError:
+                self.refused[key] = f"the script passes {path}, which neither it nor this machine has"
+                return []
+        try:
+            return _escape(models_from_text(text))
+        except Exception as exc:  # noqa: BLE001 - any YAML or shape error of the script's file
+            self.refused[key] = f"the script's {path} is not a sglang config: {str(exc).splitlines()[0]}"
+            return []
 
     def solve(self, base: DictConfig) -> Dict[str, Any]:
         from clawgym.config import to_plain
@@ -598,6 +706,60 @@ class Importer:
         return kept
 
 
+#: sglang.launch_server options the teacher service config owns, by every spelling SGLang takes.
+SERVER_OPTIONS = {"--model-path": "model_path", "--model": "model_path", "--host": "host", "--port": "port",
+                  "--tp": "tp", "--tp-size": "tp", "--tensor-parallel-size": "tp",
+                  "--mem-fraction-static": "mem_fraction_static"}
+
+
+def _service_argv(argv: Sequence[str]) -> List[str]:
+    """A server command without the interpreter's path (python3 vs /usr/bin/python3)."""
+    argv = list(argv)
+    return ["python3", *argv[1:]] if argv and os.path.basename(argv[0]) in INTERPRETERS else argv
+
+
+def _server_fields(argv: Sequence[str]) -> Tuple[Dict[str, str], List[str]]:
+    """(owned options -> value, the other arguments) of a ``python3 -m sglang.launch_server`` argv."""
+    owned: Dict[str, str] = {}
+    rest: List[str] = []
+    tokens = list(argv[3:])
+    i = 0
+    while i < len(tokens):
+        tok = tokens[i]
+        name, eq, val = tok.partition("=")
+        if name in SERVER_OPTIONS:
+            if not eq:
+                val = tokens[i + 1] if i + 1 < len(tokens) else ""
+                i += 1
+            owned[SERVER_OPTIONS[name]] = val
+        else:
+            rest.append(tok)
+        i += 1
+    return owned, rest
+
+
+def _same_server(a: Tuple[List[str], Dict[str, str]], b: Tuple[List[str], Dict[str, str]]) -> bool:
+    (a_argv, a_env), (b_argv, b_env) = a, b
+    fa, ra = _server_fields(a_argv)
+    fb, rb = _server_fields(b_argv)
+    fa.setdefault("host", "127.0.0.1")
+    fb.setdefault("host", "127.0.0.1")
+    return a_argv[:3] == b_argv[:3] and all(parity.same(_num_or_str(fa.get(k)), _num_or_str(fb.get(k)))
+                                            for k in set(fa) | set(fb)) and ra == rb and a_env == b_env
+
+
+def _num_or_str(v: Any) -> Any:
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        return v
+
+
+def _owner_kind(owners: "Owners", dest: str) -> Optional[str]:
+    pairs = owners.for_dest(dest)
+    return pairs[0][1].kind if pairs else None
+
+
 def _optional(cfg: DictConfig, key: str) -> bool:
     """The schema lets ``key`` be None."""
     node: Any = cfg
@@ -633,6 +795,18 @@ def _non_json(value: Any) -> bool:
 def _plain(value: Any) -> Any:
     if isinstance(value, tuple):
         return list(value)
+    return _escape(value)
+
+
+def _escape(value: Any) -> Any:
+    """A literal value as OmegaConf keeps it: ``${VAR}`` (Ray's runtime-env syntax, a shell
+    word the script quoted) is not an interpolation of ours, so it is escaped as ``\\${VAR}``."""
+    if isinstance(value, str) and "${" in value:
+        return value.replace("\\${", "${").replace("${", "\\${")
+    if isinstance(value, list):
+        return [_escape(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _escape(v) for k, v in value.items()}
     return value
 
 
@@ -746,7 +920,7 @@ def choose_flavour(capture: Capture, submit: Submit, requested: Optional[str]) -
         if requested not in FLAVOURS:
             raise ImportFailure(f"--trainer {requested!r}: not a trainer flavour; choose one of {', '.join(FLAVOURS)}")
         return requested
-    argv, _ = parity.strip_secrets(submit.entrypoint[2:])
+    argv, _ = parity.strip_secrets(submit.trainer_entry[3])  # type: ignore[index]
     scores = []
     for flavour in FLAVOURS:
         reg = load_registry(flavour)
@@ -759,14 +933,36 @@ def choose_flavour(capture: Capture, submit: Submit, requested: Optional[str]) -
     return scores[0][1]
 
 
+def _compose_experiment(out_dir: Path, name: str, target: Path) -> DictConfig:
+    """Compose ``+experiment=name`` as train.py will; a file that does not parse or compose
+    (broken YAML, a misspelled key, a wrong type) is a clean error naming the file and why."""
+    from clawgym.config import compose
+
+    try:
+        return compose([*_searchpath_override(out_dir), f"+experiment={name}"])
+    except Exception as exc:  # noqa: BLE001 - Hydra wraps YAML and OmegaConf errors in its own
+        cause = exc
+        while cause.__cause__ is not None and str(cause.__cause__):
+            cause = cause.__cause__
+        text = " ".join(str(cause).split()) or type(cause).__name__
+        raise ImportFailure(f"{target}: does not compose as +experiment={name}: {text}; "
+                            "fix the file, or re-import the script with --force") from None
+
+
 def import_script(script: Path, *, name: Optional[str] = None, trainer: Optional[str] = None,
                   out_dir: Optional[Path] = None, slime_root: Optional[Path] = None,
                   env: Optional[Mapping[str, str]] = None, force: bool = False,
-                  check: bool = False, timeout: float = DEFAULT_TIMEOUT) -> ImportResult:
+                  check: bool = False, timeout: float = DEFAULT_TIMEOUT, strict: bool = False,
+                  gpus_per_node: int = 8, nvlink: bool = True) -> ImportResult:
     """Import ``script``; write ``out_dir/experiment/<name>.yaml``; verify it (see module doc).
 
-    ``check``: write nothing; compare the script with the existing experiment ``name``
-    (e.g. after editing it by hand). ``timeout``: seconds the script may run (its jail is killed after)."""
+    Only an import that reproduces the launch is written (nothing otherwise; an existing
+    file replaced with ``force`` is put back). ``check``: write nothing; compare the script
+    with the existing experiment ``name`` (e.g. after editing it by hand); with ``force`` as
+    well, an experiment that no longer matches is re-imported and replaced. ``strict``: setup
+    commands (installs, downloads, conversions) make the import fail instead of being listed
+    as prerequisites. ``gpus_per_node``/``nvlink``: how the ``nvidia-smi`` stand-in answers.
+    ``timeout``: seconds the script may run (its jail is killed after)."""
     from clawgym.config import compose, config_dir
     from clawgym.validate import violations
 
@@ -775,6 +971,8 @@ def import_script(script: Path, *, name: Optional[str] = None, trainer: Optional
     if not re.match(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$", name):
         raise ImportFailure(f"--name {name!r}: use letters, digits, '_', '-' and '.' (it becomes a file name "
                             "and the +experiment= value)")
+    if gpus_per_node < 1:
+        raise ImportFailure(f"--gpus-per-node {gpus_per_node}: a node has at least one GPU")
     out_dir = Path(out_dir) if out_dir is not None else Path("conf")
     target = out_dir / "experiment" / f"{name}.yaml"
     if check and not target.is_file():
@@ -784,8 +982,10 @@ def import_script(script: Path, *, name: Optional[str] = None, trainer: Optional
                             "or --check to compare the script with it")
     if not timeout or timeout <= 0:
         raise ImportFailure(f"--timeout {timeout}: give the seconds the script may run, more than 0")
+    written_cfg = _compose_experiment(out_dir, name, target) if check else None
     try:
-        capture = run_script(script, slime_root=slime_root, env=env, timeout=timeout)
+        capture = run_script(script, slime_root=slime_root, env=env, timeout=timeout, gpus_per_node=gpus_per_node,
+                             nvlink=nvlink)
     except CaptureError as exc:
         raise ImportFailure(redact(str(exc))) from None
     submits = capture.submits
@@ -795,18 +995,24 @@ def import_script(script: Path, *, name: Optional[str] = None, trainer: Optional
                  else f"exit status {capture.returncode}")
         raise ImportFailure(redact(
             f"{script} submitted no Ray job ({ended}); nothing to import.\n"
-            + "\n".join(f"  - {text}" for kind, text in classify(capture) if kind == "inexpressible")
+            + "\n".join(f"  - {text}" for kind, text in classify(capture) if kind in ("inexpressible", "answered"))
             + (f"\nlast lines of its output:\n{tail}" if tail else "")))
     submit = submits[-1]
     entry = submit.entrypoint
-    if len(entry) < 2 or os.path.basename(entry[0]) not in INTERPRETERS or not entry[1].endswith(".py"):
-        raise ImportFailure(f"the job's entrypoint `{' '.join(entry[:4])} ...` is not `python3 <trainer>.py FLAGS`; "
-                            "clawgym launches slime's train.py / train_async.py only")
+    if submit.trainer_entry is None:
+        raise ImportFailure(f"the job's entrypoint `{' '.join(entry[:4])} ...` is not `python3 [options] <trainer>.py "
+                            "FLAGS`; clawgym launches slime's train.py / train_async.py only")
     if check and not trainer:
-        written = compose([*_searchpath_override(out_dir), f"+experiment={name}"])
-        trainer = str(OmegaConf.select(written, "trainer.flavour", default=None) or "clawgym")
+        trainer = str(OmegaConf.select(written_cfg, "trainer.flavour", default=None) or "clawgym")
     flavour = choose_flavour(capture, submit, trainer)
     result = ImportResult(script=script.resolve(), flavour=flavour, name=name, path=None, choices={}, body={})
+    _, py_opts, _, _ = submit.trainer_entry
+    for opt in py_opts:
+        if opt == "-u":
+            result.notes.append("python3 -u: unbuffered output, as clawgym gives every job (PYTHONUNBUFFERED=1)")
+        else:
+            result.inexpressible.append(f"python3 {opt}: clawgym runs the trainer as `python3 <script>` "
+                                        "(only -u, which it implies, is understood)")
     if capture.timed_out is not None:
         result.inexpressible.append(f"the script timed out after {capture.timed_out:g} s (--timeout) "
                                     "after submitting; it was killed with everything it started")
@@ -818,7 +1024,17 @@ def import_script(script: Path, *, name: Optional[str] = None, trainer: Optional
     imp = Importer(capture, submit, flavour, result)
     save = imp.script.parsed.values.get("save")
     for kind, text in classify(capture, [os.path.join(save, "logs")] if save else []):
-        (result.ignored if kind == "ignored" else result.inexpressible).append(text)
+        if kind == "ignored":
+            result.ignored.append(text)
+        elif kind == "answered":
+            result.answered.append(text)
+        elif kind == "setup":
+            (result.inexpressible if strict else result.setup).append(
+                text + (" (--strict: setup steps are refused)" if strict else ""))
+        elif kind == "service":
+            result.services.append(text)
+        else:
+            result.inexpressible.append(text)
     for key, value in submit.options.items():
         if key in ("--address", "--runtime-env-json", "--working-dir", "--submission-id", "--no-wait"):
             continue
@@ -831,21 +1047,59 @@ def import_script(script: Path, *, name: Optional[str] = None, trainer: Optional
 
     if check:
         result.path, result.checked = target, True
-    else:
-        _solve_and_write(imp, result, capture, submit, target)
-    # Verify from the file, as train.py will compose it.
-    cfg = compose([*_searchpath_override(out_dir), f"+experiment={name}"])
+        _verify(imp, result, written_cfg)
+        if result.ok or not force:
+            result.command = _command(out_dir, name)
+            return result
+        # --check --force: the experiment no longer matches; import afresh and replace it.
+        stale = len(result.differences) + len(result.violations)
+        result = import_script(script, name=name, trainer=trainer, out_dir=out_dir, slime_root=slime_root, env=env,
+                               force=True, strict=strict, gpus_per_node=gpus_per_node, nvlink=nvlink)
+        result.notes.append(f"--check --force: {target} differed from the script ({stale} problems); re-imported")
+        return result
+
+    text = _solve(imp, result, capture, submit)
+    previous = target.read_text(encoding="utf-8") if target.exists() else None
+    created_dir = not target.parent.exists()
+    _write_atomic(target, text)
+    result.path = target
+    try:
+        # Verify from the file, as train.py will compose it.
+        _verify(imp, result, _compose_experiment(out_dir, name, target))
+    finally:
+        if not result.ok:
+            # A failed import writes nothing: put back what was there.
+            if previous is None:
+                target.unlink(missing_ok=True)
+                if created_dir:
+                    try:
+                        target.parent.rmdir()
+                    except OSError:
+                        pass
+            else:
+                _write_atomic(target, previous)
+            result.path = None
+            result.text = text
+    result.command = _command(out_dir, name)
+    return result
+
+
+def _command(out_dir: Path, name: str) -> str:
+    extra = " ".join(_searchpath_override(out_dir))
+    return f"python train.py {extra + ' ' if extra else ''}+experiment={name}"
+
+
+def _verify(imp: "Importer", result: ImportResult, cfg: DictConfig) -> None:
+    from clawgym.validate import violations
+
     result.violations = [v.format() for v in violations(cfg)]
     diffs, deliberate, _ = imp.differences(cfg)
     result.differences = diffs
     result.deliberate = deliberate
-    extra = " ".join(_searchpath_override(out_dir))
-    result.command = f"python train.py {extra + ' ' if extra else ''}+experiment={name}"
-    return result
 
 
-def _solve_and_write(imp: "Importer", result: ImportResult, capture: Capture, submit: Submit, target: Path) -> None:
-    """Choose the options, solve for the overrides, write the experiment file."""
+def _solve(imp: "Importer", result: ImportResult, capture: Capture, submit: Submit) -> str:
+    """Choose the options, solve for the overrides; the experiment's text."""
     flavour = result.flavour
     choices = imp.choose_options()
     base = imp.base_config(choices)
@@ -862,9 +1116,15 @@ def _solve_and_write(imp: "Importer", result: ImportResult, capture: Capture, su
     result.body = body
     flags = _comments(imp, overrides)
     header = [f"Trainer flavour: {flavour}."]
-    text = render_experiment(choices, body, script=result.script, flags=flags, header=header)
-    _write_atomic(target, text)
-    result.path = target
+    if result.setup:
+        header += ["", "Prerequisites: the script prepares the machine with these steps before it launches;",
+                   "run them (or their equivalent) once before the first launch. clawgym does not run them:"]
+        header += [f"  - {t}" for t in result.setup]
+    if result.answered:
+        header += ["", f"Imported with the probes answered as a node of {capture.gpus_per_node} GPUs"
+                       f"{' with NVLink' if capture.nvlink else ' without NVLink'}:"]
+        header += [f"  - {t}" for t in result.answered]
+    return render_experiment(choices, body, script=result.script, flags=flags, header=header)
 
 
 def _solve_with(imp: Importer, base: DictConfig, fixed: Mapping[str, Any]) -> Dict[str, Any]:
@@ -896,6 +1156,9 @@ def _comments(imp: Importer, overrides: Mapping[str, Any]) -> Dict[str, str]:
             out[key] = by_key[key]
         elif key in KEY_SOURCES:
             out[key] = KEY_SOURCES[key]
+        elif key.startswith("services.teacher."):
+            out["services.teacher"] = ("the script's own `python3 -m sglang.launch_server` (run inside the job, "
+                                       "before the trainer, as the teacher service)")
     return out
 
 
@@ -922,10 +1185,21 @@ def _format_result(result: ImportResult) -> str:
     if result.checked:
         out.append(f"  against: {result.path}")
     else:
-        out += [f"  wrote:   {result.path}", f"  keys set: {len(_flatten(result.body))}"]
+        out += [f"  wrote:   {result.path}" if result.path else "  wrote:   nothing (the import failed)",
+                f"  keys set: {len(_flatten(result.body))}"]
     if result.ignored:
-        out += ["", "ignored (cleanup and probes clawgym replaces with its own ownership of what it starts):"]
+        out += ["", "ignored (cleanup clawgym replaces with its own ownership of what it starts):"]
         out += [f"  - {t}" for t in result.ignored]
+    if result.answered:
+        out += ["", "answered by the stand-ins (as a slime node would answer):"]
+        out += [f"  - {t}" for t in result.answered]
+    if result.setup:
+        out += ["", "prerequisites (setup steps the script runs before the launch; not run, listed in the "
+                    "experiment's header; --strict refuses them):"]
+        out += [f"  - {t}" for t in result.setup]
+    if result.services:
+        out += ["", "servers the script starts (reproduced as services.* inside the job):"]
+        out += [f"  - {t}" for t in result.services]
     if result.notes:
         out += ["", "notes:"] + [f"  - {t}" for t in result.notes]
     if result.deliberate:

@@ -80,14 +80,16 @@ def evaluate(c: Mapping[str, Any], gpu: Any = None) -> MemoryPlan:
         what = "the actor's train step" if where in ("split", "train") else "the rollout phase"
         problems.append(f"{what} needs {phases['actor_gpu_peak_gib']:.1f} GiB per GPU, the "
                         f"{g['name']} has {usable:.1f} GiB")
-    if rollout.kv_pool_gib <= 0:
+    if rollout.engines == 0:
+        pass  # no rollout engine (SFT): no KV cache to size
+    elif rollout.kv_pool_gib <= 0:
         problems.append(f"SGLang's weights ({rollout.weights_gib:.1f} GiB per engine rank) leave no KV cache under "
                         f"mem_fraction_static={rollout.mem_fraction_static}")
     elif rollout.kv_tokens_per_engine < ctx:
         problems.append(f"an engine's KV cache holds {rollout.kv_tokens_per_engine} tokens, less than one "
                         f"trajectory at full context ({ctx})")
     notes = list(rollout.notes)
-    if not rollout.notes:
+    if not rollout.notes and rollout.engines:
         notes.append(f"all {rollout.concurrent_trajectories} concurrent trajectories fit in the KV cache at full "
                      f"context ({rollout.trajectories_fit} would)")
     a = asdict(actor)
@@ -99,7 +101,11 @@ def evaluate(c: Mapping[str, Any], gpu: Any = None) -> MemoryPlan:
 
 
 def memory_plan(c: Mapping[str, Any], gpu: Any = None) -> MemoryPlan:
-    """The memory plan of a resolved plain config; ``gpu``: this node's GPU (``gpus.detect``)."""
+    """The memory plan of a resolved plain config; ``gpu``: this node's GPU (``gpus.detect``).
+    Null curated keys count with the value the trainer will use (:func:`clawgym.effective.effective_config`)."""
+    from clawgym.effective import effective_config
+
+    c = effective_config(c)
     plan = evaluate(c, gpu)
     if not plan.fits:
         from clawgym.memory.advice import advise

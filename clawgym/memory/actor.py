@@ -90,8 +90,13 @@ def _dtype_bytes(name: Any, default: int) -> int:
 
 def context_len(c: Mapping[str, Any]) -> int:
     """The longest sample: rollout.max_context_len, else a response plus slime's default prompt bound."""
-    r = c["rollout"]
-    return int(r["max_context_len"] or (int(r["max_response_len"]) + 4096))
+    r, m = c["rollout"], c["model"]
+    if r["max_context_len"]:
+        return int(r["max_context_len"])
+    if r["max_response_len"]:
+        return int(r["max_response_len"]) + 4096
+    # No response bound (null): SGLang generates up to the model's context.
+    return int(c["sglang"].get("context_length") or m.get("max_position_embeddings") or m.get("seq_length") or 4096)
 
 
 def tokens_per_gpu(c: Mapping[str, Any]) -> int:

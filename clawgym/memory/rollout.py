@@ -128,7 +128,14 @@ def rollout_memory(c: Mapping[str, Any], gpu_gib: float, context_len: int) -> Ro
     # DP attention: each attention-DP rank has its own pool of that size.
     kv_tokens_engine = kv_tokens * dp
     agentic = (c.get("sandbox") or {}).get("backend", "none") != "none"
-    concurrent = int(r["train_num_workers"]) if agentic else int(r["batch_size"]) * int(r["n_samples_per_prompt"])
+    concurrent = int(r["train_num_workers"]) if agentic else int(r["batch_size"] or 0) * int(r["n_samples_per_prompt"])
+    if not g.get("rollout_engine", True):
+        # SFT (--debug-train-only): no engine starts, nothing is generated.
+        return RolloutMemory(
+            engines=0, engine_tp=tp, attention_tp=attn_tp, mem_fraction_static=0.0, mem_fraction_auto=False,
+            weights_gib=0.0, kv_pool_gib=0.0, kv_cell_bytes=cell, kv_tokens_per_engine=0, kv_tokens_needed=0,
+            concurrent_trajectories=0, context_len=context_len, trajectories_fit_per_engine=0, trajectories_fit=0,
+            static_gib=0.0, notes=["no rollout engine (gpu_layout.rollout_engine=false): nothing is generated"])
     fit_engine = kv_tokens_engine // max(1, context_len)
     notes = []
     if fit_engine * engines < concurrent:

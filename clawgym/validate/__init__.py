@@ -36,6 +36,7 @@ CROSS_RULES: List[Rule] = [
     flags.rule_trainer_flavour_known, flags.rule_curated_flags_exist_in_trainer, flags.rule_args,
     flags.rule_extra_args, secrets.rule_no_secret_values_in_config, names.rule_save_dir_placement,
     cluster.rule_cluster, memory.rule_colocate_needs_offload,
+    rollout.rule_sglang_config,
 ]
 
 __all__ = ["ConfigError", "Violation", "check", "format_warnings", "validate", "violations", "warnings", "LOCAL_RULES",

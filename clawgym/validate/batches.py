@@ -22,7 +22,8 @@ def rule_temperature_positive(v: _Collector) -> None:
 
 def rule_context_exceeds_response(v: _Collector) -> None:
     r = v.c["rollout"]
-    if r["max_context_len"] is not None and r["max_context_len"] <= r["max_response_len"]:
+    if r["max_context_len"] is not None and r["max_response_len"] is not None \
+            and r["max_context_len"] <= r["max_response_len"]:
         v.add("context-exceeds-response", ["rollout.max_context_len", "rollout.max_response_len"],
               "the context window must be larger than one response (it also holds the prompt and history)",
               "raise rollout.max_context_len or lower rollout.max_response_len")

@@ -80,6 +80,7 @@ def _lookup(c: Mapping[str, Any], path: str) -> Any:
 class _Collector:
     def __init__(self, c: Mapping[str, Any], environ: Mapping[str, str] = os.environ):
         self.c = c
+        self.raw = c
         self.environ = environ
         # Secret variable -> value, from the launcher's environment (memory only).
         self.env_secrets = env_secrets(environ, _key_env(c))
@@ -196,9 +197,14 @@ def _all(cfg: DictConfig | Mapping[str, Any], *, environ: Optional[Mapping[str, 
                 remember(argv_secrets([x for x in value if not isinstance(x, (list, dict))]))
     except (KeyError, TypeError, AttributeError):
         pass
+    from clawgym.effective import effective_config
     from clawgym.validate import CROSS_RULES, LOCAL_RULES
 
+    # Null curated keys emit no flag: the rules reason with the value the trainer will use.
+    raw, c = c, effective_config(c)
     col = _Collector(c, env)
+    # Rules about what the config itself says (a model group left incomplete) read it as written.
+    col.raw = raw
     for rule in LOCAL_RULES:
         _run_rule(col, rule, cross=False)
     for rule in CROSS_RULES:

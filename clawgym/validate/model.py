@@ -23,7 +23,8 @@ def rule_query_groups_divide_heads(v: _Collector) -> None:
 
 
 def rule_moe_complete(v: _Collector) -> None:
-    m = v.c["model"]
+    # The model group must describe the checkpoint: a null here is a gap, not Megatron's default.
+    m = v.raw["model"]
     if m["num_experts"] is None:
         return
     for k in ("moe_ffn_hidden_size", "moe_router_topk"):

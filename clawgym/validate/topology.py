@@ -7,9 +7,11 @@ from clawgym.validate.core import _Collector
 
 
 def rule_gpu_counts_positive(v: _Collector) -> None:
+    # Without a rollout engine (SFT) there are no rollout GPUs to count.
+    rollout = ["gpu_layout.rollout_gpus"] if v.c["gpu_layout"].get("rollout_engine", True) else []
     v.positive("gpu-counts-positive",
-               ["gpu_layout.num_gpus", "gpu_layout.actor_num_nodes", "gpu_layout.actor_gpus",
-                "gpu_layout.rollout_gpus"], "GPU and node counts")
+               ["gpu_layout.num_gpus", "gpu_layout.actor_num_nodes", "gpu_layout.actor_gpus", *rollout],
+               "GPU and node counts")
 
 
 def rule_perf_sizes_positive(v: _Collector) -> None:

@@ -1,0 +1,285 @@
+#!/usr/bin/env python3
+"""Import every public launch script of a slime checkout and judge each import with the
+trainer's own parser.
+
+For each ``scripts/run-*.sh`` and ``examples/**/run*.sh`` of ``--slime`` (slime v0.3.1 for the
+committed results):
+
+1. ``clawgym import`` runs it (stand-ins, nothing started) into a temporary config dir. A script
+   that stops because it wants a variable ("BASE_FOLDER is not set") is run again with that
+   variable set to a placeholder (listed per script): what a user passes with ``--env``.
+2. Both argvs -- the one the script submits and the one the written experiment's plan emits --
+   are parsed by the trainer's real ``slime.utils.arguments.parse_args()`` with its validation
+   (tools/import_judge.py, run with the interpreter of a trainer environment, ``--python``), and
+   the two namespaces are compared dest by dest; a generated file (``--sglang-config``) is
+   compared by its content, not its path.
+3. Verdicts: ``upstream refuses`` (the script's own argv does not pass upstream's parser: not
+   counted), ``imported, 0 differences``, or a failure with a one-line reason naming the cause
+   (the importer's first problem, or the dests upstream's parser sees differently).
+
+Writes ``OUT.json`` and ``OUT.md`` (default ``benchmarks/import_public_scripts``). Run under
+``flock /tmp/clawgym-heavy.lock``: the judge imports torch, SGLang and Megatron (about 20 s of CPU).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+#: Placeholder values for the variables scripts insist on ("X is not set"), by name.
+PLACEHOLDERS = {"MASTER_ADDR": "10.0.0.1"}
+#: Dests that differ by construction and mean the same run: none are skipped; listed for the report.
+UPSTREAM_PATCHES = ("megatron.patch",)
+SGLANG_PATCHES = ("sglang.patch", "sglang-top_p.patch", "sglang-release_hicache.patch", "sglang-pull_weights.patch")
+#: Model files of slime whose checkpoints are DSA models (their config.json architecture), for
+#: upstream's --allgather-cp check (slime/backends/megatron_utils/arguments.py).
+DSA_MODEL_FILES = {"glm5-744B-A40B.sh": ["GlmMoeDsaForCausalLM"], "glm5.2-744B-A40B.sh": ["GlmMoeDsaForCausalLM"]}
+
+
+def public_scripts(slime: Path) -> List[str]:
+    found = sorted(str(p.relative_to(slime)) for p in (slime / "scripts").glob("run-*.sh"))
+    found += sorted(str(p.relative_to(slime)) for p in (slime / "examples").rglob("run*.sh"))
+    return found
+
+
+def placeholder(name: str) -> str:
+    return PLACEHOLDERS.get(name, f"/data/{name.lower()}")
+
+
+def capture_with_env(script: Path, slime: Path):
+    """Run the script, adding a placeholder for each variable it says is not set."""
+    from clawgym.importer.capture import run_script
+
+    env: Dict[str, str] = {}
+    for _ in range(6):
+        cap = run_script(script, slime_root=slime, env=env)
+        if cap.submits:
+            return cap, env
+        wanted = [m for m in re.findall(r"\b([A-Z][A-Z0-9_]*) is not set", cap.output) if m not in env]
+        if not wanted:
+            return cap, env
+        for name in wanted:
+            env[name] = placeholder(name)
+    return cap, env
+
+
+def one_line(text: str) -> str:
+    return " ".join(str(text).split())[:300]
+
+
+def import_one(rel: str, slime: Path, out_dir: Path) -> Dict[str, Any]:
+    from clawgym.importer.core import ImportFailure, import_script
+    from clawgym.importer.parity import strip_secrets
+
+    script = slime / rel
+    name = re.sub(r"[^A-Za-z0-9_]+", "_", rel).strip("_").lower()
+    cap, env = capture_with_env(script, slime)
+    row: Dict[str, Any] = {"script": rel, "env": env, "name": name}
+    submit = cap.submits[-1] if cap.submits else None
+    if submit is not None and submit.trainer_entry is not None:
+        _, _, trainer_script, argv = submit.trainer_entry
+        row["trainer_script"] = trainer_script
+        row["script_argv"] = strip_secrets(argv)[0]
+        row["generated"] = dict(cap.generated)
+        row["script_env"] = cap.job_env(submit)
+        models = [Path(p).name for p in cap.model_files]
+        row["architectures"] = DSA_MODEL_FILES.get(models[-1], []) if models else []
+    try:
+        result = import_script(script, name=name, out_dir=out_dir, slime_root=slime, env=env, force=True)
+    except ImportFailure as exc:
+        row.update(imported=False, reason=f"import: {one_line(str(exc).splitlines()[0])}")
+        return row
+    problems = ([f"cannot be expressed: {t}" for t in result.inexpressible]
+                + [f"does not validate: {v.splitlines()[0].strip()}" for v in result.violations]
+                + [f"differs: {d.what} {d.name}: script {d.script!r}, experiment {d.experiment!r}"
+                   for d in result.differences])
+    row.update(imported=result.ok, importer_problems=[one_line(p) for p in problems],
+               setup=result.setup, answered=result.answered, services=result.services)
+    if not result.ok:
+        row["reason"] = f"import: {one_line(problems[0])}" + (f" (+{len(problems) - 1} more)" if len(problems) > 1 else "")
+        return row
+    from clawgym.config import compose
+    from clawgym.plan import build_plan
+
+    cfg = compose([f"hydra.searchpath=[file://{out_dir.resolve()}]", f"+experiment={name}"])
+    plan = build_plan(cfg, environ={}, timestamp="measure")
+    row["experiment_argv"] = list(plan.entrypoint[2:])
+    row["experiment_script"] = plan.entrypoint[1]
+    row["experiment_files"] = dict(plan.files)
+    row["experiment_env"] = {**(plan.ray_start_env if plan.ray_start is not None else {}),
+                             **plan.runtime_env["env_vars"]}
+    return row
+
+
+def judge(rows: List[Dict[str, Any]], ns: argparse.Namespace) -> Dict[str, Dict[str, Any]]:
+    requests = []
+    for r in rows:
+        if "script_argv" in r:
+            requests.append({"id": f"{r['name']}:script", "script": r["trainer_script"], "argv": r["script_argv"],
+                             "architectures": r["architectures"], "env": r["script_env"], "files": r["generated"]})
+        if "experiment_argv" in r:
+            requests.append({"id": f"{r['name']}:experiment", "script": r["experiment_script"],
+                             "argv": r["experiment_argv"], "architectures": r["architectures"],
+                             "env": r["experiment_env"], "files": r["experiment_files"]})
+    with tempfile.TemporaryDirectory(prefix="clawgym-measure-") as tmp:
+        req = Path(tmp) / "requests.jsonl"
+        req.write_text("".join(json.dumps(x) + "\n" for x in requests))
+        out = Path(tmp) / "answers.jsonl"
+        patches = Path(ns.slime) / "docker" / "patch" / "latest"
+        cmd = [ns.python, str(ROOT / "tools" / "import_judge.py"), "--tools", ns.tools, "--slime", ns.slime,
+               "--megatron", ns.megatron, "--stand-in", "torchvision==0.28.0", "--requests", str(req), "--out", str(out)]
+        cmd += [a for p in UPSTREAM_PATCHES for a in ("--megatron-patch", str(patches / p))]
+        cmd += [a for p in SGLANG_PATCHES for a in ("--sglang-patch", str(patches / p))]
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        if proc.returncode != 0:
+            sys.exit(f"measure_import: the judge failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+        lines = [json.loads(x) for x in out.read_text().splitlines() if x.strip()]
+    answers = {x["id"]: x for x in lines if "id" in x}
+    answers["meta"] = lines[0]["meta"]
+    return answers
+
+
+def compare_namespaces(a: Dict[str, Any], b: Dict[str, Any], row: Dict[str, Any]) -> List[str]:
+    from clawgym.generated import normalised
+    from clawgym.importer.parity import same
+
+    diffs = []
+    for dest in sorted(set(a) | set(b)):
+        x, y = a.get(dest, "(absent)"), b.get(dest, "(absent)")
+        if dest == "sglang_config" and x and y:
+            x = normalised("sglang.models", row.get("generated", {}).get(x, ""))
+            y = normalised("sglang.models", row.get("experiment_files", {}).get(y, ""))
+        if not (same(x, y) or x == y):
+            diffs.append(f"{dest}: script {json.dumps(x)[:80]}, experiment {json.dumps(y)[:80]}")
+    return diffs
+
+
+def verdicts(rows: List[Dict[str, Any]], answers: Dict[str, Dict[str, Any]]) -> None:
+    for r in rows:
+        s = answers.get(f"{r['name']}:script")
+        if s is None:
+            r.update(upstream="no argv", verdict="failed", reason=r.get("reason") or "the script submitted no job")
+            continue
+        if not s["accepted"]:
+            r.update(upstream="refuses", upstream_reason=one_line(s["reason"]), verdict="upstream refuses")
+            continue
+        r["upstream"] = "accepts"
+        if not r.get("imported"):
+            r["verdict"] = "failed"
+            continue
+        e = answers.get(f"{r['name']}:experiment")
+        if e is None:
+            r.update(verdict="failed", reason="the experiment's argv was not judged")
+            continue
+        if not e["accepted"]:
+            r.update(verdict="failed", reason=f"upstream refuses the experiment's argv: {one_line(e['reason'])}")
+            continue
+        diffs = compare_namespaces(s["namespace"], e["namespace"], r)
+        r["differences"] = diffs
+        if diffs:
+            r.update(verdict="failed", reason=f"{len(diffs)} dests differ by upstream's parser: {diffs[0]}")
+        else:
+            r["verdict"] = "0 differences"
+
+
+def write(rows: List[Dict[str, Any]], meta: Dict[str, Any], ns: argparse.Namespace) -> None:
+    accepted = [r for r in rows if r.get("upstream") == "accepts"]
+    passed = [r for r in accepted if r["verdict"] == "0 differences"]
+    summary = {"scripts": len(rows), "upstream_accepts": len(accepted), "imported_0_differences": len(passed),
+               "share": round(len(passed) / len(accepted), 4) if accepted else None,
+               "slime": ns.slime_label, "measured": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+               "clawgym_commit": _git_head(), "judge": "upstream slime.utils.arguments.parse_args (tools/import_judge.py)",
+               "judge_stand_ins": meta.get("stand_ins", [])}
+    keep = ("script", "env", "verdict", "upstream", "upstream_reason", "reason", "differences", "setup", "answered",
+            "services", "importer_problems")
+    data = {"summary": summary, "scripts": [{k: r[k] for k in keep if k in r and r[k] not in (None, [], {})}
+                                             for r in rows]}
+    out = Path(ns.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.with_suffix(".json").write_text(json.dumps(data, indent=2) + "\n")
+    md = [f"# Importing slime's public launch scripts ({ns.slime_label})", "",
+          f"Measured {summary['measured']} at clawgym {summary['clawgym_commit']} with `tools/measure_import.py`: "
+          "each script is imported with `clawgym import`, then the script's argv and the experiment's argv are "
+          "both parsed by upstream slime's own `parse_args()` (with `slime_validate_args`, Megatron's "
+          "`validate_args`, `sglang_validate_args`) in a CPU trainer environment and compared dest by dest "
+          "(`--sglang-config` by file content).", "",
+          f"**{len(passed)} of {len(accepted)} scripts that upstream accepts import with 0 differences "
+          f"({100 * (summary['share'] or 0):.1f}%)**; {len(rows) - len(accepted)} of {len(rows)} scripts are refused by "
+          "upstream's parser itself and not counted.", "",
+          "| script | upstream | verdict | reason / notes |", "|---|---|---|---|"]
+    for r in rows:
+        notes = r.get("reason") or r.get("upstream_reason") or ""
+        extra = []
+        if r.get("env"):
+            extra.append("env " + ", ".join(f"{k}={v}" for k, v in r["env"].items()))
+        if r.get("setup"):
+            extra.append(f"{len(r['setup'])} setup steps listed")
+        if r.get("services"):
+            extra.append("teacher server as services.teacher")
+        cell = "; ".join([x for x in [notes, *extra] if x]).replace("|", "\\|")
+        md.append(f"| `{r['script']}` | {r.get('upstream', '-')} | {r['verdict']} | {cell} |")
+    md += ["", "Judge stand-ins (tools/import_judge.py):", ""]
+    md += [f"- {s['what']}: {s['why']}" for s in meta.get("stand_ins", [])]
+    out.with_suffix(".md").write_text("\n".join(md) + "\n")
+
+
+def _git_head() -> str:
+    try:
+        return subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
+                              text=True).stdout.strip()
+    except OSError:
+        return "unknown"
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--slime", required=True, help="slime checkout (e.g. v0.3.1) whose scripts are imported")
+    ap.add_argument("--slime-label", default="THUDM/slime v0.3.1")
+    ap.add_argument("--megatron", required=True, help="Megatron-LM tree of the slime image (1dcf0daf for v0.3.1)")
+    ap.add_argument("--python", required=True, help="interpreter of the trainer environment (tools/README.md)")
+    ap.add_argument("--tools", default=str(ROOT / "tools"), help="where trainer_env.py and trainer_judge.py live")
+    ap.add_argument("--out", default=str(ROOT / "benchmarks" / "import_public_scripts"))
+    ap.add_argument("--only", action="append", default=[], help="import only scripts containing this (repeatable)")
+    ap.add_argument("--save-imports", metavar="FILE",
+                    help="stop after importing: write the imports (argvs, env, files) to FILE for --from-imports")
+    ap.add_argument("--save-answers", metavar="FILE", help="also write the judge's raw answers to FILE")
+    ap.add_argument("--from-imports", metavar="FILE",
+                    help="judge the imports a --save-imports run wrote (the judge alone needs the trainer env)")
+    ns = ap.parse_args(argv)
+    slime = Path(ns.slime).resolve()
+    rows = []
+    if ns.from_imports:
+        rows = json.loads(Path(ns.from_imports).read_text())
+    else:
+        with tempfile.TemporaryDirectory(prefix="clawgym-measure-conf-") as conf:
+            for rel in public_scripts(slime):
+                if ns.only and not any(o in rel for o in ns.only):
+                    continue
+                rows.append(import_one(rel, slime, Path(conf)))
+                print(f"imported {rel}: {'ok' if rows[-1].get('imported') else rows[-1].get('reason')}", flush=True)
+        if ns.save_imports:
+            Path(ns.save_imports).write_text(json.dumps(rows))
+            return 0
+    answers = judge(rows, ns)
+    if ns.save_answers:
+        Path(ns.save_answers).write_text(json.dumps(answers))
+    verdicts(rows, answers)
+    write(rows, answers["meta"], ns)
+    for r in rows:
+        print(f"{r['verdict']:18} {r['script']}  {r.get('reason') or r.get('upstream_reason') or ''}"[:220])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
