@@ -641,15 +641,18 @@ def classify(capture: Capture, allowed_write_dirs: Sequence[str] = ()) -> List[T
     for path in capture.deleted:
         rows.append(("inexpressible", f"the script deletes {capture.repo_root / path} (an experiment cannot "
                                       "delete files)"))
-    for shown in capture.written_elsewhere:
-        rows.append(("inexpressible", f"the script writes {shown} (a file an experiment cannot create)"))
+    for named in capture.written_elsewhere:
+        # A log or scratch file in HOME or /tmp: listed with the setup steps (the launch itself is
+        # still reproduced), as the script named it.
+        rows.append(("setup", f"the script writes {named} (a file an experiment cannot create)"))
     if capture.forged_log_lines:
         rows.append(("inexpressible", f"the script wrote {capture.forged_log_lines} line(s) into the importer's "
                                       "call log that the stand-ins did not (the capture cannot be trusted)"))
     for line in capture.refused_writes:
         rows.append(("inexpressible", f"the script writes outside its folders, refused by the import's "
                                       f"read-only view: {line}"))
-    return rows
+    # The script's HOME is a folder of the import: every row names it as the script did.
+    return [(kind, shown(text)) for kind, text in rows]
 
 
 def _server_port(call: Call) -> Optional[str]:

@@ -995,7 +995,8 @@ def import_script(script: Path, *, name: Optional[str] = None, trainer: Optional
                  else f"exit status {capture.returncode}")
         raise ImportFailure(redact(
             f"{script} submitted no Ray job ({ended}); nothing to import.\n"
-            + "\n".join(f"  - {text}" for kind, text in classify(capture) if kind in ("inexpressible", "answered"))
+            + "\n".join(f"  - {text}" for kind, text in classify(capture)
+                        if kind in ("inexpressible", "answered", "setup"))
             + (f"\nlast lines of its output:\n{tail}" if tail else "")))
     submit = submits[-1]
     entry = submit.entrypoint
