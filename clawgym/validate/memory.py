@@ -26,7 +26,10 @@ def rule_colocate_needs_offload(v: _Collector) -> None:
     Not a mirror of a trainer check: slime (``slime/utils/arguments.py::slime_validate_args``, both
     the fork and v0.3.1) turns ``offload_train`` / ``offload_rollout`` on under ``--colocate`` when
     unset but accepts ``--no-offload-train`` / ``--no-offload-rollout`` and then keeps both sides
-    resident at once (the setting of slime #1105's workaround), which the memory plan refuses.
+    resident at once (the setting of slime #1105's workaround; slime's own
+    ``scripts/run-qwen3-4B-amd.sh`` runs so). Whether that fits is the memory plan's question (it
+    counts the two sides' sum, and the preflight check ``memory`` refuses a launch that does not
+    fit), so here it is a warning: the run starts, and fits only if both sides fit at once.
     v0.3.1's ``--release-train`` replaces the train offload (it releases the train actors).
     """
     from clawgym.memory.colocate import _flag
@@ -37,8 +40,9 @@ def rule_colocate_needs_offload(v: _Collector) -> None:
     for dest in ("offload_train", "offload_rollout"):
         if _flag(v.c, dest) is False and not (dest == "offload_train" and release):
             key = f"args.{dest}" if dest in (v.c.get("args") or {}) else "extra_args"
-            v.add("colocate-needs-offload", ["gpu_layout.colocate", key],
-                  f"a colocated run swaps the actor and SGLang through slime's offload; with {dest} off both stay "
-                  f"on the GPUs at once (the memory plan counts their sum)",
-                  f"remove {'args.' + dest + '=false' if key.startswith('args') else '--no-' + dest.replace('_', '-')}"
-                  f" (slime turns it on under --colocate), or use a split gpu_layout (e.g. split_4_4)")
+            v.warn("colocate-needs-offload", ["gpu_layout.colocate", key],
+                   f"a colocated run swaps the actor and SGLang through slime's offload; with {dest} off both stay "
+                   f"on the GPUs at once (the memory plan counts their sum; preflight's memory check refuses it "
+                   f"when the sum does not fit)",
+                   f"remove {'args.' + dest + '=false' if key.startswith('args') else '--no-' + dest.replace('_', '-')}"
+                   f" (slime turns it on under --colocate), or use a split gpu_layout (e.g. split_4_4)")
