@@ -349,26 +349,8 @@ def _mirror(repo: Path, script: Path, tmp_root: Path) -> Path:
 
 
 def _tree_state(root: Path) -> Dict[str, Tuple[int, int]]:
-    """(size, mtime) of every regular file and symlink under root, not following symlinks
-    (a link of the mirror replaced or removed is a write or a deletion of the repository's file)."""
-    state: Dict[str, Tuple[int, int]] = {}
-    if root.is_symlink():  # the script replaced the layout by a link: not followed
-        return state
-    for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
-        for name in filenames:
-            p = Path(dirpath) / name
-            try:
-                st = p.lstat()
-            except OSError:
-                continue
-            if stat.S_ISREG(st.st_mode) or stat.S_ISLNK(st.st_mode):
-                state[str(p.relative_to(root))] = (st.st_size, st.st_mtime_ns)
-        for name in dirnames:
-            p = Path(dirpath) / name
-            if p.is_symlink():
-                st = p.lstat()
-                state[str(p.relative_to(root))] = (st.st_size, st.st_mtime_ns)
-    return state
+    """What the checkout mirror holds: its files and symlinks (``sandbox.tree_state``)."""
+    return sandbox.tree_state(root, links=True)
 
 
 def _write_standins(bindir: Path) -> None:

@@ -208,20 +208,22 @@ class Outcome:
     timed_out: Optional[float] = None
 
 
-def _tree(root: Path) -> Dict[str, Tuple[int, int]]:
+def tree_state(root: Path, *, links: bool = False) -> Dict[str, Tuple[int, int]]:
     """(size, mtime) of the regular files under root, not following symlinks (root included: the
-    script may have replaced its HOME by a link to the host's /)."""
+    script may have replaced its HOME or its checkout mirror by a link to the host's /). With
+    ``links``, symlinks too, files and folders alike (in the checkout mirror a link replaced or
+    removed is a write or a deletion of the repository's file)."""
     out: Dict[str, Tuple[int, int]] = {}
     if os.path.islink(root) or not os.path.isdir(root):
         return out
-    for dirpath, _dirs, files in os.walk(root, followlinks=False):
-        for name in files:
+    for dirpath, dirs, files in os.walk(root, followlinks=False):
+        for name in files + (dirs if links else []):
             p = Path(dirpath) / name
             try:
                 st = p.lstat()
             except OSError:
                 continue
-            if stat.S_ISREG(st.st_mode):
+            if stat.S_ISREG(st.st_mode) and name in files or links and stat.S_ISLNK(st.st_mode):
                 out[str(p.relative_to(root))] = (st.st_size, st.st_mtime_ns)
     return out
 
@@ -291,7 +293,7 @@ class Jail:
 
     def snapshot(self) -> None:
         """Remember HOME and /tmp before the run (see :meth:`written`)."""
-        self._before = {"home": _tree(self.home), "tmp": _tree(self.tmp)}
+        self._before = {"home": tree_state(self.home), "tmp": tree_state(self.tmp)}
 
     def written(self) -> List[str]:
         """Files the script created or changed in its HOME and /tmp, as it named them
@@ -299,7 +301,7 @@ class Jail:
         out = []
         for label, root, shown in (("home", self.home, "~"), ("tmp", self.tmp, "/tmp")):
             before = self._before.get(label, {})
-            for rel, st in sorted(_tree(root).items()):
+            for rel, st in sorted(tree_state(root).items()):
                 if before.get(rel) != st:
                     out.append(f"{shown}/{rel}")
         return out
