@@ -285,3 +285,25 @@ def test_run_kinds_round_trip_under_the_fork_flavour_too(name, checkout, tmp_pat
 
     result = import_script(checkout / LAYOUT[name], out_dir=tmp_path / "conf", trainer="clawgym")
     assert result.ok and result.flavour == "clawgym", format_result(result)
+
+
+def test_script_with_tensorboard_keeps_it_and_clawgym_names_the_folder(checkout, tmp_path):
+    """A script with --use-tensorboard and --save but no TENSORBOARD_DIR (slime's default folder)
+    imports with metrics.tensorboard on; the folder clawgym gives (the run's save dir) is a
+    deliberate difference (slime's run-minimax-m2.sh)."""
+    from clawgym.importer.core import format_result, import_script
+
+    original = checkout / LAYOUT["run-qwen3-4B-unbuffered.sh"]
+    script = original.with_name("run-qwen3-4B-tensorboard.sh")
+    text = original.read_text()
+    assert "   --actor-num-nodes 1 \\\n" in text
+    script.write_text(text.replace("   --actor-num-nodes 1 \\\n", "   --actor-num-nodes 1 \\\n   --use-tensorboard \\\n"
+                                   "   --save /data/ckpt/tb-run \\\n   --save-interval 20 \\\n", 1))
+    try:
+        result = import_script(script, out_dir=tmp_path / "conf")
+    finally:
+        script.unlink()
+    report = format_result(result)
+    assert result.ok, report
+    assert "metrics.tensorboard" not in result.path.read_text() or "tensorboard: true" in result.path.read_text()
+    assert any(d.name == "TENSORBOARD_DIR" and "save dir" in d.note for d in result.deliberate), report

@@ -367,6 +367,11 @@ def compare(script: Launch, ours: Launch, reg: Any, secret_targets: Sequence[str
         elif d.script is MISSING_VALUE and d.name in ADDED_WANDB_ENV:
             d.note = "clawgym's W&B run metadata"
             deliberate.append(d)
+        elif d.name == "TENSORBOARD_DIR" and d.script is MISSING_VALUE and \
+                script.parsed.values.get("use_tensorboard") is True:
+            # Both write events (--use-tensorboard); clawgym names the folder: the run's save dir.
+            d.note = "clawgym keeps the TensorBoard events in the run's save dir (metrics.tensorboard)"
+            deliberate.append(d)
         elif d.name == "HOST" and d.script in WILDCARDS and d.experiment in ("127.0.0.1", "localhost", "::1"):
             d.note = "clawgym binds loopback unless asked: sglang.api_host=0.0.0.0"
             deliberate.append(d)
