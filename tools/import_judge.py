@@ -1,12 +1,17 @@
 #!/usr/bin/env python3
-"""Parse trainer argvs with a trainer's own ``parse_args`` (and its validation) on CPU.
+"""Judge trainer argvs with a trainer's own startup path on CPU, and return the parsed namespace.
 
 Run by tools/measure_import.py with the interpreter of a trainer environment (tools/README.md):
-for each request ``{"id", "argv", "env"}`` it sets ``sys.argv`` and calls slime's real
-``slime.utils.arguments.parse_args()``, which parses the four parsers of upstream slime and
-runs ``slime_validate_args``, Megatron's ``validate_args`` and ``sglang_validate_args``. The
-answer is the parsed namespace (every dest, JSON-safe), or the refusal (argparse's message, or
-the exception and where in the trainer's files it was raised).
+for each request ``{"id", "script", "argv", "env", "files", "architectures", "model"}`` it sets
+``sys.argv`` and runs tools/trainer_judge.py's own staged path (``_Judge.startup``): slime's real
+``parse_args()`` (the four parsers, ``slime_validate_args``, Megatron's ``validate_args``,
+``sglang_validate_args``), the driver's ``train()`` up to placement, engine 0's SGLang
+``ServerArgs``, and rank 0 of the train actors (``initialize_model_parallel``, the micro-batch
+calculator, ``TransformerConfig``). The answer is the namespace as ``parse_args`` returned it
+(every dest, JSON-safe) and ``accepted``, or the refusal (stage, and argparse's message or the
+exception and where in the trainer's files it was raised). A stage that cannot be judged for a
+request is listed in ``not_judged`` with why: ``sglang-engine`` needs the checkpoint's
+``config.json`` (written from the experiment's model group, ``model``), so without one it is not run.
 
 Sources and stand-ins come from tools/trainer_env.py and the CUDA device answers from
 tools/trainer_judge.py (``--tools DIR``: where those two live), so the two tools judge with the
@@ -70,9 +75,26 @@ def _unrooted(value, root):
     return value
 
 
-def _message(log: str, exc: BaseException) -> str:
-    lines = [ln for ln in log.strip().splitlines() if "error:" in ln]
-    return lines[-1].split("error:", 1)[1].strip() if lines else f"exit {getattr(exc, 'code', exc)}"
+def _copy_relative(argv, checkout, root):
+    import shutil
+
+    for tok in argv:
+        value = tok.partition("=")[2] if tok.startswith("--") else tok
+        if not value or value.startswith(("/", "-")) or ".." in value.split("/"):
+            continue
+        path = os.path.join(checkout, value)
+        if os.path.isfile(path):
+            os.makedirs(os.path.dirname(os.path.join(root, value)) or root, exist_ok=True)
+            shutil.copy(path, os.path.join(root, value))
+
+
+def _flag_value(argv, flag):
+    for i, tok in enumerate(argv):
+        if tok == flag and i + 1 < len(argv):
+            return argv[i + 1]
+        if tok.startswith(flag + "="):
+            return tok.split("=", 1)[1]
+    return None
 
 
 def main(argv=None) -> int:
@@ -97,7 +119,7 @@ def main(argv=None) -> int:
     stand_ins = trainer_judge._StandIns()
     log = io.StringIO()
     with contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
-        prepare_sources(ns, workdir, tool="import_judge")
+        src = prepare_sources(ns, workdir, tool="import_judge")
         import torch  # noqa: F401
 
         trainer_judge._install_device_stand_ins(ns.flavour, stand_ins)
@@ -120,6 +142,9 @@ def main(argv=None) -> int:
     stand_ins.add("slime megatron_utils.arguments AutoConfig.from_pretrained and _hf_validate_args",
                   "the checkpoints the scripts name are not here: the config.json comparison (a check of the "
                   "checkpoint, not of the argv) is skipped; the architecture names come from the request")
+    ns.path_root = "/clawgym-import-judge-root"  # unused: _rooted moves the paths here
+    with contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
+        judge = trainer_judge._Judge(ns, src, stand_ins)
     logging.disable(logging.WARNING)
     with open(ns.requests) as f:
         requests = [json.loads(line) for line in f if line.strip()]
@@ -131,26 +156,70 @@ def main(argv=None) -> int:
             os.environ.update({k: str(v) for k, v in (req.get("env") or {}).items() if k != "PYTHONPATH"})
             root = tempfile.mkdtemp(prefix="clawgym-import-judge-root-")
             sys.argv = [req.get("script", "train.py"), *_rooted(req["argv"], root, req.get("files") or {})]
+            # The scripts run `python3 train.py` from the slime checkout, so relative paths name its
+            # files (e.g. a --custom-config-path YAML of an example): the request runs in the root,
+            # holding a copy of each checkout file the argv names relatively (the checkout is not written).
+            _copy_relative(req["argv"], src.slime_root, root)
+            saved_cwd = os.getcwd()
+            os.chdir(root)
             current["architectures"] = list(req.get("architectures") or [])
             buf = io.StringIO()
             answer = {"id": req["id"]}
+            parsed = {}
+            skip, not_judged = [], []
+            hf = _flag_value(sys.argv, "--hf-checkpoint")
+            if req.get("model") and hf and hf.startswith(root + "/"):
+                judge._write_checkpoints(sys.argv, req["model"])
+            else:
+                skip.append("sglang-engine")
+                not_judged.append("sglang-engine: no config.json for the checkpoint (the import gave no model "
+                                  "group to write one from)" if not req.get("model") else
+                                  "sglang-engine: no absolute --hf-checkpoint path to write a config.json under")
             try:
-                with contextlib.redirect_stdout(buf), contextlib.redirect_stderr(buf):
-                    args = slime_arguments.parse_args()
-                answer.update(accepted=True, namespace={k: _unrooted(_safe(v), root)
-                                                        for k, v in sorted(vars(args).items())})
-            except SystemExit as exc:
-                answer.update(accepted=False, reason=f"parse: {_message(buf.getvalue(), exc)}")
-            except Exception as exc:  # noqa: BLE001 - the trainer's refusal, whatever it raised
-                tb = traceback.extract_tb(exc.__traceback__)
-                where = next((f"{os.path.basename(fr.filename)}:{fr.lineno} {fr.name}" for fr in reversed(tb)
-                              if "/slime/" in fr.filename or "/megatron/" in fr.filename or "/sglang/" in fr.filename),
-                             "outside the trainer's files")
-                msg = " ".join(str(exc).split())[:300] or (tb[-1].line if tb else "")
-                answer.update(accepted=False, reason=f"{type(exc).__name__} at {where}: {msg}")
+                def keep(args):
+                    parsed.clear()
+                    parsed.update({k: _unrooted(_safe(v), root) for k, v in sorted(vars(args).items())})
+
+                verdict = judge.startup(req, buf, on_parsed=keep, skip=skip)
+                if verdict.get("judged") is False and verdict.get("stage") == "sglang-engine":
+                    # The engine's check could not run here: say so, and judge the train actor anyway.
+                    not_judged.append(f"sglang-engine: {verdict['exception']}: "
+                                      f"{_unrooted(' '.join(verdict['message'].split())[:200], root)} "
+                                      "(a check this CPU environment cannot answer)")
+                    skip.append("sglang-engine")
+                    judge._reset()
+                    verdict = judge.startup(req, buf, on_parsed=keep, skip=skip)
+                if verdict.get("not_run"):
+                    answer["not_run"] = verdict["not_run"]
+                if verdict.get("judged") is False:
+                    # Raised outside the trainer's files: the environment could not run this stage.
+                    not_judged.append(f"{verdict['stage']} and later: {verdict['exception']} outside the trainer's "
+                                      f"files: {_unrooted(' '.join(verdict['message'].split())[:200], root)}")
+                    verdict = {"accepted": bool(parsed)}
+                    if not parsed:
+                        answer["judged"] = False
+                if answer.get("judged") is False:
+                    answer.update(accepted=False, reason="not judged: " + not_judged[-1])
+                elif verdict["accepted"]:
+                    answer.update(accepted=True, namespace=parsed)
+                else:
+                    where = verdict.get("where")
+                    at = (f" at {os.path.basename(where['file'])}:{where['line']} {where['function']}"
+                          if where else "")
+                    msg = " ".join(str(verdict.get("message", "")).split())[:300] or (where or {}).get("code", "")
+                    if verdict["exception"] == "SystemExit":
+                        reason = f"parse: {msg}"
+                    else:
+                        reason = f"{verdict['stage']}: {verdict['exception']}{at}: {msg}"
+                    answer.update(accepted=False, stage=verdict["stage"], reason=_unrooted(reason, root))
+                    if parsed:
+                        answer["namespace"] = parsed
+                if not_judged:
+                    answer["not_judged"] = not_judged
             finally:
                 import shutil
 
+                os.chdir(saved_cwd)
                 shutil.rmtree(root, ignore_errors=True)
                 sys.argv = saved_argv
                 os.environ.clear()

@@ -8,14 +8,17 @@ committed results):
 1. ``clawgym import`` runs it (stand-ins, nothing started) into a temporary config dir. A script
    that stops because it wants a variable ("BASE_FOLDER is not set") is run again with that
    variable set to a placeholder (listed per script): what a user passes with ``--env``.
-2. Both argvs -- the one the script submits and the one the written experiment's plan emits --
-   are parsed by the trainer's real ``slime.utils.arguments.parse_args()`` with its validation
-   (tools/import_judge.py, run with the interpreter of a trainer environment, ``--python``), and
-   the two namespaces are compared dest by dest; a generated file (``--sglang-config``) is
-   compared by its content, not its path.
-3. Verdicts: ``upstream refuses`` (the script's own argv does not pass upstream's parser: not
+2. Both argvs -- the one the script submits (as the import itself captured it: one run of the
+   script) and the one the written experiment's plan emits -- go through the trainer's real startup
+   path (tools/import_judge.py on tools/trainer_judge.py's stages: ``parse_args()`` with its
+   validation, the driver, engine 0's SGLang ``ServerArgs``, rank 0's model-parallel init, micro-batch
+   calculator and ``TransformerConfig``; run with the interpreter of a trainer environment,
+   ``--python``), and the two namespaces ``parse_args()`` returns are compared dest by dest; a
+   generated file (``--sglang-config``) is compared by its content, not its path.
+3. Verdicts: ``upstream refuses`` (the script's own argv is refused at some startup stage: not
    counted), ``imported, 0 differences``, or a failure with a one-line reason naming the cause
-   (the importer's first problem, or the dests upstream's parser sees differently).
+   (the importer's first problem, or the dests upstream's parser sees differently). A stage that
+   could not be judged for a script is listed with why.
 
 Writes ``OUT.json`` and ``OUT.md`` (default ``benchmarks/import_public_scripts``). Run under
 ``flock /tmp/clawgym-heavy.lock``: the judge imports torch, SGLang and Megatron (about 20 s of CPU).
@@ -47,6 +50,15 @@ SGLANG_PATCHES = ("sglang.patch", "sglang-top_p.patch", "sglang-release_hicache.
 DSA_MODEL_FILES = {"glm5-744B-A40B.sh": ["GlmMoeDsaForCausalLM"], "glm5.2-744B-A40B.sh": ["GlmMoeDsaForCausalLM"]}
 
 
+#: What a remaining failure or refusal is, for readers of the table (shown when it is not 0 differences).
+NOTES = {
+    "scripts/run-qwen3-4B-amd.sh": "by design: `--colocate --no-offload-train --no-offload-rollout`; clawgym's "
+                                   "memory rule colocate-needs-offload refuses on purpose what slime accepts",
+    "scripts/run-kimi-k2-Instruct.sh": "a missing line continuation in the script leaves --rollout-batch-size "
+                                       "out of the argv it submits",
+}
+
+
 def public_scripts(slime: Path) -> List[str]:
     found = sorted(str(p.relative_to(slime)) for p in (slime / "scripts").glob("run-*.sh"))
     found += sorted(str(p.relative_to(slime)) for p in (slime / "examples").rglob("run*.sh"))
@@ -74,6 +86,26 @@ def capture_with_env(script: Path, slime: Path):
     return cap, env
 
 
+def _model_of(out_dir: Path, result) -> Optional[Dict[str, Any]]:
+    """The model group an import that did not validate picked (its option, with the experiment's
+    model overrides), or None: then the judge cannot write a config.json and says so."""
+    from omegaconf import OmegaConf
+
+    option = (result.choices or {}).get("model")
+    if not option:
+        return None
+    try:
+        from clawgym.config import compose
+
+        cfg = compose([f"model={option}"])
+        model = OmegaConf.to_container(cfg.model, resolve=True)
+    except Exception:  # noqa: BLE001 - no model then; the judge records the stage as not judged
+        return None
+    for key, value in ((result.body or {}).get("model") or {}).items():
+        model[key] = value
+    return model
+
+
 def one_line(text: str) -> str:
     return " ".join(str(text).split())[:300]
 
@@ -85,7 +117,30 @@ def import_one(rel: str, slime: Path, out_dir: Path) -> Dict[str, Any]:
     script = slime / rel
     name = re.sub(r"[^A-Za-z0-9_]+", "_", rel).strip("_").lower()
     cap, env = capture_with_env(script, slime)
-    row: Dict[str, Any] = {"script": rel, "env": env, "name": name}
+    # The import runs the script again; a script that names things after the clock (a run dir by
+    # `date +%S`) submits a different argv each run. The comparison uses the capture the import
+    # itself made and solved for (recorded as it returns), so both argvs come from one run.
+    from clawgym.importer import core as importer_core
+
+    own = []
+    real_run_script = importer_core.run_script
+
+    def recording_run_script(*a, **kw):
+        own.append(real_run_script(*a, **kw))
+        return own[-1]
+
+    importer_core.run_script = recording_run_script
+    try:
+        result = import_script(script, name=name, out_dir=out_dir, slime_root=slime, env=env, force=True)
+        failure = None
+    except ImportFailure as exc:
+        result, failure = None, exc
+    finally:
+        importer_core.run_script = real_run_script
+    if own and own[-1].submits:
+        cap = own[-1]
+    row: Dict[str, Any] = {"script": rel, "env": env, "name": name,
+                           "capture": "the import's own" if own and cap is own[-1] else "the tool's"}
     submit = cap.submits[-1] if cap.submits else None
     if submit is not None and submit.trainer_entry is not None:
         _, _, trainer_script, argv = submit.trainer_entry
@@ -95,10 +150,8 @@ def import_one(rel: str, slime: Path, out_dir: Path) -> Dict[str, Any]:
         row["script_env"] = cap.job_env(submit)
         models = [Path(p).name for p in cap.model_files]
         row["architectures"] = DSA_MODEL_FILES.get(models[-1], []) if models else []
-    try:
-        result = import_script(script, name=name, out_dir=out_dir, slime_root=slime, env=env, force=True)
-    except ImportFailure as exc:
-        row.update(imported=False, reason=f"import: {one_line(str(exc).splitlines()[0])}")
+    if failure is not None:
+        row.update(imported=False, reason=f"import: {one_line(str(failure).splitlines()[0])}")
         return row
     problems = ([f"cannot be expressed: {t}" for t in result.inexpressible]
                 + [f"does not validate: {v.splitlines()[0].strip()}" for v in result.violations]
@@ -108,12 +161,17 @@ def import_one(rel: str, slime: Path, out_dir: Path) -> Dict[str, Any]:
                setup=result.setup, answered=result.answered, services=result.services)
     if not result.ok:
         row["reason"] = f"import: {one_line(problems[0])}" + (f" (+{len(problems) - 1} more)" if len(problems) > 1 else "")
+        row["model"] = _model_of(out_dir, result)
         return row
     from clawgym.config import compose
     from clawgym.plan import build_plan
+    from omegaconf import OmegaConf
 
     cfg = compose([f"hydra.searchpath=[file://{out_dir.resolve()}]", f"+experiment={name}"])
     plan = build_plan(cfg, environ={}, timestamp="measure")
+    # The architecture of the run (the experiment's model group, = the script's model args when
+    # the import has 0 differences): the judge writes the checkpoint's config.json from it.
+    row["model"] = OmegaConf.to_container(cfg.model, resolve=True)
     row["experiment_argv"] = list(plan.entrypoint[2:])
     row["experiment_script"] = plan.entrypoint[1]
     row["experiment_files"] = dict(plan.files)
@@ -127,11 +185,12 @@ def judge(rows: List[Dict[str, Any]], ns: argparse.Namespace) -> Dict[str, Dict[
     for r in rows:
         if "script_argv" in r:
             requests.append({"id": f"{r['name']}:script", "script": r["trainer_script"], "argv": r["script_argv"],
-                             "architectures": r["architectures"], "env": r["script_env"], "files": r["generated"]})
+                             "architectures": r["architectures"], "env": r["script_env"], "files": r["generated"],
+                             "model": r.get("model")})
         if "experiment_argv" in r:
             requests.append({"id": f"{r['name']}:experiment", "script": r["experiment_script"],
                              "argv": r["experiment_argv"], "architectures": r["architectures"],
-                             "env": r["experiment_env"], "files": r["experiment_files"]})
+                             "env": r["experiment_env"], "files": r["experiment_files"], "model": r.get("model")})
     with tempfile.TemporaryDirectory(prefix="clawgym-measure-") as tmp:
         req = Path(tmp) / "requests.jsonl"
         req.write_text("".join(json.dumps(x) + "\n" for x in requests))
@@ -171,8 +230,16 @@ def verdicts(rows: List[Dict[str, Any]], answers: Dict[str, Dict[str, Any]]) -> 
         if s is None:
             r.update(upstream="no argv", verdict="failed", reason=r.get("reason") or "the script submitted no job")
             continue
+        if s.get("not_judged"):
+            r["upstream_not_judged"] = s["not_judged"]
+        if s.get("not_run"):
+            r["upstream_not_run"] = s["not_run"]
+        if s.get("judged") is False:
+            r.update(upstream="not judged", verdict="not judged", reason=one_line(s["reason"]))
+            continue
         if not s["accepted"]:
-            r.update(upstream="refuses", upstream_reason=one_line(s["reason"]), verdict="upstream refuses")
+            r.update(upstream="refuses", upstream_stage=s.get("stage"), upstream_reason=one_line(s["reason"]),
+                     verdict="upstream refuses")
             continue
         r["upstream"] = "accepts"
         if not r.get("imported"):
@@ -182,7 +249,7 @@ def verdicts(rows: List[Dict[str, Any]], answers: Dict[str, Dict[str, Any]]) -> 
         if e is None:
             r.update(verdict="failed", reason="the experiment's argv was not judged")
             continue
-        if not e["accepted"]:
+        if not e.get("accepted"):
             r.update(verdict="failed", reason=f"upstream refuses the experiment's argv: {one_line(e['reason'])}")
             continue
         diffs = compare_namespaces(s["namespace"], e["namespace"], r)
@@ -199,10 +266,13 @@ def write(rows: List[Dict[str, Any]], meta: Dict[str, Any], ns: argparse.Namespa
     summary = {"scripts": len(rows), "upstream_accepts": len(accepted), "imported_0_differences": len(passed),
                "share": round(len(passed) / len(accepted), 4) if accepted else None,
                "slime": ns.slime_label, "measured": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-               "clawgym_commit": _git_head(), "judge": "upstream slime.utils.arguments.parse_args (tools/import_judge.py)",
+               "clawgym_commit": _git_head(),
+               "judge": "upstream's startup path: parse_args, the driver's train() up to placement, engine 0's "
+                        "SGLang ServerArgs, rank 0's initialize_model_parallel, micro-batch calculator and "
+                        "TransformerConfig (tools/import_judge.py via tools/trainer_judge.py)",
                "judge_stand_ins": meta.get("stand_ins", [])}
-    keep = ("script", "env", "verdict", "upstream", "upstream_reason", "reason", "differences", "setup", "answered",
-            "services", "importer_problems")
+    keep = ("script", "env", "verdict", "upstream", "upstream_stage", "upstream_reason", "upstream_not_judged",
+            "upstream_not_run", "reason", "note", "differences", "setup", "answered", "services", "importer_problems", "capture")
     data = {"summary": summary, "scripts": [{k: r[k] for k in keep if k in r and r[k] not in (None, [], {})}
                                              for r in rows]}
     out = Path(ns.out)
@@ -211,15 +281,18 @@ def write(rows: List[Dict[str, Any]], meta: Dict[str, Any], ns: argparse.Namespa
     md = [f"# Importing slime's public launch scripts ({ns.slime_label})", "",
           f"Measured {summary['measured']} at clawgym {summary['clawgym_commit']} with `tools/measure_import.py`: "
           "each script is imported with `clawgym import`, then the script's argv and the experiment's argv are "
-          "both parsed by upstream slime's own `parse_args()` (with `slime_validate_args`, Megatron's "
-          "`validate_args`, `sglang_validate_args`) in a CPU trainer environment and compared dest by dest "
-          "(`--sglang-config` by file content).", "",
-          f"**{len(passed)} of {len(accepted)} scripts that upstream accepts import with 0 differences "
-          f"({100 * (summary['share'] or 0):.1f}%)**; {len(rows) - len(accepted)} of {len(rows)} scripts are refused by "
-          "upstream's parser itself and not counted.", "",
+          "both run through upstream's own startup path in a CPU trainer environment (tools/import_judge.py on "
+          "tools/trainer_judge.py's stages: `parse_args()` with `slime_validate_args`, Megatron's `validate_args` "
+          "and `sglang_validate_args`; the driver's `train()` up to placement; engine 0's SGLang `ServerArgs`; "
+          "rank 0's `initialize_model_parallel`, micro-batch calculator and `TransformerConfig`), and the two "
+          "namespaces `parse_args()` returns are compared dest by dest (`--sglang-config` by file content). "
+          "The script's argv is the one the import itself captured (one run of the script).", "",
+          f"**{len(passed)} of {len(accepted)} scripts that upstream's parser and startup checks accept import with "
+          f"0 differences ({100 * (summary['share'] or 0):.1f}%)**; {len(rows) - len(accepted)} of {len(rows)} "
+          "scripts are refused by upstream itself (or could not be judged) and not counted.", "",
           "| script | upstream | verdict | reason / notes |", "|---|---|---|---|"]
     for r in rows:
-        notes = r.get("reason") or r.get("upstream_reason") or ""
+        notes = _why(r)
         extra = []
         if r.get("env"):
             extra.append("env " + ", ".join(f"{k}={v}" for k, v in r["env"].items()))
@@ -227,11 +300,25 @@ def write(rows: List[Dict[str, Any]], meta: Dict[str, Any], ns: argparse.Namespa
             extra.append(f"{len(r['setup'])} setup steps listed")
         if r.get("services"):
             extra.append("teacher server as services.teacher")
+        if r.get("upstream_not_judged"):
+            extra.append("not judged: " + "; ".join(r["upstream_not_judged"]))
+        if r.get("upstream_not_run"):
+            extra.append("not run by this run: " + "; ".join(r["upstream_not_run"]))
+        if NOTES.get(r["script"]) and r["verdict"] != "0 differences":
+            extra.append(NOTES[r["script"]])
         cell = "; ".join([x for x in [notes, *extra] if x]).replace("|", "\\|")
         md.append(f"| `{r['script']}` | {r.get('upstream', '-')} | {r['verdict']} | {cell} |")
     md += ["", "Judge stand-ins (tools/import_judge.py):", ""]
     md += [f"- {s['what']}: {s['why']}" for s in meta.get("stand_ins", [])]
     out.with_suffix(".md").write_text("\n".join(md) + "\n")
+
+
+def _why(r: Dict[str, Any]) -> str:
+    """The one-line reason of a row: upstream's own refusal first (the script is not counted then)."""
+    if r.get("verdict") == "upstream refuses":
+        why = f"upstream: {r.get('upstream_reason', '')}"
+        return why + (f"; clawgym's {r['reason']}" if r.get("reason") else "")
+    return r.get("reason") or ""
 
 
 def _git_head() -> str:
@@ -277,7 +364,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     verdicts(rows, answers)
     write(rows, answers["meta"], ns)
     for r in rows:
-        print(f"{r['verdict']:18} {r['script']}  {r.get('reason') or r.get('upstream_reason') or ''}"[:220])
+        print(f"{r['verdict']:18} {r['script']}  {_why(r)}"[:220])
     return 0
 
 

@@ -242,34 +242,50 @@ class _Judge:
             log = io.StringIO()
             os.environ.update({k: str(v) for k, v in (req.get("env") or {}).items() if k != "PYTHONPATH"})
             sys.argv = [req["script"], *argv]
-            stage = ["parse"]
             try:
-                with contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
-                    self._run(req, stage)
-                out["accepted"] = True
-            except SystemExit as exc:
-                out.update(accepted=False, stage="parse", exception="SystemExit",
-                           message=_argparse_message(log.getvalue(), exc))
-            except Exception as exc:  # the verdict: where and why the trainer refused
-                where = self._where(exc)
-                out.update(accepted=False, stage=_stage_of(where, stage[0]), exception=type(exc).__name__,
-                           message=str(exc)[:2000], where=where)
-                if where is None or isinstance(exc, ImportError):
-                    # Raised outside the trainer's code, or a module missing from this environment:
-                    # the environment could not run the check, no verdict of the trainer.
-                    out["judged"] = False
-                    out["traceback"] = "".join(traceback.format_exception(exc))[-3000:]
+                out.update(self.startup(req, log))
             finally:
                 sys.argv = saved_argv
                 os.environ.clear()
                 os.environ.update(saved_env)
-                self._reset()
             for key in ("message", "traceback"):
                 if isinstance(out.get(key), str):
                     out[key] = out[key].replace(root, self.ns.path_root)
             if out.get("where"):
                 out["where"]["code"] = out["where"]["code"].replace(root, self.ns.path_root)
         out["seconds"] = round(time.monotonic() - t0, 3)
+        return out
+
+    def startup(self, req, log, on_parsed=None, skip=()):
+        """Run every stage on the ``sys.argv`` and environment already set; the verdict as a dict
+        (``accepted``, or the stage, exception, message and where). ``on_parsed(args)`` sees the
+        namespace right after ``parse_args`` (before later stages touch it); stages in ``skip``
+        (e.g. ``sglang-engine`` without a checkpoint config.json) are not run, and the caller says
+        so. tools/import_judge.py calls this too, so both tools judge one path."""
+        out = {}
+        stage = ["parse"]
+        self.not_run = []
+        try:
+            with contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
+                self._run(req, stage, on_parsed, skip)
+            out["accepted"] = True
+        except SystemExit as exc:
+            out.update(accepted=False, stage="parse", exception="SystemExit",
+                       message=_argparse_message(log.getvalue(), exc))
+        except Exception as exc:  # the verdict: where and why the trainer refused
+            where = self._where(exc)
+            out.update(accepted=False, stage=_stage_of(where, stage[0]), exception=type(exc).__name__,
+                       message=str(exc)[:2000], where=where)
+            if where is None or isinstance(exc, ImportError) or _probes_hardware(where):
+                # Raised outside the trainer's code, a module missing from this environment, or a
+                # check of the machine's accelerator kind (CPU torch: torch.version.cuda is None):
+                # the environment could not run the check, no verdict of the trainer.
+                out["judged"] = False
+                out["traceback"] = "".join(traceback.format_exception(exc))[-3000:]
+        finally:
+            self._reset()
+        if self.not_run:
+            out["not_run"] = list(self.not_run)
         return out
 
     def _write_checkpoints(self, argv, model):
@@ -284,16 +300,27 @@ class _Judge:
                 with open(os.path.join(path, "config.json"), "w") as f:
                     json.dump(data, f)
 
-    def _run(self, req, stage):
+    def _run(self, req, stage, on_parsed=None, skip=()):
         stage[0] = "parse"
         args = self.slime_arguments.parse_args()
+        if on_parsed is not None:
+            on_parsed(args)
         stage[0] = "driver"
         try:
             self.drivers[req["script"]].train(args)
         except _Reached:
             pass
-        stage[0] = "sglang-engine"
-        self._engine(args)
+        # slime/ray/rollout.py RolloutManager.__init__ starts no engine with --debug-train-only (SFT,
+        # --load-debug-rollout-data); slime/utils/arguments.py parse_args builds no train actor with
+        # --debug-rollout-only: a stage the run does not reach is not run (listed in "not_run").
+        if getattr(args, "debug_train_only", False):
+            self.not_run.append("sglang-engine: --debug-train-only starts no rollout engine")
+        elif "sglang-engine" not in skip:
+            stage[0] = "sglang-engine"
+            self._engine(args)
+        if getattr(args, "debug_rollout_only", False):
+            self.not_run.append("actor-init, transformer-config: --debug-rollout-only builds no train actor")
+            return
         stage[0] = "actor-init"
         self._actor(args)
 
@@ -365,6 +392,15 @@ def _statement(path, lineno):
         if joined.count("(") <= joined.count(")") and not joined.endswith(("\\", ",")):
             break
     return " ".join(lines)
+
+
+#: SGLang's accelerator-kind probes (sglang/srt/utils/common.py): false on a CPU torch, whatever
+#: the device stand-ins answer; a refusing statement that calls one judges the machine, not the config.
+_HARDWARE_PROBES = ("is_cuda()", "is_cuda_alike()", "is_hip()", "is_npu()", "is_musa()", "is_xpu()")
+
+
+def _probes_hardware(where):
+    return bool(where) and any(p in where.get("code", "") for p in _HARDWARE_PROBES)
 
 
 def _argparse_message(text, exc):
