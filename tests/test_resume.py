@@ -43,7 +43,12 @@ def test_resume_reproduces_the_snapshot_config_exactly_with_load_set(launched, t
     old_flags, new_flags = parse_flags(plan.entrypoint[2:]), parse_flags(new_plan.entrypoint[2:])
     assert new_flags.pop("--load") == str(save) and "--load" not in old_flags
     assert new_flags == old_flags and new_plan.entrypoint[:2] == plan.entrypoint[:2]
-    assert new_plan.runtime_env == plan.runtime_env
+    # Every launch keeps its TensorBoard events in its own folder of the save dir (named after
+    # its submission id); the rest of the job's environment is the snapshot's.
+    old_env, new_env = (dict(p.runtime_env["env_vars"]) for p in (plan, new_plan))
+    assert new_env.pop("TENSORBOARD_DIR") == f"{save}/tensorboard/{new_plan.submission_id}"
+    assert old_env.pop("TENSORBOARD_DIR") == f"{save}/tensorboard/{plan.submission_id}"
+    assert new_env == old_env and set(new_plan.runtime_env) == set(plan.runtime_env)
     assert new_plan.submission_id != plan.submission_id
     assert record.origin["command"] == "resume" and record.origin["load"] == str(save)
 

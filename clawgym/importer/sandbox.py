@@ -299,10 +299,13 @@ class Jail:
         """Files the script created or changed in its HOME and /tmp, as it named them
         (``~/x``, ``/tmp/x``)."""
         out = []
+        # A read-only view of a file under /tmp (clawgym itself installed there, e.g. a checkout in
+        # /tmp) is mounted onto the jail's /tmp: bwrap leaves its empty mount point behind there.
+        views = set(self._readonly)
         for label, root, shown in (("home", self.home, "~"), ("tmp", self.tmp, "/tmp")):
             before = self._before.get(label, {})
             for rel, st in sorted(tree_state(root).items()):
-                if before.get(rel) != st:
+                if before.get(rel) != st and not (label == "tmp" and f"/tmp/{rel}" in views):
                     out.append(f"{shown}/{rel}")
         return out
 
