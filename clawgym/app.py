@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import copy
 import os
 import re
 import sys
@@ -347,6 +348,9 @@ def _single_run() -> bool:
 def _run(cfg: DictConfig) -> Any:
     # A sweep job's plan was checked and built once, up front, by the launcher.
     plan = _prepared(cfg)
+    # The resolved config, once: resolving the whole tree costs more than any use of it, and the
+    # memory plan and the dry-run artefact read the same values (each gets its own copy).
+    plain: Optional[dict] = None
     if plan is None:
         # Resolve once for validation and plan (a config that does not resolve is reported by validate).
         try:
@@ -371,8 +375,10 @@ def _run(cfg: DictConfig) -> Any:
             if errors:
                 fail(ConfigError(errors))
             _print_warnings(warned)
+        if isinstance(resolved, dict):
+            plain = copy.deepcopy(resolved)
         plan = build_plan_from_dict(resolved, environ=os.environ, timestamp=timestamp())
-    attach_memory(plan, cfg)
+    attach_memory(plan, copy.deepcopy(plain) if plain is not None else cfg)
     if cfg.dry_run:
         # The plan file first: a reader that stops early (``| head``) still gets it, and a closed
         # stdout ends the dry run quietly (say() silences it) instead of with a BrokenPipeError.
@@ -380,7 +386,7 @@ def _run(cfg: DictConfig) -> Any:
         written = write_plan(plan, out) if out is not None else None
         if say(format_plan(plan), out=True) and written is not None:
             say(f"\nplan written to {written}", out=True)
-        dry_run_artefact(plan, cfg, out)
+        dry_run_artefact(plan, cfg, out, plain)
         return plan.to_dict()
     if cfg.preflight_only:
         from clawgym.preflight import preflight_only
@@ -407,14 +413,15 @@ def attach_memory(plan: LaunchPlan, cfg: Any) -> LaunchPlan:
     return plan
 
 
-def dry_run_artefact(plan: LaunchPlan, cfg: Any, out: Optional[Path]) -> None:
+def dry_run_artefact(plan: LaunchPlan, cfg: Any, out: Optional[Path], plain: Optional[dict] = None) -> None:
     """Print (and write next to launch_plan.json) what the backend would hand its cluster
     besides the plan (SLURM's batch script, the RayJob manifest): the backend renders it."""
     from clawgym.backends import BackendError, backend_for
 
     where = out if out is not None else Path.cwd()
     try:
-        artefact = backend_for(cfg, [plan]).dry_run_artefact(plan, to_plain(cfg), where)
+        artefact = backend_for(cfg, [plan]).dry_run_artefact(plan, plain if plain is not None else to_plain(cfg),
+                                                             where)
     except BackendError as err:
         say(f"clawgym: {err}")
         sys.exit(EXIT_REFUSED)
