@@ -181,6 +181,28 @@ class Backend:
         raise NotImplementedError
 
 
+class ClusterPerJobBackend(Backend):
+    """A backend whose every job brings up its own Ray cluster (a SLURM allocation, a RayJob):
+    there is nothing to start or ask here; the cluster's scheduler queues the jobs."""
+
+    def answers(self) -> bool:
+        return False
+
+    def start(self, secrets: Mapping[str, str], *, on_address: Optional[Callable[[str], None]] = None,
+              while_waiting: Optional[Callable[[], None]] = None) -> Optional[str]:
+        """Nothing to start: the pipeline's waiting work (cleanup, snapshots) runs at once; no
+        address, since each job's cluster is its own."""
+        if while_waiting is not None:
+            while_waiting()
+        return None
+
+    def free_gpus(self) -> Optional[float]:
+        return None
+
+    def total_gpus(self) -> float:
+        return float("inf")
+
+
 def cluster_key(plan: Any) -> Tuple[Any, ...]:
     """What identifies the cluster a plan asks for (jobs of one launch must agree)."""
     return (plan.address, tuple(plan.ray_start or ()), tuple(sorted(plan.ray_start_env.items())))

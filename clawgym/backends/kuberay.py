@@ -35,7 +35,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import yaml
 
-from clawgym.backends import Backend, BackendError, BackendRefused
+from clawgym.backends import BackendError, BackendRefused, ClusterPerJobBackend
 from clawgym.plan import WANDB_KEY_TARGET, LaunchPlan
 
 #: File written next to launch_plan.json.
@@ -346,7 +346,7 @@ class KubeRayHandle:
             self.ray.note_in_log(text)
 
 
-class KubeRayBackend(Backend):
+class KubeRayBackend(ClusterPerJobBackend):
     """``cluster=kuberay``: each job is a RayJob with a Ray cluster of its own (KubeRay queues and
     sizes it). Validation, preflight (what the shared save dir and checkout show) and the snapshot
     happen before anything is applied; the manifest is checked against KubeRay's CRD schema and
@@ -386,22 +386,6 @@ class KubeRayBackend(Backend):
             raise BackendError("kubectl has no current context: kuberay.apply=true needs one\n"
                                "  fix:  kubectl config use-context <context>, or set kuberay.context=<context>")
         self.address = f"KubeRay (context {self.context})"
-
-    def answers(self) -> bool:
-        return False
-
-    def start(self, secrets: Mapping[str, str], *, on_address: Any = None, while_waiting: Any = None) -> Optional[str]:
-        """Nothing to start here (each RayJob gets its own cluster): the pipeline's waiting work
-        (cleanup, snapshots) runs at once."""
-        if while_waiting is not None:
-            while_waiting()
-        return None
-
-    def free_gpus(self) -> Optional[float]:
-        return None
-
-    def total_gpus(self) -> float:
-        return float("inf")
 
     def submit(self, plan: Any, cfg: Any, snapshot: Optional[str], secrets: Mapping[str, str]) -> Any:
         from clawgym.snapshot import atomic_write_text

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
-from clawgym.backends import Backend
+from clawgym.backends import ClusterPerJobBackend
 from clawgym.plan import LaunchPlan
 
 #: Module that runs inside the allocation.
@@ -547,7 +547,7 @@ class SlurmHandle:
                 pass
 
 
-class SlurmBackend(Backend):
+class SlurmBackend(ClusterPerJobBackend):
     """``cluster=slurm``: each job is a SLURM batch job; SLURM queues them (no packing here).
 
     Nothing runs on the login node but sbatch, scontrol and scancel: preflight checks what
@@ -583,28 +583,6 @@ class SlurmBackend(Backend):
             _slurm_cmd("sbatch")
         except SlurmError as err:
             raise BackendError(str(err)) from None
-
-    def answers(self) -> bool:
-        return False
-
-    def start(self, secrets: Mapping[str, str], *, on_address: Any = None, while_waiting: Any = None) -> Optional[str]:
-        """Nothing to start here (each batch job starts its own Ray): the pipeline's waiting work
-        (cleanup, snapshots) runs at once; no address, since SLURM queues the jobs."""
-        if while_waiting is not None:
-            while_waiting()
-        return None
-
-    def free_gpus(self) -> Optional[float]:
-        return None
-
-    def total_gpus(self) -> float:
-        return float("inf")
-
-    def ports_in_use(self) -> Dict[int, str]:
-        return {}
-
-    def running_elsewhere(self) -> List[str]:
-        return []
 
     def submit(self, plan: LaunchPlan, cfg: Any, snapshot: Optional[str], secrets: Mapping[str, str]) -> SlurmHandle:
         from clawgym.backends import BackendError
