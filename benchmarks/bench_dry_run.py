@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Dict, List, Tuple
 
 ROOT = Path(__file__).resolve().parent.parent
-TARGET = 1.3
+TARGET = 1.2
 
 MINIMAL_APP = '''\
 import hydra
