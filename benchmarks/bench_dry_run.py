@@ -173,7 +173,7 @@ def main() -> int:
         print(f"  {name:<34} wall {wall * 1000:6.0f} ms   cpu {cpu * 1000:6.0f} ms   "
               f"ratio {ratio:.2f}x (cpu {cpu / base_cpu:.2f}x)")
     print(f"  {'minimal Hydra app':<34} wall {base_wall * 1000:6.0f} ms   cpu {base_cpu * 1000:6.0f} ms")
-    print(f"ratio: {worst:.2f}x (worst case, wall; target < {TARGET}x) {'OK' if worst < TARGET else 'OVER TARGET'}")
+    print(f"ratio: {worst:.2f}x (worst case, wall; target <= {TARGET}x) {'OK' if worst <= TARGET else 'OVER TARGET'}")
     for flavour in ("clawgym", "slime"):
         imp, wall, cpu = registry_load_ms(flavour, args.reps)
         # CPU time is the cost; wall time adds whatever else the machine runs.
