@@ -321,7 +321,7 @@ def _verified(pid: int, create_time: float):
         return None
 
 
-def _protected_pids() -> set:
+def protected_pids() -> set:
     """This process and its ancestors are never stopped, whatever they inherited."""
     psutil = psutil_module()
     pids = {os.getpid()}
@@ -375,7 +375,7 @@ def find_processes(*, sid: Optional[int], marker: Optional[str], since: float,
                 found.setdefault(child.pid, child)
         except psutil.Error:
             continue
-    for pid in _protected_pids():
+    for pid in protected_pids():
         found.pop(pid, None)
     return {pid: proc for pid, proc in found.items() if _alive(proc)}
 

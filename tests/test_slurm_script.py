@@ -167,3 +167,50 @@ def test_dry_run_prints_and_writes_the_script(tmp_path: Path):
     written = (out / "slurm_batch.sh").read_text()
     assert "#SBATCH --partition=gpu" in res.stdout and written in res.stdout
     assert f"PLAN={out}/launch_plan.json" in written and (out / "launch_plan.json").is_file()
+
+
+def _marked(marker: str) -> List[int]:
+    want = f"CLAWGYM_HEAD_ID={marker}".encode()
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if want in (entry / "environ").read_bytes().split(b"\0"):
+                    found.append(int(entry.name))
+            except OSError:
+                pass
+    return found
+
+
+def test_reap_also_kills_what_a_dying_process_forked_after_the_listing(tmp_path: Path):
+    """A marked shell that keeps starting detached children (as a raylet starts workers, or a
+    driver's shell its next command): a single list-then-kill pass misses the child forked in
+    between, which is re-parented to init and outlives the job."""
+    import sys
+    import time
+
+    marker = f"reaptest-{os.getpid()}-{time.time_ns()}"
+    env = {**os.environ, "CLAWGYM_HEAD_ID": marker}
+    spawner = subprocess.Popen(["bash", "-c", "while :; do (sleep 30 &); done"], env=env,
+                               start_new_session=True)
+    try:
+        deadline = time.time() + 30
+        while len(_marked(marker)) < 20 and time.time() < deadline:
+            time.sleep(0.05)
+        assert len(_marked(marker)) >= 20, "the spawner should have started marked children"
+        res = subprocess.run([sys.executable, "-m", "clawgym.backends.slurm_run", "reap"], env=env,
+                             capture_output=True, text=True, timeout=60)
+        assert res.returncode == 0, res.stderr
+        spawner.wait(timeout=10)
+        time.sleep(0.3)
+        assert _marked(marker) == [], "reap left marked processes behind"
+        assert "leftover process(es) of this job" in res.stdout
+    finally:
+        # Only what this test started: its marker is unique to it.
+        for pid in _marked(marker):
+            try:
+                os.kill(pid, 9)
+            except OSError:
+                pass
+        if spawner.poll() is None:
+            spawner.kill()

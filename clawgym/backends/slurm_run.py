@@ -27,10 +27,15 @@ import sys
 import time
 import urllib.request
 from pathlib import Path
-from typing import List, Optional, Tuple
+from typing import TYPE_CHECKING, Dict, List, Optional, Tuple
 
+# Only what ``reap`` needs is imported here: it runs during teardown, between SLURM's SIGTERM
+# and its SIGKILL KillWait seconds later, and the plan's imports (Hydra, OmegaConf) cost
+# seconds of that on a loaded node. The other steps import what they use.
 from clawgym import ray_head
-from clawgym.plan import LaunchPlan
+
+if TYPE_CHECKING:
+    from clawgym.plan import LaunchPlan
 
 #: How long the runner gives the Ray job to stop on SIGTERM (the script waits 6 s for it).
 STOP_TIMEOUT = 5.0
@@ -41,7 +46,9 @@ def _say(text: str) -> None:
     sys.stdout.flush()
 
 
-def load_plan(path: str) -> LaunchPlan:
+def load_plan(path: str) -> "LaunchPlan":
+    from clawgym.plan import LaunchPlan
+
     return LaunchPlan.from_dict(json.loads(Path(path).read_text()))
 
 
@@ -264,20 +271,51 @@ def cmd_worker(args) -> int:
     return proc.wait()
 
 
-def reap() -> List[int]:
-    """SIGKILL every process of this node that carries this job's marker (not us, not our ancestors)."""
+#: How long ``reap`` keeps looking for marked processes (the batch script's teardown has
+#: spent up to 6 s on the runner by then; SLURM's KillWait is 30 s by default).
+REAP_TIMEOUT = 8.0
+
+
+def _kill_marked(marker: str, protected: set) -> List[int]:
+    """SIGKILL each live process of this node whose environment holds the job's marker, as it
+    is found (a process that forks fast gets little time to). Returns the pids signalled."""
+    want = f"{ray_head.MARKER_ENV}={marker}".encode()
+    killed = []
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit() or int(entry.name) in protected:
+            continue
+        try:
+            with open(f"/proc/{entry.name}/environ", "rb") as fh:
+                # A zombie's environment reads empty: it is dead already.
+                if want not in fh.read().split(b"\0"):
+                    continue
+            os.kill(int(entry.name), signal.SIGKILL)
+        except OSError:
+            continue
+        killed.append(int(entry.name))
+    return killed
+
+
+def reap(timeout: float = REAP_TIMEOUT) -> List[int]:
+    """SIGKILL every process of this node that carries this job's marker (not us, not our ancestors).
+
+    Pass after pass until one finds nothing: a process forked by a dying one (a raylet
+    starting a worker, a driver's shell its next command) behind a pass carries the marker
+    too and would otherwise outlive the job.
+    """
     marker = os.environ.get(ray_head.MARKER_ENV)
     if not marker:
         return []
-    psutil = ray_head.psutil_module()
-    procs = ray_head.find_processes(sid=None, marker=marker, since=0.0)
-    for proc in procs.values():
-        try:
-            proc.send_signal(signal.SIGKILL)
-        except psutil.Error:
-            pass
-    psutil.wait_procs(list(procs.values()), timeout=5.0)
-    return list(procs)
+    protected = ray_head.protected_pids()
+    killed: Dict[int, None] = {}  # ordered, no repeats
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        found = _kill_marked(marker, protected)
+        if not found:
+            break
+        killed.update(dict.fromkeys(found))
+        time.sleep(0.05)  # let the kernel finish the kills before looking again
+    return list(killed)
 
 
 def cmd_reap(args) -> int:

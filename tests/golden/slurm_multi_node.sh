@@ -52,13 +52,13 @@ teardown() {
   fi
   # `ray start --block` ignores SIGTERM for about a minute once its GCS is gone: kill the process group.
   [ -n "$head_pid" ] && { kill -KILL -- "-$head_pid"; wait "$head_pid"; } 2>/dev/null
-  # Ray's sockets and session logs of this job on this node (first: SLURM kills this shell KillWait
-  # seconds after its SIGTERM).
-  [ -n "${TEMP_DIR:-}" ] && rm -rf "$TEMP_DIR"
   # srun forwards TERM to every worker task, which kills its own Ray process group.
   [ -n "$workers_pid" ] && kill -TERM "$workers_pid" 2>/dev/null
-  # Whatever still carries this job's marker on this node (e.g. job drivers in their own sessions).
+  # Whatever still carries this job's marker on this node (e.g. job drivers in their own sessions),
+  # before SLURM's SIGKILL of this shell KillWait seconds after its SIGTERM.
   "${RUNNER[@]}" reap
+  # Ray's sockets and session logs of this job on this node, once nothing writes there any more.
+  [ -n "${TEMP_DIR:-}" ] && rm -rf "$TEMP_DIR"
   [ -n "$workers_pid" ] && wait "$workers_pid" 2>/dev/null
   return 0
 }
