@@ -72,10 +72,7 @@ def curves_png(runs: Sequence[Run], metric: str, *, weight: float = 0.0, title: 
         ax.grid(True, alpha=0.3)
         # Below the axes: the legend never hides a line.
         ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=1, fontsize=8, frameon=False)
-        fig.tight_layout()
-        buf = io.BytesIO()
-        fig.savefig(buf, format="png")
-        return buf.getvalue()
+        return _png(fig)
     finally:
         plt.close(fig)
 
@@ -98,12 +95,17 @@ def time_bars_png(rows: Sequence[Mapping[str, object]]) -> Optional[bytes]:
         ax.invert_yaxis()
         ax.set_xlabel("seconds per rollout step (mean of the last steps)")
         ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.25), ncol=len(TIME_PARTS), fontsize=8, frameon=False)
-        fig.tight_layout()
-        buf = io.BytesIO()
-        fig.savefig(buf, format="png")
-        return buf.getvalue()
+        return _png(fig)
     finally:
         plt.close(fig)
+
+
+def _png(fig) -> bytes:
+    """The figure as PNG bytes, laid out so that labels and the legend below the axes fit."""
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png")
+    return buf.getvalue()
 
 
 def _safe(text: str) -> str:
