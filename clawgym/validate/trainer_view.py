@@ -36,9 +36,9 @@ class TrainerArgs:
 
             out: Dict[str, Any] = {}
             for row in rows(self.flavour):
-                flag = self.reg.by_option(row.flag) if self.reg is not None else None
-                if flag is not None:
-                    out.setdefault(flag.dest, row)
+                dest = self.reg.dest_of(row.flag) if self.reg is not None else None
+                if dest is not None:
+                    out.setdefault(dest, row)
             self._owned = out
         return self._owned
 
