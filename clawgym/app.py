@@ -510,8 +510,10 @@ def attach_memory(plan: LaunchPlan, cfg: Any) -> LaunchPlan:
 def dry_run_artefact(plan: LaunchPlan, cfg: Any, out: Optional[Path], plain: Optional[dict] = None) -> None:
     """Print (and write next to launch_plan.json) what the backend would hand its cluster
     besides the plan (SLURM's batch script, the RayJob manifest): the backend renders it."""
-    from clawgym.backends import BackendError, backend_for
+    from clawgym.backends import BackendError, backend_for, renders_dry_run_artefact
 
+    if not renders_dry_run_artefact(cfg):
+        return
     where = out if out is not None else Path.cwd()
     try:
         artefact = backend_for(cfg, [plan]).dry_run_artefact(plan, plain if plain is not None else to_plain(cfg),
