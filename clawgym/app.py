@@ -9,7 +9,7 @@ import re
 import sys
 import time
 from pathlib import Path
-from typing import Any, Dict, Iterator, Optional
+from typing import Any, Dict, Iterator, Optional, Tuple
 
 from omegaconf import DictConfig
 from omegaconf.errors import OmegaConfBaseException
@@ -190,6 +190,91 @@ def _task_config(config: DictConfig) -> DictConfig:
     return task
 
 
+#: Resolvers whose value follows from their arguments alone (clawgym's and OmegaConf's own):
+#: a config that interpolates no others resolves in the task function as it did in the callback.
+_PURE_RESOLVERS = frozenset({"cg.pick", "cg.lower", "oc.select", "oc.decode", "oc.create", "oc.deprecated",
+                             "oc.dict.keys", "oc.dict.values"})
+_RESOLVER_USE = re.compile(r"\$\{\s*([^\s:}]+)\s*:")
+
+
+def _resolve_task(config: DictConfig) -> Tuple[Optional[dict], Optional[dict], bool]:
+    """(resolved, raw, reusable) of the task config, as :func:`_task_config`'s copy resolves, without
+    copying the tree: resolved is None when it does not resolve.
+
+    Hydra's node is taken out of the root only while it resolves (an interpolation of
+    ``hydra.*`` fails as it will in the task config) and put back in its place. ``reusable``:
+    every resolver the config interpolates gives the task function the same value
+    (:func:`_callback_resolved`); ``${hydra:...}``, ``${now:...}``, ``${oc.env:...}`` under
+    ``hydra.job.env_set`` or ``${cg.cwd:}`` under ``hydra.job.chdir`` need not.
+    """
+    from omegaconf import OmegaConf
+
+    content = config.__dict__.get("_content")
+    if not isinstance(content, dict) or "hydra" not in content:
+        task = _task_config(config)
+        try:
+            return to_plain(task), None, False
+        except OmegaConfBaseException:
+            return None, None, False
+    job = config.hydra.job
+    pure = _PURE_RESOLVERS | ({"cg.cwd"} if job.get("chdir") is False else set()) | (
+        {"oc.env"} if not job.get("env_set") else set())
+    saved = dict(content)
+    used: set = set()
+    try:
+        del content["hydra"]
+        raw = OmegaConf.to_container(config, resolve=False)
+        assert isinstance(raw, dict)
+        _resolvers_used(raw, used)
+        if "hydra" in used:
+            from hydra.core.hydra_config import HydraConfig
+
+            content.clear()
+            content.update(saved)
+            HydraConfig.instance().set_config(config)
+            del content["hydra"]
+        try:
+            resolved: Optional[dict] = OmegaConf.to_container(config, resolve=True,  # type: ignore[assignment]
+                                                              throw_on_missing=False)
+        except OmegaConfBaseException:
+            resolved = None
+    finally:
+        content.clear()
+        content.update(saved)
+    return resolved, raw, used <= pure
+
+
+def _resolvers_used(data: Any, out: set) -> None:
+    """Names of the resolvers the unresolved values of ``data`` call, into ``out``."""
+    if isinstance(data, dict):
+        for v in data.values():
+            _resolvers_used(v, out)
+    elif isinstance(data, list):
+        for v in data:
+            _resolvers_used(v, out)
+    elif isinstance(data, str) and "${" in data:
+        out.update(_RESOLVER_USE.findall(data))
+
+
+# What the callback resolved for this single run's task config: (its unresolved content, the
+# resolved copy), when the task function may reuse it (see _callback_resolved).
+_CALLBACK_RESOLVED: Optional[Tuple[dict, dict]] = None
+
+
+def _callback_resolved(cfg: DictConfig) -> Optional[dict]:
+    """The callback's resolved copy of ``cfg``, when ``cfg`` holds what the callback resolved (its
+    unresolved content is equal) and resolves to the same (see :func:`_resolve_task`); else None.
+    Resolving the whole tree costs more than validating it: a single run does it once."""
+    global _CALLBACK_RESOLVED
+    found, _CALLBACK_RESOLVED = _CALLBACK_RESOLVED, None
+    if found is None:
+        return None
+    from omegaconf import OmegaConf
+
+    raw, resolved = found
+    return resolved if OmegaConf.to_container(cfg, resolve=False) == raw else None
+
+
 class ClawGymCallback(Callback):
     """Checks that run before Hydra creates the output dir or writes ``.hydra/*.yaml``.
 
@@ -225,8 +310,12 @@ class ClawGymCallback(Callback):
         from clawgym.validate import check
 
         found = _overrides_with_secrets(config.hydra.overrides.task) + _hydra_settings_with_secrets(config)
+        resolved, raw, reusable = _resolve_task(config)
+        # The task function gets its own copy: the rules get this one.
+        kept = copy.deepcopy(resolved) if resolved is not None and raw is not None and reusable else None
         try:
-            errors, warned = check(_task_config(config))
+            # A config that does not resolve goes to the rules unresolved: they report what does not.
+            errors, warned = check(resolved if resolved is not None else _task_config(config))
             found += [v for v in errors if not (found and v.code == "no-secret-values-in-config")]
         except RegistryError as err:
             # A missing or broken flag registry is a broken install: say so without a traceback.
@@ -235,8 +324,9 @@ class ClawGymCallback(Callback):
             refuse(ConfigError(found).report())
         _print_warnings(warned)
         _prepare_output_dir("hydra.run.dir", str(config.hydra.run.dir))
-        global _VALIDATED_RUN
+        global _VALIDATED_RUN, _CALLBACK_RESOLVED
         _VALIDATED_RUN = True
+        _CALLBACK_RESOLVED = (raw, kept) if kept is not None and raw is not None else None
 
     def _multirun_start(self, config: DictConfig) -> None:
         from clawgym.config import is_clawgym_config
@@ -352,12 +442,16 @@ def _run(cfg: DictConfig) -> Any:
     # memory plan and the dry-run artefact read the same values (each gets its own copy).
     plain: Optional[dict] = None
     if plan is None:
-        # Resolve once for validation and plan (a config that does not resolve is reported by validate).
-        try:
-            resolved: Any = to_plain(cfg)
-        except OmegaConfBaseException:
-            resolved = cfg
-        if not (_VALIDATED_RUN and _single_run()):
+        validated = _VALIDATED_RUN and _single_run()
+        # A single run's config was resolved by the callback that validated it.
+        resolved: Any = _callback_resolved(cfg) if validated else None
+        if resolved is None:
+            # Resolve once for validation and plan (a config that does not resolve is reported by validate).
+            try:
+                resolved = to_plain(cfg)
+            except OmegaConfBaseException:
+                resolved = cfg
+        if not validated:
             # (A single run was validated by the callback before Hydra wrote anything.)
             try:
                 from clawgym.validate import check
@@ -416,8 +510,10 @@ def attach_memory(plan: LaunchPlan, cfg: Any) -> LaunchPlan:
 def dry_run_artefact(plan: LaunchPlan, cfg: Any, out: Optional[Path], plain: Optional[dict] = None) -> None:
     """Print (and write next to launch_plan.json) what the backend would hand its cluster
     besides the plan (SLURM's batch script, the RayJob manifest): the backend renders it."""
-    from clawgym.backends import BackendError, backend_for
+    from clawgym.backends import BackendError, backend_for, renders_dry_run_artefact
 
+    if not renders_dry_run_artefact(cfg):
+        return
     where = out if out is not None else Path.cwd()
     try:
         artefact = backend_for(cfg, [plan]).dry_run_artefact(plan, plain if plain is not None else to_plain(cfg),

@@ -9,7 +9,8 @@ key owns, read from the flavour's flag registry (generated from the trainer's ow
 from __future__ import annotations
 
 import copy
-from typing import Any, Dict, Mapping, Optional
+import functools
+from typing import Any, Dict, Mapping, Optional, Tuple
 
 
 def _flavour(c: Mapping[str, Any]) -> str:
@@ -19,23 +20,33 @@ def _flavour(c: Mapping[str, Any]) -> str:
         return "clawgym"
 
 
-def owning_flag(key: str) -> Optional[str]:
-    """The trainer flag a curated key emits as its value (``value`` rows only), or None."""
+@functools.lru_cache(maxsize=None)
+def _owned_values() -> Tuple[Tuple[str, str], ...]:
+    """(key, flag) of every ``value`` row the key's value is emitted by, first row per key (the
+    flag map is a constant table: indexed once, not scanned once per key)."""
     from clawgym.flagmap import ROWS
 
+    seen: Dict[str, str] = {}
     for row in ROWS:
-        if row.key == key and row.kind == "value" and row.compute is None:
-            return row.flag
-    return None
+        if row.kind == "value" and row.compute is None:
+            seen.setdefault(row.key, row.flag)
+    return tuple(seen.items())
 
 
-def trainer_default(key: str, flavour: str = "clawgym") -> Any:
-    """The trainer's own default for the flag ``key`` owns (None when it has none or owns none)."""
+@functools.lru_cache(maxsize=None)
+def _owning_index() -> Dict[str, str]:
+    return dict(_owned_values())
+
+
+def owning_flag(key: str) -> Optional[str]:
+    """The trainer flag a curated key emits as its value (``value`` rows only), or None."""
+    return _owning_index().get(key)
+
+
+def _registry_default(flag: str, flavour: str) -> Any:
+    """The trainer's default of ``flag`` (None when it has none or the registry does not know it)."""
     from clawgym.registry import RegistryError, load_registry
 
-    flag = owning_flag(key)
-    if flag is None:
-        return None
     try:
         found = load_registry(flavour).by_option(flag)
     except RegistryError:
@@ -46,6 +57,12 @@ def trainer_default(key: str, flavour: str = "clawgym") -> Any:
     if isinstance(default, str) and default.startswith("<non-json"):
         return None
     return default
+
+
+def trainer_default(key: str, flavour: str = "clawgym") -> Any:
+    """The trainer's own default for the flag ``key`` owns (None when it has none or owns none)."""
+    flag = owning_flag(key)
+    return None if flag is None else _registry_default(flag, flavour)
 
 
 def effective(c: Mapping[str, Any], key: str) -> Any:
@@ -69,23 +86,21 @@ def effective_config(c: Mapping[str, Any]) -> Dict[str, Any]:
 
     Validation and the memory plan read this; the plan itself still emits nothing for null.
     """
-    from clawgym.flagmap import ROWS
-
     out: Dict[str, Any] = copy.deepcopy(dict(c))
     flavour = _flavour(c)
-    for row in ROWS:
+    for key, flag in _owned_values():
         # The model group describes the checkpoint: a null there is the architecture's (no such
         # feature, or Megatron's own value, as each field says), and its rules read it as such.
-        if row.kind != "value" or row.compute is not None or row.key.startswith("model."):
+        if key.startswith("model."):
             continue
         try:
-            if _get(out, row.key) is not None:
+            if _get(out, key) is not None:
                 continue
         except (KeyError, TypeError):
             continue
-        default = trainer_default(row.key, flavour)
+        default = _registry_default(flag, flavour)
         if default is not None:
-            _set(out, row.key, default)
+            _set(out, key, default)
     try:
         grpo, g = out["grpo"], out["gpu_layout"]
         if grpo.get("eps_clip_high") is None and grpo.get("eps_clip") is not None:

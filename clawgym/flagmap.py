@@ -327,8 +327,7 @@ def owned_dests(flavour: str = "clawgym") -> Dict[str, Owner]:
     reg = load_registry(flavour)
     out: Dict[str, Owner] = {}
     for row in rows(flavour):
-        action = reg.by_option(row.flag)
-        dest = action.dest if action is not None else row.flag.lstrip("-").replace("-", "_")
+        dest = reg.dest_of(row.flag) or row.flag.lstrip("-").replace("-", "_")
         out.setdefault(dest, row.owner)
     return out
 

@@ -23,8 +23,13 @@ from typing import Any, Dict, List, Optional
 
 from omegaconf import MISSING
 
+# Every class below is ``@dataclass(eq=False, repr=False)``: they are schemas (OmegaConf reads
+# their fields; nothing compares or prints an instance), and generating ``__eq__`` and
+# ``__repr__`` over ~270 fields was a third of this module's import, which every dry run pays
+# (the typed nodes clawgym.config unpickles refer to these classes).
 
-@dataclass
+
+@dataclass(eq=False, repr=False)
 class ModelConfig:
     """Architecture of the policy model, as Megatron needs it.
 
@@ -180,7 +185,7 @@ class ModelConfig:
     hidden_dropout: Optional[float] = 0.0
 
 
-@dataclass
+@dataclass(eq=False, repr=False)
 class GpuLayoutConfig:
     """How the node's GPUs are split between the Megatron actor and SGLang."""
 
@@ -201,7 +206,7 @@ class GpuLayoutConfig:
     trainer_script: str = "${cg.pick:${.colocate},train.py,train_async.py}"
 
 
-@dataclass
+@dataclass(eq=False, repr=False)
 class RolloutConfig:
     """Per-iteration rollout data and decoding, and the OpenClaw training workers."""
 
@@ -236,7 +241,7 @@ class RolloutConfig:
     train_max_turns: int = 1
 
 
-@dataclass
+@dataclass(eq=False, repr=False)
 class GrpoConfig:
     """Advantage estimation and policy loss."""
 
@@ -262,7 +267,7 @@ class GrpoConfig:
     calculate_per_token_loss: bool = True
 
 
-@dataclass
+@dataclass(eq=False, repr=False)
 class PerfConfig:
     """Megatron parallelism, recompute, batching and numerics."""
 
@@ -296,7 +301,7 @@ class PerfConfig:
     attention_backend: Optional[str] = "flash"
 
 
-@dataclass
+@dataclass(eq=False, repr=False)
 class OptimizerConfig:
     """Optimizer and learning-rate schedule."""
 
@@ -317,7 +322,7 @@ class OptimizerConfig:
     use_precision_aware_optimizer: bool = True
 
 
-@dataclass
+@dataclass(eq=False, repr=False)
 class EvalConfig:
     """Periodic evaluation on the eval task set."""
 
@@ -335,7 +340,7 @@ class EvalConfig:
     n_samples: int = 1
 
 
-@dataclass
+@dataclass(eq=False, repr=False)
 class SglangServerGroup:
     """One server group of slime's ``--sglang-config`` (slime/backends/sglang_utils/sglang_config.py:
     ServerGroupConfig)."""
@@ -350,7 +355,7 @@ class SglangServerGroup:
     overrides: Dict[str, Any] = field(default_factory=dict)
 
 
-@dataclass
+@dataclass(eq=False, repr=False)
 class SglangModel:
     """One model deployment of slime's ``--sglang-config`` (sglang_config.py: ModelConfig)."""
 
@@ -365,7 +370,7 @@ class SglangModel:
     update_weights: Optional[bool] = None
 
 
-@dataclass
+@dataclass(eq=False, repr=False)
 class SglangConfig:
     """SGLang engines and the ClawGymRL API server in front of them."""
 
@@ -395,7 +400,7 @@ class SglangConfig:
     record: bool = False
 
 
-@dataclass
+@dataclass(eq=False, repr=False)
 class SandboxConfig:
     """Where each OpenClaw agent runs during rollouts."""
 
@@ -412,7 +417,7 @@ class SandboxConfig:
     cleanup_leftovers: bool = True
 
 
-@dataclass
+@dataclass(eq=False, repr=False)
 class PathsConfig:
     """Filesystem layout; everything derives from the ClawGym-RL checkout by default."""
 
@@ -436,7 +441,7 @@ class PathsConfig:
     record_file: str = "${.root}/results/${model.name}_record.jsonl"
 
 
-@dataclass
+@dataclass(eq=False, repr=False)
 class CheckpointConfig:
     """Checkpoint format and schedule."""
 
@@ -448,7 +453,7 @@ class CheckpointConfig:
     load: Optional[str] = None
 
 
-@dataclass
+@dataclass(eq=False, repr=False)
 class RayConfig:
     """The Ray cluster the job runs on."""
 
@@ -484,7 +489,7 @@ class RayConfig:
     num_heartbeats_timeout: int = 60
 
 
-@dataclass
+@dataclass(eq=False, repr=False)
 class ClusterConfig:
     """Where the run's Ray cluster comes from (the ``cluster`` group)."""
 
@@ -495,7 +500,7 @@ class ClusterConfig:
     backend: str = "local"
 
 
-@dataclass
+@dataclass(eq=False, repr=False)
 class SlurmConfig:
     """The batch job of ``cluster=slurm``. Unset (null) settings are left to the cluster's defaults.
 
@@ -539,7 +544,7 @@ class SlurmConfig:
     wait_nodes_s: int = 300
 
 
-@dataclass
+@dataclass(eq=False, repr=False)
 class KubeRayConfig:
     """The KubeRay RayJob of ``cluster=kuberay`` (spec of KubeRay v1.3, apiVersion ray.io/v1)."""
 
@@ -582,7 +587,7 @@ class KubeRayConfig:
     wait_dashboard_s: int = 1800
 
 
-@dataclass
+@dataclass(eq=False, repr=False)
 class WandbConfig:
     """Weights & Biases logging."""
 
@@ -601,7 +606,7 @@ class WandbConfig:
     config_file: Optional[bool] = None
 
 
-@dataclass
+@dataclass(eq=False, repr=False)
 class TrainerConfig:
     """Which trainer the job runs: it decides the flag registry that checks the argv, the flags
     the plan may emit, and the defaults of other groups (``conf/trainer/<flavour>.yaml``)."""
@@ -615,7 +620,7 @@ class TrainerConfig:
     agent_env: bool = True
 
 
-@dataclass
+@dataclass(eq=False, repr=False)
 class MemoryConfig:
     """The GPU the per-GPU memory plan is checked against (``clawgym/memory/``)."""
 
@@ -627,7 +632,7 @@ class MemoryConfig:
     gpu_memory_gib: Optional[float] = None
 
 
-@dataclass
+@dataclass(eq=False, repr=False)
 class MetricsConfig:
     """Metrics kept with the run, readable without W&B or network (``clawgym runs``, ``clawgym report``)."""
 
@@ -640,7 +645,7 @@ class MetricsConfig:
     tensorboard: bool = True
 
 
-@dataclass
+@dataclass(eq=False, repr=False)
 class TeacherServerConfig:
     """An SGLang server beside the trainer (on-policy distillation's teacher), run inside the
     job: started before the trainer, health-checked, and stopped when the trainer exits."""
@@ -666,14 +671,14 @@ class TeacherServerConfig:
     startup_timeout_s: float = 1800.0
 
 
-@dataclass
+@dataclass(eq=False, repr=False)
 class ServicesConfig:
     """Servers clawgym runs inside the job beside the trainer (the ``services`` group)."""
 
     teacher: TeacherServerConfig = field(default_factory=TeacherServerConfig)
 
 
-@dataclass
+@dataclass(eq=False, repr=False)
 class ClawGymConfig:
     """Root of the composed config."""
 

@@ -47,25 +47,85 @@ def names_secret(name: str) -> bool:
 def secret_options(flavour: Optional[str] = None) -> tuple:
     """Every option string of a trainer flag that carries a secret, from the flag registries (both
     flavours, or one): :data:`SECRET_FLAGS` and every flag whose dest or option names a key, token,
-    password or secret. Cached; a missing registry contributes nothing."""
+    password or secret. Cached; a missing registry contributes nothing.
+
+    Each registry's share comes from :data:`SECRET_INDEX` when the index was made from that very
+    file (its sha256), else from scanning the registry: validating ``args`` would otherwise read and
+    scan the other flavour's registry too, which costs more than the rest of the check."""
     key = flavour or "*"
     if key not in _SECRET_OPTIONS:
         from clawgym.registry import FLAVOURS, RegistryError, load_registry
 
         found = set(SECRET_FLAGS)
         for fl in ([flavour] if flavour else FLAVOURS):
+            indexed = _indexed_secret_options(fl)
+            if indexed is not None:
+                found.update(indexed)
+                continue
             try:
                 reg = load_registry(fl)
             except RegistryError:
                 continue
-            # The raw records, not Flag objects: this runs in every validation that has args or extra_args.
-            for raw in getattr(reg, "_raw", None) or reg.actions:
-                dest = raw.get("dest", "") if isinstance(raw, dict) else raw.dest
-                opts = raw.get("option_strings", ()) if isinstance(raw, dict) else raw.option_strings
-                if names_secret(str(dest)) or any(names_secret(str(o)) for o in opts):
-                    found.update(opts)
+            found.update(_scan_secret_options(reg))
         _SECRET_OPTIONS[key] = tuple(sorted(found))
     return _SECRET_OPTIONS[key]
+
+
+def _scan_secret_options(reg: Any) -> set:
+    """The option strings of ``reg``'s actions whose dest or any option string names a secret."""
+    found: set = set()
+    # The raw records, not Flag objects: this runs in every validation that has args or extra_args.
+    for raw in getattr(reg, "_raw", None) or reg.actions:
+        dest = raw.get("dest", "") if isinstance(raw, dict) else raw.dest
+        opts = raw.get("option_strings", ()) if isinstance(raw, dict) else raw.option_strings
+        if names_secret(str(dest)) or any(names_secret(str(o)) for o in opts):
+            found.update(opts)
+    return found
+
+
+#: ``clawgym/registry/data/secret_options.json``: per flavour, the sha256 of its registry file and
+#: :func:`_scan_secret_options` of it. Derived data, rewritten with the registries
+#: (``tools/gen_flag_registry.py``, or :func:`write_secret_index`); tests/test_trainer_flags.py
+#: checks that it matches the registries. An entry whose hash does not match is ignored.
+SECRET_INDEX = "secret_options.json"
+
+
+def _indexed_secret_options(flavour: str) -> Optional[tuple]:
+    import hashlib
+    import json
+
+    from clawgym.registry import DATA_DIR, data_path
+
+    try:
+        entry = json.loads((DATA_DIR / SECRET_INDEX).read_text(encoding="utf-8"))["flavours"][flavour]
+        digest = hashlib.sha256(data_path(flavour).read_bytes()).hexdigest()
+        if entry["sha256"] != digest:
+            return None
+        return tuple(str(o) for o in entry["options"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def write_secret_index() -> Any:
+    """(Re)write :data:`SECRET_INDEX` from the registries as they are now; returns its path."""
+    import hashlib
+    import json
+
+    from clawgym.registry import DATA_DIR, FLAVOURS, RegistryError, data_path, load_registry
+
+    flavours = {}
+    for fl in FLAVOURS:
+        try:
+            reg = load_registry(fl)
+            digest = hashlib.sha256(data_path(fl).read_bytes()).hexdigest()
+        except (RegistryError, OSError):
+            continue
+        flavours[fl] = {"sha256": digest, "options": sorted(_scan_secret_options(reg))}
+    path = DATA_DIR / SECRET_INDEX
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps({"flavours": flavours}, indent=1) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+    return path
 
 
 def secret_option(token: str) -> Optional[str]:

@@ -76,8 +76,7 @@ import yaml
 
 from clawgym.schema import GROUPS
 
-#: Snapshots of a save dir, relative to it.
-SNAPSHOTS_RELPATH = "clawgym/snapshots"
+from clawgym.layout import SNAPSHOTS_RELPATH  # noqa: E402,F401  (kept importable from here)
 #: Name of the snapshot copy inside a checkpoint dir.
 STAMP_DIRNAME = "clawgym_snapshot"
 #: Megatron's tracker of the newest complete checkpoint.

@@ -400,3 +400,40 @@ def test_abbreviated_flag_is_refused_naming_the_whole_flag(flavour: str):
     assert "abbreviation" in found[0].rule
     # The whole flag is owned by a group key: the fix names that key.
     assert "sglang.mem_fraction_static (--sglang-mem-fraction-static)" in found[0].fix
+
+
+def test_secret_index_matches_the_registries():
+    """clawgym/registry/data/secret_options.json is derived from the registries (tools/gen_flag_registry.py
+    rewrites it; so does clawgym.secrets.write_secret_index()): every entry matches its file."""
+    from clawgym.secrets import _indexed_secret_options, _scan_secret_options
+
+    for flavour in FLAVOURS:
+        indexed = _indexed_secret_options(flavour)
+        assert indexed is not None, f"stale secret index for {flavour}: run clawgym.secrets.write_secret_index()"
+        assert set(indexed) == _scan_secret_options(load_registry(flavour))
+
+
+def test_a_secret_index_of_another_registry_file_is_not_used(tmp_path, monkeypatch):
+    """A registry changed after the index was written is scanned, not read from the index."""
+    import shutil
+
+    import clawgym.registry as registry
+    import clawgym.secrets as secrets
+
+    data = tmp_path / "data"
+    shutil.copytree(registry.DATA_DIR, data)
+    path = data / "slime.json"
+    text = path.read_text()
+    extra = '{"option_strings":["--judge-api-key"],"dest":"judge_api_key","type":"str","nargs":null,' \
+            '"choices":null,"default":null,"required":false,"action":"store","const":null,"source":"slime",' \
+            '"parser":"slime","help":null},\n'
+    path.write_text(text.replace('"actions": [\n', '"actions": [\n' + extra, 1))
+    monkeypatch.setattr(registry, "DATA_DIR", data)
+    monkeypatch.setattr(secrets, "_SECRET_OPTIONS", {})
+    load_registry.cache_clear()
+    try:
+        assert secrets._indexed_secret_options("slime") is None
+        assert secrets._indexed_secret_options("clawgym") is not None
+        assert "--judge-api-key" in secrets.secret_options()
+    finally:
+        load_registry.cache_clear()

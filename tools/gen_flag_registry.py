@@ -678,6 +678,13 @@ def main(argv=None):
     with open(tmp, "w") as f:
         f.write(_dumps(registry))
     os.replace(tmp, ns.out)
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    if os.path.dirname(os.path.abspath(ns.out)) == os.path.join(repo, "clawgym", "registry", "data"):
+        # Derived from the registries: the secret option strings, keyed by each file's sha256.
+        sys.path.insert(0, repo)
+        from clawgym.secrets import write_secret_index
+
+        print(f"secret option index -> {write_secret_index()}")
     meta = registry["meta"]
     print(f"{ns.flavour}: {meta['option_string_count']} option strings in {meta['action_count']} actions "
           f"{meta['option_strings_by_source']}; parsers "

@@ -212,6 +212,18 @@ def describe_cluster(plan: Any) -> str:
     return plan.address + (f" via {' '.join(plan.ray_start)}" if plan.ray_start else " (existing)")
 
 
+#: The backends whose dry run renders something for their cluster besides the plan (SLURM's batch
+#: script, the RayJob manifest). A local head and an existing cluster get the plan alone (they keep
+#: ``Backend.dry_run_artefact``), so a dry run of theirs need not import them to learn that;
+#: tests/test_dry_run_imports.py checks this against the classes.
+ARTEFACT_BACKENDS = ("slurm", "kuberay")
+
+
+def renders_dry_run_artefact(cfg: Any) -> bool:
+    """True when the config's backend renders a dry-run artefact (see :data:`ARTEFACT_BACKENDS`)."""
+    return backend_name(cfg) in ARTEFACT_BACKENDS
+
+
 def backend_for(cfg: Any, plans: Sequence[Any], cfgs: Optional[Sequence[Any]] = None) -> Backend:
     """The backend the launch's config asks for (every job of a launch shares one cluster)."""
     plan = plans[0]

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 import shutil
-import subprocess
 from typing import Dict, List, Optional, Tuple
 
 
@@ -81,6 +80,9 @@ def node_gpus() -> List[Tuple[str, Optional[int]]]:
     smi = shutil.which("nvidia-smi")
     if smi is None:
         return []
+    # Imported here: only a node without NVML runs it, and a dry run need not import it.
+    import subprocess
+
     try:
         proc = subprocess.run([smi, "--query-gpu=name,memory.total", "--format=csv,noheader,nounits"],
                               capture_output=True, text=True, timeout=30)

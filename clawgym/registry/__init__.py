@@ -150,6 +150,15 @@ class Registry:
         i = self._by_option.get(option)
         return None if i is None else self._flag(i)
 
+    def dest_of(self, option: str) -> Optional[str]:
+        """``by_option(option).dest`` without making the Flag (tables of owned flags ask it of
+        every row, and need nothing else of the action)."""
+        i = self._by_option.get(option)
+        if i is None:
+            return None
+        action = self._raw[i]
+        return action.dest if isinstance(action, Flag) else action["dest"]
+
     def by_dest(self, dest: str) -> Optional[Flag]:
         """The action that sets ``dest``; when several do (e.g. ``--x`` and ``--no-x``), the
         one taking a value, else the first."""

@@ -140,7 +140,9 @@ def _run_save_dir(path: Path) -> bool:
     A ``clawgym/snapshots/`` holding nothing but hidden leftovers (a temp dir of a launch
     killed while it wrote, a discarded snapshot) is no run's: an interrupted launch must not
     mark the folder as another run's save dir."""
-    from clawgym.snapshot import SNAPSHOTS_RELPATH
+    # Not from clawgym.snapshot: validation needs only the folder's name, and that module (~1000
+    # lines, subprocess, threading, socket) is the largest a dry run would import for nothing.
+    from clawgym.layout import SNAPSHOTS_RELPATH
 
     try:
         return any(not e.name.startswith(".") for e in os.scandir(path / SNAPSHOTS_RELPATH))

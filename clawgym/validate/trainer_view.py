@@ -13,7 +13,7 @@ Pure and cheap: one registry lookup per question, cached per config.
 
 from __future__ import annotations
 
-from typing import Any, Dict, Mapping, Optional
+from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 
 class TrainerArgs:
@@ -28,6 +28,21 @@ class TrainerArgs:
         self.reg = load_registry(flavour) if flavour in FLAVOURS else None
         self._cache: Dict[str, Any] = {}
         self._owned: Optional[Dict[str, Any]] = None
+        self._args: Optional[Dict[str, List[Tuple[str, Any]]]] = None
+
+    def _args_of(self, dest: str) -> List[Tuple[str, Any]]:
+        """The ``args`` entries (name, value) that set ``dest``, in config order, values not None:
+        indexed once per config, not looked up again for every option asked about."""
+        if self._args is None:
+            from clawgym.trainer_args import lookup
+
+            index: Dict[str, List[Tuple[str, Any]]] = {}
+            for name, value in (self.c.get("args") or {}).items():
+                named = lookup(self.reg, name) if self.reg is not None else None
+                if value is not None and named is not None:
+                    index.setdefault(named.dest, []).append((name, value))
+            self._args = index
+        return self._args.get(dest, [])
 
     def _owned_rows(self) -> Dict[str, Any]:
         """dest -> the flagmap row that emits it."""
@@ -36,9 +51,9 @@ class TrainerArgs:
 
             out: Dict[str, Any] = {}
             for row in rows(self.flavour):
-                flag = self.reg.by_option(row.flag) if self.reg is not None else None
-                if flag is not None:
-                    out.setdefault(flag.dest, row)
+                dest = self.reg.dest_of(row.flag) if self.reg is not None else None
+                if dest is not None:
+                    out.setdefault(dest, row)
             self._owned = out
         return self._owned
 
@@ -50,12 +65,8 @@ class TrainerArgs:
         row = self._owned_rows().get(flag.dest)
         if row is not None:
             return row.key
-        from clawgym.trainer_args import lookup
-
-        for name, value in (self.c.get("args") or {}).items():
-            named = lookup(self.reg, name)
-            if value is not None and named is not None and named.dest == flag.dest:
-                return f"args.{name}"
+        for name, _ in self._args_of(flag.dest):
+            return f"args.{name}"
         for token in self.c.get("extra_args") or []:
             if str(token).split("=", 1)[0] in flag.option_strings:
                 return "extra_args"
@@ -71,7 +82,7 @@ class TrainerArgs:
 
     def _get(self, option: str) -> Any:
         from clawgym.flagmap import Context, get_key
-        from clawgym.trainer_args import convert, dest_value, lookup
+        from clawgym.trainer_args import convert, dest_value
 
         flag = self.reg.by_option(option) if self.reg is not None else None
         if flag is None:
@@ -95,10 +106,8 @@ class TrainerArgs:
                 except (KeyError, TypeError):
                     pass
         found: Any = _UNSET
-        for name, value in (self.c.get("args") or {}).items():
-            named = lookup(self.reg, name)
-            if value is not None and named is not None and named.dest == flag.dest:
-                found = dest_value(self.reg, name, value)
+        for name, value in self._args_of(flag.dest):
+            found = dest_value(self.reg, name, value)
         tokens = [str(t) for t in self.c.get("extra_args") or []]
         for i, token in enumerate(tokens):
             opt, _, inline = token.partition("=")
