@@ -461,11 +461,38 @@ def _temp_root() -> str:
     return base if len(base) <= 20 else "/tmp"
 
 
+def _installed_ray_script() -> Optional[str]:
+    """The ``ray`` console script installed with the Ray package this interpreter imports.
+
+    Found from where the package lives (site-packages of this environment or of the base
+    interpreter a venv extends) without importing it: the scripts dir of that scheme."""
+    import importlib.util
+    import sysconfig
+
+    spec = importlib.util.find_spec("ray")
+    if spec is None or spec.origin is None:
+        return None
+    site = os.path.realpath(os.path.dirname(os.path.dirname(spec.origin)))
+    schemes = [{}, {"base": sys.base_prefix, "platbase": sys.base_exec_prefix}]
+    for scheme in schemes:
+        libs = {os.path.realpath(sysconfig.get_path(k, vars=scheme)) for k in ("purelib", "platlib")}
+        if site in libs:
+            script = os.path.join(sysconfig.get_path("scripts", vars=scheme), "ray")
+            if os.path.isfile(script) and os.access(script, os.X_OK):
+                return script
+    return None
+
+
 def _ray_executable() -> List[str]:
-    exe = shutil.which("ray")
-    if exe:
-        return [exe]
-    # The console script may not be on PATH (e.g. a venv used without activation).
+    """What runs ``ray start``: the Ray whose job SDK this launcher speaks to the head with.
+
+    Not a PATH lookup: ``ray`` on PATH may be another environment's, or a version manager's
+    shim (pyenv's runs bash and ``pyenv exec`` first: about 0.3 s before Ray even starts
+    importing, on the head's critical path)."""
+    script = _installed_ray_script()
+    if script is not None:
+        return [script]
+    # No console script next to the package (e.g. an unusual install): the same CLI, in-process.
     return [sys.executable, "-c", "import sys; from ray.scripts.scripts import main; sys.exit(main())"]
 
 
@@ -478,6 +505,13 @@ def _ray_executable() -> List[str]:
 # adding worker nodes to this head (ray/scripts/scripts.py refuses `ray start --address` then),
 # which a local head does not do.
 SINGLE_NODE_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
+# When the first driver registers, the raylet prestarts one idle Python worker per CPU for it
+# (ray_config_def.h: prestart_worker_first_driver). On a head clawgym starts, that driver is
+# the dashboard agent's job manager, whose only actors (job supervisors) carry a runtime env,
+# so those workers never run anything: they only take CPU (one `import ray` each) while the
+# agent and the first job's supervisor start. Without them nothing else changes: every worker
+# is started on demand, as those of the job's own driver always are.
+PRESTART_ENV = "RAY_prestart_worker_first_driver"
 LOOPBACK_HOSTS = ("127.0.0.1", "::1", "localhost")
 
 #: ``ray start`` options naming a port one of the head's services binds, with the config key
@@ -644,6 +678,7 @@ class HeadStart:
         head_env[MARKER_ENV] = self.marker
         if is_loopback(self.node_ip):
             head_env.setdefault(SINGLE_NODE_ENV, "0")
+        head_env.setdefault(PRESTART_ENV, "0")
         # Ray binds loopback addresses only in single-node mode; otherwise its gRPC servers bind [::].
         self.loopback = is_loopback(self.node_ip) and head_env.get(SINGLE_NODE_ENV) == "0"
         extra = self._reserve(self.plan_argv, head_env)
@@ -688,7 +723,9 @@ class HeadStart:
                 callback, on_dashboard = on_dashboard, None
                 callback(self.address)
                 continue
-            time.sleep(0.1)
+            # Jobs go in the moment the dashboard answers: ask often until then (a refused
+            # connection costs well under a millisecond).
+            time.sleep(0.05 if on_dashboard is not None else 0.1)
         if rc != 0:
             # The temp dir goes away with the failed head; keep ray start's output for the user.
             kept = heads_dir() / f"failed-{self.port}.log"
