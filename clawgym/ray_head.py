@@ -417,6 +417,17 @@ def dashboard_responds(address: str, timeout: float = 2.0) -> bool:
         return False
 
 
+def agent_answers(host: str, port: int, timeout: float = 1.0) -> bool:
+    """The dashboard agent of a head serves HTTP on ``host:port`` (any HTTP answer counts)."""
+    try:
+        with urllib.request.urlopen(f"http://{host}:{port}/api/local_raylet_healthz", timeout=timeout):
+            return True
+    except urllib.error.HTTPError:
+        return True
+    except (urllib.error.URLError, OSError, ValueError):
+        return False
+
+
 def cluster_gpus(address: str, timeout: float = 30.0, *, wait_for_node: bool = False) -> float:
     """GPUs declared by the alive nodes of the cluster whose dashboard is at ``address``.
 
@@ -698,6 +709,32 @@ class HeadStart:
 
     def dashboard_answers(self) -> bool:
         return dashboard_responds(self.address, timeout=1.0)
+
+    @property
+    def agent_port(self) -> Optional[int]:
+        """The HTTP port of the head's dashboard agent (clawgym picks it: ``--dashboard-agent-listen-port``)."""
+        value = argv_option(self.full_argv, "--dashboard-agent-listen-port")
+        return int(value) if value else None
+
+    def wait_for_agent(self, timeout: float = 30.0) -> bool:
+        """Wait until the head's dashboard agent answers (True), or ``timeout`` seconds (False).
+
+        Ray's job API takes a submission as soon as the dashboard answers, then looks for the
+        head's agent (which runs the job) every 0.5 s (JobHead._get_head_node_agent): a job
+        posted early waits for the next look, a quarter of a second on average. Posted the moment
+        the agent answers, it is found at the first. The agent's port is known (clawgym chose
+        it), so asking costs one refused connection every 20 ms until then."""
+        port = self.agent_port
+        if port is None:
+            return False
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            if agent_answers(self.node_ip, port, timeout=1.0):
+                return True
+            if self.proc is not None and self.proc.poll() not in (None, 0):
+                return False  # `ray start` failed: finish() reports it
+            time.sleep(0.02)
+        return False
 
     def finish(self, on_dashboard: Optional[Callable[[str], None]] = None) -> HeadRecord:
         """Wait for ``ray start`` to finish and record the head. ``on_dashboard(address)`` is

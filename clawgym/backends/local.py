@@ -155,6 +155,8 @@ class LocalHead(RayJobsBackend):
         self.pending: Any = None
         # The jobs' working dirs packaged while the head comes up: dir -> zip (clawgym.backends.workdir).
         self.packages = None
+        # The head being started, until its dashboard agent answered once (submissions wait for it).
+        self._agent_of: Any = None
 
     def checks_this_machine(self) -> bool:
         # Preflight checks this node's GPUs and the head's ports only when it starts the head.
@@ -246,6 +248,7 @@ class LocalHead(RayJobsBackend):
         except BaseException:
             self.abort()
             raise
+        self._agent_of = pending
         try:
             self.record = pending.finish(self._early(on_address))
         except ray_head.HeadError as err:
@@ -288,7 +291,15 @@ class LocalHead(RayJobsBackend):
 
         package = self.packages.get(plan) if self.packages is not None else None
         return launch.submit(self.address, plan, secrets=secrets, started_here=self.started_here,
-                             pass_secrets=bool(cfg.ray.pass_secrets_in_runtime_env), working_dir_package=package)
+                             pass_secrets=bool(cfg.ray.pass_secrets_in_runtime_env), working_dir_package=package,
+                             before_post=self._wait_for_agent if self._agent_of is not None else None)
+
+    def _wait_for_agent(self) -> None:
+        # A head this launch is starting: post the first job when its agent answers (HeadStart.wait_for_agent).
+        # Not answering within the bound changes nothing: Ray's job API then waits by itself.
+        head, self._agent_of = self._agent_of, None
+        if head is not None:
+            head.wait_for_agent(timeout=30.0)
 
     def _early(self, on_address: Optional[Callable[[str], None]]) -> Optional[Callable[[str], None]]:
         if on_address is None:
