@@ -428,6 +428,20 @@ def agent_answers(host: str, port: int, timeout: float = 1.0) -> bool:
         return False
 
 
+def agent_registered(address: str, node_ip: str, timeout: float = 2.0) -> bool:
+    """The dashboard at ``address`` knows the agent of the node at ``node_ip``.
+
+    The agent writes its address to the GCS just after its HTTP server starts; Ray's job API
+    finds the agent only through that entry, and so does the State API's log listing, which
+    answers 404 ("Cannot find matching node_id for a given node ip") until it is there."""
+    url = f"{address.rstrip('/')}/api/v0/logs?node_ip={node_ip}&glob=raylet.out"
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as resp:
+            return resp.status == 200
+    except (urllib.error.URLError, OSError, ValueError):
+        return False
+
+
 def cluster_gpus(address: str, timeout: float = 30.0, *, wait_for_node: bool = False) -> float:
     """GPUs declared by the alive nodes of the cluster whose dashboard is at ``address``.
 
@@ -722,19 +736,24 @@ class HeadStart:
         Ray's job API takes a submission as soon as the dashboard answers, then looks for the
         head's agent (which runs the job) every 0.5 s (JobHead._get_head_node_agent): a job
         posted early waits for the next look, a quarter of a second on average. Posted the moment
-        the agent answers, it is found at the first. The agent's port is known (clawgym chose
-        it), so asking costs one refused connection every 20 ms until then."""
+        the agent is registered, it is found at the first. The agent's port is known (clawgym
+        chose it), so asking costs one refused connection every 20 ms until it answers; then
+        the dashboard is asked until it knows the agent (tens of milliseconds later: the agent
+        registers right after its HTTP server starts, see :func:`agent_registered`)."""
         port = self.agent_port
         if port is None:
             return False
         deadline = time.time() + timeout
-        while time.time() < deadline:
-            if agent_answers(self.node_ip, port, timeout=1.0):
-                return True
-            if self.proc is not None and self.proc.poll() not in (None, 0):
-                return False  # `ray start` failed: finish() reports it
+        while not agent_answers(self.node_ip, port, timeout=1.0):
+            if time.time() > deadline or (self.proc is not None and self.proc.poll() not in (None, 0)):
+                return False  # not in time, or `ray start` failed (finish() reports it)
             time.sleep(0.02)
-        return False
+        registered = time.time() + 2.0
+        while not agent_registered(self.address, self.node_ip):
+            if time.time() > min(deadline, registered):
+                return False
+            time.sleep(0.02)
+        return True
 
     def finish(self, on_dashboard: Optional[Callable[[str], None]] = None) -> HeadRecord:
         """Wait for ``ray start`` to finish and record the head. ``on_dashboard(address)`` is
