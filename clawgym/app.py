@@ -310,20 +310,30 @@ class ClawGymCallback(Callback):
         from clawgym.validate import check
 
         found = _overrides_with_secrets(config.hydra.overrides.task) + _hydra_settings_with_secrets(config)
-        resolved, raw, reusable = _resolve_task(config)
-        # The task function gets its own copy: the rules get this one.
-        kept = copy.deepcopy(resolved) if resolved is not None and raw is not None and reusable else None
+        if not found:
+            # Before anything else: `ray start` takes seconds, the checks below a fraction of one.
+            _begin_head_early(config)
         try:
-            # A config that does not resolve goes to the rules unresolved: they report what does not.
-            errors, warned = check(resolved if resolved is not None else _task_config(config))
-            found += [v for v in errors if not (found and v.code == "no-secret-values-in-config")]
-        except RegistryError as err:
-            # A missing or broken flag registry is a broken install: say so without a traceback.
-            refuse(f"clawgym: {err}")
-        if found:
-            refuse(ConfigError(found).report())
-        _print_warnings(warned)
-        _prepare_output_dir("hydra.run.dir", str(config.hydra.run.dir))
+            resolved, raw, reusable = _resolve_task(config)
+            # The task function gets its own copy: the rules get this one.
+            kept = copy.deepcopy(resolved) if resolved is not None and raw is not None and reusable else None
+            try:
+                # A config that does not resolve goes to the rules unresolved: they report what does not.
+                errors, warned = check(resolved if resolved is not None else _task_config(config))
+                found += [v for v in errors if not (found and v.code == "no-secret-values-in-config")]
+            except RegistryError as err:
+                # A missing or broken flag registry is a broken install: say so without a traceback.
+                refuse(f"clawgym: {err}")
+            if found:
+                refuse(ConfigError(found).report())
+            _print_warnings(warned)
+            _prepare_output_dir("hydra.run.dir", str(config.hydra.run.dir))
+        except BaseException:
+            # Refused (or failed): the head begun for it is stopped before the report ends the command.
+            from clawgym.backends.local import drop
+
+            drop()
+            raise
         global _VALIDATED_RUN, _CALLBACK_RESOLVED
         _VALIDATED_RUN = True
         _CALLBACK_RESOLVED = (raw, kept) if kept is not None and raw is not None else None
@@ -337,6 +347,34 @@ class ClawGymCallback(Callback):
         if found:
             refuse(ConfigError(found, context="sweep").report())
         _prepare_output_dir("hydra.sweep.dir", str(config.hydra.sweep.dir))
+
+
+def _begin_head_early(config: DictConfig) -> None:
+    """A launch that starts a local head: begin it now, while the config is validated.
+
+    ``ray start`` takes seconds and the checks take a fraction of one; the head's argv,
+    environment and secrets follow from ``ray``, ``cluster``, ``sandbox`` and ``wandb`` alone,
+    resolved here on their own. Not for a dry run or ``preflight_only`` (they start nothing),
+    nor when any of those nodes does not resolve (validation says why). A refusal stops the head
+    again (``_run_start``); the launch adopts it (:func:`clawgym.backends.local.speculate`)."""
+    from hydra.core.hydra_config import HydraConfig
+    from omegaconf import OmegaConf
+
+    try:
+        if OmegaConf.select(config, "dry_run") or OmegaConf.select(config, "preflight_only"):
+            return
+        # ``config`` is Hydra's whole config (the task config's nodes plus ``hydra``): these four
+        # nodes resolve in it as in the task config, without copying the tree.
+        HydraConfig.instance().set_config(config)
+        c = {key: OmegaConf.to_container(config[key], resolve=True) for key in ("ray", "cluster", "sandbox", "wandb")}
+    except Exception:  # noqa: BLE001 - validation reports what does not resolve
+        return
+    from clawgym.backends.local import speculate
+
+    try:
+        speculate(c, os.environ)
+    except Exception:  # noqa: BLE001 - an optimisation only: the launch begins the head itself
+        return
 
 
 def _print_warnings(warned: list) -> None:

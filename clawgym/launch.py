@@ -28,7 +28,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence
+from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence
 
 from clawgym import ray_head
 from clawgym.plan import LaunchPlan
@@ -488,7 +488,8 @@ def ports_of(plan: LaunchPlan) -> List[int]:
 
 
 def submit(address: str, plan: LaunchPlan, *, secrets: Mapping[str, str], pass_secrets: bool = False,
-           started_here: bool = False, working_dir_package: Optional[str] = None) -> JobHandle:
+           started_here: bool = False, working_dir_package: Optional[str] = None,
+           before_post: Optional[Callable[[], None]] = None) -> JobHandle:
     """Submit the plan's job to the cluster at ``address``.
 
     ``started_here``: the head was started by clawgym with the secrets in its environment,
@@ -497,6 +498,8 @@ def submit(address: str, plan: LaunchPlan, *, secrets: Mapping[str, str], pass_s
     in the job's metadata and writes it to the cluster's ``runtime_env_agent.log``, so this
     is opt-in and warned about). ``working_dir_package``: the working dir already packaged
     (a zip of what Ray would upload, :mod:`clawgym.backends.workdir`); Ray then only uploads it.
+    ``before_post()``: runs after the working dir is uploaded and before the job is posted (a
+    head being started: wait for the agent that will run it).
     """
     runtime_env = copy.deepcopy(plan.runtime_env)
     runtime_env.setdefault("working_dir", working_dir_package or plan.working_dir)
@@ -522,6 +525,13 @@ def submit(address: str, plan: LaunchPlan, *, secrets: Mapping[str, str], pass_s
     }
     client = _client(address)
     try:
+        if before_post is not None:
+            # The upload needs only the dashboard; the SDK then finds the package's URI in the
+            # runtime env and uploads nothing more. Without that method Ray uploads at submission.
+            upload = getattr(client, "_upload_working_dir_if_needed", None)
+            if upload is not None:
+                upload(runtime_env)
+            before_post()
         sid = client.submit_job(entrypoint=shlex.join(plan.job_entrypoint), submission_id=plan.submission_id,
                                 runtime_env=runtime_env, metadata=metadata)
     except Exception as exc:

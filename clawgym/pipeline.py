@@ -11,7 +11,8 @@ walks the same steps for both:
 4. **preflight** every job, all reported together; no job has started yet. A cluster that has
    to be started needs nothing preflight checks: it begins coming up first
    (:meth:`Backend.begin`: a local head reserves its ports and runs ``ray start`` in the
-   background) and is stopped again (:meth:`Backend.abort`) when preflight fails;
+   background, or adopts the one begun while the config was validated) and is stopped again
+   (:meth:`Backend.abort`) when preflight fails;
 5. **cleanup** of leftovers, then the **snapshot** of each job (while that cluster comes up;
    nothing is submitted before the snapshots);
 6. **cluster**: the backend connects, reuses or finishes starting one (:meth:`Backend.start`);

@@ -417,6 +417,31 @@ def dashboard_responds(address: str, timeout: float = 2.0) -> bool:
         return False
 
 
+def agent_answers(host: str, port: int, timeout: float = 1.0) -> bool:
+    """The dashboard agent of a head serves HTTP on ``host:port`` (any HTTP answer counts)."""
+    try:
+        with urllib.request.urlopen(f"http://{host}:{port}/api/local_raylet_healthz", timeout=timeout):
+            return True
+    except urllib.error.HTTPError:
+        return True
+    except (urllib.error.URLError, OSError, ValueError):
+        return False
+
+
+def agent_registered(address: str, node_ip: str, timeout: float = 2.0) -> bool:
+    """The dashboard at ``address`` knows the agent of the node at ``node_ip``.
+
+    The agent writes its address to the GCS just after its HTTP server starts; Ray's job API
+    finds the agent only through that entry, and so does the State API's log listing, which
+    answers 404 ("Cannot find matching node_id for a given node ip") until it is there."""
+    url = f"{address.rstrip('/')}/api/v0/logs?node_ip={node_ip}&glob=raylet.out"
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as resp:
+            return resp.status == 200
+    except (urllib.error.URLError, OSError, ValueError):
+        return False
+
+
 def cluster_gpus(address: str, timeout: float = 30.0, *, wait_for_node: bool = False) -> float:
     """GPUs declared by the alive nodes of the cluster whose dashboard is at ``address``.
 
@@ -461,11 +486,38 @@ def _temp_root() -> str:
     return base if len(base) <= 20 else "/tmp"
 
 
+def _installed_ray_script() -> Optional[str]:
+    """The ``ray`` console script installed with the Ray package this interpreter imports.
+
+    Found from where the package lives (site-packages of this environment or of the base
+    interpreter a venv extends) without importing it: the scripts dir of that scheme."""
+    import importlib.util
+    import sysconfig
+
+    spec = importlib.util.find_spec("ray")
+    if spec is None or spec.origin is None:
+        return None
+    site = os.path.realpath(os.path.dirname(os.path.dirname(spec.origin)))
+    schemes = [{}, {"base": sys.base_prefix, "platbase": sys.base_exec_prefix}]
+    for scheme in schemes:
+        libs = {os.path.realpath(sysconfig.get_path(k, vars=scheme)) for k in ("purelib", "platlib")}
+        if site in libs:
+            script = os.path.join(sysconfig.get_path("scripts", vars=scheme), "ray")
+            if os.path.isfile(script) and os.access(script, os.X_OK):
+                return script
+    return None
+
+
 def _ray_executable() -> List[str]:
-    exe = shutil.which("ray")
-    if exe:
-        return [exe]
-    # The console script may not be on PATH (e.g. a venv used without activation).
+    """What runs ``ray start``: the Ray whose job SDK this launcher speaks to the head with.
+
+    Not a PATH lookup: ``ray`` on PATH may be another environment's, or a version manager's
+    shim (pyenv's runs bash and ``pyenv exec`` first: about 0.3 s before Ray even starts
+    importing, on the head's critical path)."""
+    script = _installed_ray_script()
+    if script is not None:
+        return [script]
+    # No console script next to the package (e.g. an unusual install): the same CLI, in-process.
     return [sys.executable, "-c", "import sys; from ray.scripts.scripts import main; sys.exit(main())"]
 
 
@@ -478,6 +530,13 @@ def _ray_executable() -> List[str]:
 # adding worker nodes to this head (ray/scripts/scripts.py refuses `ray start --address` then),
 # which a local head does not do.
 SINGLE_NODE_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
+# When the first driver registers, the raylet prestarts one idle Python worker per CPU for it
+# (ray_config_def.h: prestart_worker_first_driver). On a head clawgym starts, that driver is
+# the dashboard agent's job manager, whose only actors (job supervisors) carry a runtime env,
+# so those workers never run anything: they only take CPU (one `import ray` each) while the
+# agent and the first job's supervisor start. Without them nothing else changes: every worker
+# is started on demand, as those of the job's own driver always are.
+PRESTART_ENV = "RAY_prestart_worker_first_driver"
 LOOPBACK_HOSTS = ("127.0.0.1", "::1", "localhost")
 
 #: ``ray start`` options naming a port one of the head's services binds, with the config key
@@ -644,6 +703,7 @@ class HeadStart:
         head_env[MARKER_ENV] = self.marker
         if is_loopback(self.node_ip):
             head_env.setdefault(SINGLE_NODE_ENV, "0")
+        head_env.setdefault(PRESTART_ENV, "0")
         # Ray binds loopback addresses only in single-node mode; otherwise its gRPC servers bind [::].
         self.loopback = is_loopback(self.node_ip) and head_env.get(SINGLE_NODE_ENV) == "0"
         extra = self._reserve(self.plan_argv, head_env)
@@ -663,6 +723,37 @@ class HeadStart:
 
     def dashboard_answers(self) -> bool:
         return dashboard_responds(self.address, timeout=1.0)
+
+    @property
+    def agent_port(self) -> Optional[int]:
+        """The HTTP port of the head's dashboard agent (clawgym picks it: ``--dashboard-agent-listen-port``)."""
+        value = argv_option(self.full_argv, "--dashboard-agent-listen-port")
+        return int(value) if value else None
+
+    def wait_for_agent(self, timeout: float = 30.0) -> bool:
+        """Wait until the head's dashboard agent answers (True), or ``timeout`` seconds (False).
+
+        Ray's job API takes a submission as soon as the dashboard answers, then looks for the
+        head's agent (which runs the job) every 0.5 s (JobHead._get_head_node_agent): a job
+        posted early waits for the next look, a quarter of a second on average. Posted the moment
+        the agent is registered, it is found at the first. The agent's port is known (clawgym
+        chose it), so asking costs one refused connection every 20 ms until it answers; then
+        the dashboard is asked until it knows the agent (tens of milliseconds later: the agent
+        registers right after its HTTP server starts, see :func:`agent_registered`)."""
+        port = self.agent_port
+        if port is None:
+            return False
+        deadline = time.time() + timeout
+        while not agent_answers(self.node_ip, port, timeout=1.0):
+            if time.time() > deadline or (self.proc is not None and self.proc.poll() not in (None, 0)):
+                return False  # not in time, or `ray start` failed (finish() reports it)
+            time.sleep(0.02)
+        registered = time.time() + 2.0
+        while not agent_registered(self.address, self.node_ip):
+            if time.time() > min(deadline, registered):
+                return False
+            time.sleep(0.02)
+        return True
 
     def finish(self, on_dashboard: Optional[Callable[[str], None]] = None) -> HeadRecord:
         """Wait for ``ray start`` to finish and record the head. ``on_dashboard(address)`` is
@@ -688,7 +779,9 @@ class HeadStart:
                 callback, on_dashboard = on_dashboard, None
                 callback(self.address)
                 continue
-            time.sleep(0.1)
+            # Jobs go in the moment the dashboard answers: ask often until then (a refused
+            # connection costs well under a millisecond).
+            time.sleep(0.05 if on_dashboard is not None else 0.1)
         if rc != 0:
             # The temp dir goes away with the failed head; keep ray start's output for the user.
             kept = heads_dir() / f"failed-{self.port}.log"

@@ -106,3 +106,21 @@ def test_preflight_counts_the_ports_of_the_head_being_started_as_its_own():
     finally:
         for s in listening:
             s.close()
+
+
+def test_the_agent_of_a_head_being_started_is_waited_for_on_the_port_clawgym_chose():
+    gcs, dash = ray_head.free_port(), ray_head.free_port()
+    start = ray_head.begin_head(head_argv(port=gcs, dashboard_port=dash), {}, secrets={}, quiet=True)
+    try:
+        port = start.agent_port
+        assert port is not None and f"--dashboard-agent-listen-port" in start.full_argv
+        # Jobs are posted once it answers: Ray's job API looks for the agent only every 0.5 s.
+        assert not ray_head.agent_registered(start.address, start.node_ip, timeout=0.5) or \
+            ray_head.agent_answers(start.node_ip, port)
+        assert start.wait_for_agent(timeout=120.0)
+        # Answering on its port, and known to the dashboard (where Ray's job API looks for it).
+        assert ray_head.agent_answers(start.node_ip, port)
+        assert ray_head.agent_registered(start.address, start.node_ip)
+    finally:
+        start.abort()
+    assert not ray_head.agent_answers("127.0.0.1", port, timeout=0.5)

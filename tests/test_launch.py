@@ -456,3 +456,22 @@ def test_failed_preflight_stops_the_head_started_alongside_it_and_names_the_fix(
     for port in (gcs, dport):
         with socket.socket() as s:
             s.bind(("127.0.0.1", port))
+
+
+def test_a_config_validation_refuses_leaves_no_head_and_the_report_does_not_mention_one(clawgym_checkout, state_dir,
+                                                                                       tmp_path):
+    # The head is begun while the config is validated (tests/test_head_early.py); a refusal stops it again.
+    head = local_head_overrides()
+    gcs, dport = int(head[0].split("=")[1]), int(head[1].split("=")[1])
+    overrides = [*base_overrides(clawgym_checkout, f"vr-{uuid.uuid4().hex[:6]}"), *head, "rollout.temperature=0"]
+    proc = run_train(overrides, tmp_path, launcher_env(state_dir))
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert proc.stderr.strip().startswith("clawgym: invalid configuration") and "[temperature-positive]" in proc.stderr
+    assert "Ray head" not in proc.stdout + proc.stderr and "Traceback" not in proc.stderr
+    assert head_processes(dport) == [] and ray_head.load_record(dport) is None
+    assert not list(Path("/tmp/clawgym").glob(f"h{dport}-*"))
+    import socket
+
+    for port in (gcs, dport):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", port))

@@ -3,11 +3,13 @@
 Its lifecycle (start, record, shared use, stop) lives in :mod:`clawgym.ray_head`; this
 backend decides when: ``settle`` deals with what an earlier launch left on the dashboard
 port; ``begin`` (before preflight) reserves the new head's ports and runs ``ray start`` in
-the background, ``abort`` stops it when preflight fails; ``start`` reuses a live head with
+the background, or adopts the head :func:`speculate` began with the same settings while the
+config was validated, ``abort`` stops it when preflight fails; ``start`` reuses a live head with
 the same settings (joining its users; an orphaned one is reported with what runs there) or
 finishes starting one with the secrets in its environment, packaging the jobs' working dirs
-while it comes up; ``close`` leaves the users list and stops the head when this launch was
-the last user and nobody asked to keep it.
+while it comes up (that preparation at a lower CPU priority: :func:`yielding`); ``close``
+leaves the users list and stops the head when this launch was the last user and nobody asked
+to keep it.
 
 A head started here declares its GPUs in its argv and runs no one else's jobs yet, so its
 capacity is known without asking its dashboard (whose node list may still be empty when it
@@ -16,8 +18,10 @@ first answers): the first jobs go in at once.
 
 from __future__ import annotations
 
+import os
 import sys
 import time
+from types import SimpleNamespace
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 
 from clawgym.backends import BackendError
@@ -27,6 +31,110 @@ from clawgym.backends._ray import RayJobsBackend
 def _say(text: str) -> None:
     sys.stdout.write(text + "\n")
     sys.stdout.flush()
+
+
+#: Niceness added to the thread that prepares the launch while a head starts (see ``yielding``).
+PREPARE_NICENESS = 5
+
+
+def yielding(work: Callable[[], None]) -> None:
+    """Run ``work`` in a thread of lower CPU priority and wait for it; its exception is raised here.
+
+    While a head starts, its critical path is CPU-bound (``ray start`` and then the dashboard,
+    the client server, the monitor, the dashboard's modules, each importing Ray), and the launch's
+    own preparation (imports of Ray's job SDK, packaging, snapshots, the leftover check) needs
+    about as much CPU again at the same time. On a machine with few free cores the two share
+    them and the head comes up late; the preparation has seconds of slack (the dashboard answers
+    long after it is done), so it gives way. The priority is the thread's own (Linux: niceness
+    is per thread) and ends with it: the launcher's main thread, and everything started from it
+    later, keep theirs. Where per-thread priority is not available, ``work`` just runs.
+
+    An interrupt (Ctrl-C) while ``work`` runs waits for it to finish before it is raised, so
+    nothing of the preparation goes on behind the cleanup.
+    """
+    import threading
+
+    result: Dict[str, BaseException] = {}
+
+    def body() -> None:
+        try:
+            tid = threading.get_native_id()
+            os.setpriority(os.PRIO_PROCESS, tid, os.getpriority(os.PRIO_PROCESS, tid) + PREPARE_NICENESS)
+        except (AttributeError, OSError):
+            pass  # not Linux, or not allowed: the same work at the same priority
+        try:
+            work()
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
+            result["error"] = exc
+
+    thread = threading.Thread(target=body, name="clawgym-prepare", daemon=True)
+    thread.start()
+    try:
+        while thread.is_alive():
+            thread.join(0.05)
+    except BaseException:
+        thread.join()
+        raise
+    if "error" in result:
+        raise result["error"]
+
+
+# ---------------------------------------------------------------- starting before validation
+
+# A head begun before the config's validation (``speculate``), until a launch with exactly its
+# settings adopts it (``LocalHead.begin``) or it is stopped (``drop``).
+_SPECULATIVE: Any = None
+
+
+def speculate(c: Mapping[str, Any], environ: Mapping[str, str]) -> None:
+    """Begin the local head of a single run before its config is validated.
+
+    ``c`` holds the resolved ``ray``, ``cluster``, ``sandbox`` and ``wandb`` nodes: all that
+    decides the head's ``ray start`` argv, environment and secrets (:mod:`clawgym.plan`). Only
+    when no record of an earlier head is on its dashboard port (what is there is the pipeline's
+    to settle, after validation: nothing of it is touched here) and its ports are free. Quiet:
+    a refused config must not read as if a head had started. The head belongs to this process
+    from now on: a launch with the same settings adopts it, anything else (validation refuses,
+    another plan, an exit before the launch) stops it (:func:`drop`, also at exit)."""
+    global _SPECULATIVE
+    import atexit
+
+    from clawgym import launch, plan, ray_head
+
+    if _SPECULATIVE is not None:
+        return
+    argv = plan.ray_start_argv(c)
+    if argv is None or ray_head.load_record(ray_head.dashboard_port_of(argv)) is not None:
+        return
+    env = plan.head_env(c)
+    names = plan.secret_env(c, use_wandb=plan.wandb_enabled(c, environ))
+    secrets = launch.resolve_secrets(SimpleNamespace(secret_env=names), environ)
+    try:
+        _SPECULATIVE = ray_head.begin_head(argv, env, secrets=secrets, quiet=True)
+    except ray_head.HeadError:
+        return  # e.g. a port in use: the launch reports it (preflight), or validation refuses first
+    atexit.register(drop)
+
+
+def adopt(argv: Sequence[str], env: Mapping[str, str], secrets: Mapping[str, str]) -> Any:
+    """The head :func:`speculate` began, when it was begun with exactly these settings; a head
+    begun with others is stopped. None when there is none to adopt."""
+    global _SPECULATIVE
+    head, _SPECULATIVE = _SPECULATIVE, None
+    if head is None:
+        return None
+    if (head.plan_argv, head.env, head.secrets) != (list(argv), dict(env), dict(secrets)):
+        head.abort()
+        return None
+    return head
+
+
+def drop() -> None:
+    """Stop the head :func:`speculate` began and nobody adopted (nothing is left of it)."""
+    global _SPECULATIVE
+    head, _SPECULATIVE = _SPECULATIVE, None
+    if head is not None:
+        head.abort()
 
 
 class LocalHead(RayJobsBackend):
@@ -47,6 +155,8 @@ class LocalHead(RayJobsBackend):
         self.pending: Any = None
         # The jobs' working dirs packaged while the head comes up: dir -> zip (clawgym.backends.workdir).
         self.packages = None
+        # The head being started, until its dashboard agent answered once (submissions wait for it).
+        self._agent_of: Any = None
 
     def checks_this_machine(self) -> bool:
         # Preflight checks this node's GPUs and the head's ports only when it starts the head.
@@ -62,6 +172,7 @@ class LocalHead(RayJobsBackend):
         self._settled = True
         if self.reusable is not None:
             self.address = self.reusable.dashboard_address
+            drop()  # a head begun before validation is not needed: this launch joins that one
 
     def answers(self) -> bool:
         return self.reusable is not None
@@ -71,6 +182,13 @@ class LocalHead(RayJobsBackend):
         from clawgym import ray_head
 
         if self.reusable is not None or self.pending is not None:
+            return
+        adopted = adopt(self.argv, self.env, secrets)
+        if adopted is not None:
+            # Begun before validation, with exactly this launch's settings: it is this launch's head.
+            adopted.quiet = False
+            _say(f"[clawgym] starting a Ray head at {adopted.address} ...")
+            self.pending = adopted
             return
         try:
             self.pending = ray_head.begin_head(self.argv, self.env, secrets=secrets)
@@ -118,15 +236,19 @@ class LocalHead(RayJobsBackend):
         except ray_head.HeadError as err:
             raise BackendError(str(err)) from None
         self.pending = pending
-        try:
+        def prepare() -> None:
             # While the head comes up: the pipeline's work (snapshots), then the working dirs packaged
             # as Ray's job SDK would package them, so submitting only uploads them.
             if while_waiting is not None:
                 while_waiting()
             self.packages = Packages.build(self.plans)
+
+        try:
+            yielding(prepare)
         except BaseException:
             self.abort()
             raise
+        self._agent_of = pending
         try:
             self.record = pending.finish(self._early(on_address))
         except ray_head.HeadError as err:
@@ -169,7 +291,15 @@ class LocalHead(RayJobsBackend):
 
         package = self.packages.get(plan) if self.packages is not None else None
         return launch.submit(self.address, plan, secrets=secrets, started_here=self.started_here,
-                             pass_secrets=bool(cfg.ray.pass_secrets_in_runtime_env), working_dir_package=package)
+                             pass_secrets=bool(cfg.ray.pass_secrets_in_runtime_env), working_dir_package=package,
+                             before_post=self._wait_for_agent if self._agent_of is not None else None)
+
+    def _wait_for_agent(self) -> None:
+        # A head this launch is starting: post the first job when its agent answers (HeadStart.wait_for_agent).
+        # Not answering within the bound changes nothing: Ray's job API then waits by itself.
+        head, self._agent_of = self._agent_of, None
+        if head is not None:
+            head.wait_for_agent(timeout=30.0)
 
     def _early(self, on_address: Optional[Callable[[str], None]]) -> Optional[Callable[[str], None]]:
         if on_address is None:
