@@ -363,9 +363,10 @@ def _begin_head_early(config: DictConfig) -> None:
     try:
         if OmegaConf.select(config, "dry_run") or OmegaConf.select(config, "preflight_only"):
             return
-        # ``config`` is Hydra's whole config (the task config's nodes plus ``hydra``): these four
-        # nodes resolve in it as in the task config, without copying the tree.
-        HydraConfig.instance().set_config(config)
+        # ``config`` is Hydra's whole config (the task config's nodes plus ``hydra``) or a task
+        # config: these four nodes resolve in it as in the task config, without copying the tree.
+        if "hydra" in config:
+            HydraConfig.instance().set_config(config)
         c = {key: OmegaConf.to_container(config[key], resolve=True) for key in ("ray", "cluster", "sandbox", "wandb")}
     except Exception:  # noqa: BLE001 - validation reports what does not resolve
         return
