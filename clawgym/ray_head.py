@@ -33,6 +33,7 @@ Record updates are serialised by a lock file next to the record.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import errno
 import hashlib
 import hmac
@@ -777,6 +778,10 @@ class HeadStart:
                 raise HeadError(f"'ray start' did not finish within {self.timeout:.0f}s; see {self.log_path}")
             if on_dashboard is not None and self.dashboard_answers():
                 callback, on_dashboard = on_dashboard, None
+                # Recorded before any job can go in: a launcher killed from here on (its job
+                # running, `ray start` not yet done) leaves a head that `clawgym jobs heads`
+                # lists as orphaned and `stop-head` stops, not an unowned one.
+                self._record()
                 callback(self.address)
                 continue
             # Jobs go in the moment the dashboard answers: ask often until then (a refused
@@ -800,34 +805,50 @@ class HeadStart:
                                 f"{self.temp_dir}/session_latest/logs")
             time.sleep(0.2)
         if on_dashboard is not None:
+            self._record()
             on_dashboard(self.address)
-        procs = find_processes(sid=self.sid, marker=self.marker, since=self.start)
-        session = os.path.join(self.temp_dir, "session_latest")
-        salt = _secrets.token_hex(16)
-        rec = HeadRecord(
-            dashboard_address=self.address,
-            dashboard_port=self.port,
-            gcs_address=f"{self.node_ip}:{argv_option(self.plan_argv, '--port') or 6379}",
-            temp_dir=self.temp_dir,
-            session_dir=os.path.realpath(session) if os.path.exists(session) else None,
-            sid=self.sid,
-            marker=self.marker,
-            start_time=self.start,
-            argv=self.full_argv,
-            plan_argv=self.plan_argv,
-            salt=salt,
-            digest=spec_digest(self.plan_argv, self.env, self.secrets, salt),
-            processes=[ProcessId(p.pid, p.create_time(), _proc_name(p)) for p in procs.values()],
-            owner_pid=os.getpid(),
-            users=[this_launch()],
-        )
-        write_record(rec)
+        rec = self._record()
         # The head listens on its ports now: the reservation has done its job.
         self.ports.forget()
-        self.record = rec
         if not self.quiet:
             print(f"[clawgym] started Ray head at {self.address} (GCS {rec.gcs_address}, temp dir "
                   f"{self.temp_dir})", flush=True)
+        return rec
+
+    def _record(self) -> HeadRecord:
+        """Write (or bring up to date) the head's record: its processes as found now.
+
+        Written when the dashboard first answers and again once ``ray start`` is done; the
+        second write keeps what launches changed meanwhile (users joining, kept)."""
+        procs = find_processes(sid=self.sid, marker=self.marker, since=self.start)
+        session = os.path.join(self.temp_dir, "session_latest")
+        found = [ProcessId(p.pid, p.create_time(), _proc_name(p)) for p in procs.values()]
+        session_dir = os.path.realpath(session) if os.path.exists(session) else None
+        with record_lock(self.port):
+            current = load_record(self.port) if self.record is not None else None
+            if current is not None and current.marker == self.marker:
+                rec = dataclasses.replace(current, processes=found, session_dir=session_dir)
+            else:
+                salt = _secrets.token_hex(16)
+                rec = HeadRecord(
+                    dashboard_address=self.address,
+                    dashboard_port=self.port,
+                    gcs_address=f"{self.node_ip}:{argv_option(self.plan_argv, '--port') or 6379}",
+                    temp_dir=self.temp_dir,
+                    session_dir=session_dir,
+                    sid=self.sid,
+                    marker=self.marker,
+                    start_time=self.start,
+                    argv=self.full_argv,
+                    plan_argv=self.plan_argv,
+                    salt=salt,
+                    digest=spec_digest(self.plan_argv, self.env, self.secrets, salt),
+                    processes=found,
+                    owner_pid=os.getpid(),
+                    users=[this_launch()],
+                )
+            write_record(rec)
+        self.record = rec
         return rec
 
     def abort(self) -> List[int]:

@@ -124,3 +124,34 @@ def test_the_agent_of_a_head_being_started_is_waited_for_on_the_port_clawgym_cho
     finally:
         start.abort()
     assert not ray_head.agent_answers("127.0.0.1", port, timeout=0.5)
+
+
+def test_a_head_is_recorded_before_its_first_job_can_go_in():
+    """The first job is posted the moment the dashboard answers, seconds before `ray start` is done:
+    a launcher killed in between (its job running) must leave a head that is recorded, hence listed
+    as orphaned and stoppable by what was recorded, not an unowned one."""
+    gcs, dash = ray_head.free_port(), ray_head.free_port()
+    seen = {}
+
+    def on_dashboard(address: str) -> None:
+        seen["record"] = ray_head.load_record(dash)
+        seen["ray_start_running"] = start.proc.poll() is None
+
+    start = ray_head.begin_head(head_argv(port=gcs, dashboard_port=dash), {}, secrets={}, quiet=True)
+    rec = None
+    try:
+        rec = start.finish(on_dashboard)
+        early = seen["record"]
+        assert early is not None, "no record when the dashboard answered"
+        assert (early.marker, early.sid, early.owner_pid) == (start.marker, start.sid, os.getpid())
+        assert [int(u["pid"]) for u in early.users] == [os.getpid()]
+        # The record written once `ray start` is done is the same head, brought up to date.
+        assert (rec.marker, rec.salt, rec.digest) == (early.marker, early.salt, early.digest)
+        assert ray_head.load_record(dash) == rec and len(rec.processes) >= len(early.processes)
+    finally:
+        if rec is not None:
+            ray_head.stop_head(rec, quiet=True)
+        else:
+            start.abort()
+    assert ray_head.load_record(dash) is None
+    assert _marker_processes(start.marker) == {}
