@@ -57,8 +57,10 @@ teardown() {
   # Whatever still carries this job's marker on this node (e.g. job drivers in their own sessions),
   # before SLURM's SIGKILL of this shell KillWait seconds after its SIGTERM.
   "${RUNNER[@]}" reap
-  # Ray's sockets and session logs of this job on this node, once nothing writes there any more.
-  [ -n "${TEMP_DIR:-}" ] && rm -rf "$TEMP_DIR"
+  # Ray's sockets and session logs of this job on this node, once nothing writes there any more;
+  # bounded (an rm seen still running 25 s after scancel on a loaded CI machine), so that this
+  # shell ends before SLURM's SIGKILL and leaves no process behind.
+  [ -n "${TEMP_DIR:-}" ] && { timeout -k 1 5 rm -rf "$TEMP_DIR" || echo "[clawgym] could not remove $TEMP_DIR" >&2; }
   [ -n "$workers_pid" ] && wait "$workers_pid" 2>/dev/null
   return 0
 }
