@@ -155,7 +155,7 @@ def test_scancel_mid_run_leaves_no_ray_process(slurm_cluster, clawgym_checkout, 
     slurm_cluster.run("scancel", job_id)
     # scancel TERMs the job's processes; SLURM SIGKILLs the ones it still tracks KILL_WAIT s later,
     # but not Ray's job drivers, which live in sessions of their own. What is gone well before
-    # then was stopped by the batch script's own teardown (runner <= 6 s, reap <= 8 s).
+    # then was stopped by the batch script's own teardown (runner <= 6 s, reap <= 8 s, temp dir <= 6 s).
     bound = KILL_WAIT - 5
     t0 = time.time()
     while marker_processes(job_id) and time.time() - t0 < bound:

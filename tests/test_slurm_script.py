@@ -15,6 +15,8 @@ import os
 import re
 import shutil
 import subprocess
+import sys
+import time
 from pathlib import Path
 from typing import Dict, List, Tuple
 
