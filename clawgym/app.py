@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import os
 import re
 import sys
-import time
 from pathlib import Path
-from typing import Any, Dict, Iterator, Optional, Tuple
+from typing import Any, Optional, Tuple
 
 from omegaconf import DictConfig
 from omegaconf.errors import OmegaConfBaseException
@@ -17,26 +15,18 @@ from omegaconf.errors import OmegaConfBaseException
 from hydra.experimental.callback import Callback
 
 from clawgym.config import to_plain
+from clawgym.console import say
 from clawgym.plan import LaunchPlan, build_plan_from_dict, format_plan
+from clawgym.prepare import (PLAN_FILE, attach_memory, discard_own_output_dir, failed_check, prepared_plan,
+                             record_created_output_dir, timestamp)
 from clawgym.registry import RegistryError
-from clawgym.secrets import env_secrets, redact
+from clawgym.secrets import env_secrets
 from clawgym.validate import ConfigError, Violation
 
-PLAN_FILE = "launch_plan.json"
 #: Exit status of a command refused before anything started (config errors, preflight).
 EXIT_REFUSED = 2
-#: Files Hydra writes into an output dir by itself (and clawgym's plan): what a refused
-#: command may remove from an output dir it created.
-_HYDRA_FILES = {".hydra/config.yaml", ".hydra/hydra.yaml", ".hydra/overrides.yaml", "multirun.yaml", PLAN_FILE}
-
-# The output dir (hydra.run.dir / hydra.sweep.dir) this invocation created, if it did.
-_CREATED_OUTPUT_DIR: Optional[Path] = None
 # True once ClawGymCallback validated this single run's config (the task function need not again).
 _VALIDATED_RUN = False
-
-
-def timestamp() -> str:
-    return time.strftime("%Y%m%d_%H%M%S")
 
 
 def output_dir() -> Optional[Path]:
@@ -58,64 +48,11 @@ def write_plan(plan: LaunchPlan, directory: Path) -> Path:
     return target
 
 
-#: Plans a sweep validated and built up front, by Hydra job number (see ``prepared_plans``).
-_PREPARED: Dict[int, LaunchPlan] = {}
-
-
-@contextlib.contextmanager
-def prepared_plans(plans: Dict[int, LaunchPlan]) -> Iterator[None]:
-    """While a sweep runs its jobs: the task function reuses the plan the sweep validated and
-    built for that job number instead of resolving, validating and planning it again."""
-    _PREPARED.update(plans)
-    try:
-        yield
-    finally:
-        for num in plans:
-            _PREPARED.pop(num, None)
-
-
-def _prepared(cfg: DictConfig) -> Optional[LaunchPlan]:
-    if not _PREPARED:
-        return None
-    from hydra.core.hydra_config import HydraConfig
-
-    if not HydraConfig.initialized():
-        return None
-    plan = _PREPARED.get(int(HydraConfig.get().job.num))
-    return plan if plan is not None and plan.run_name == str(cfg.run_name) else None
-
-
 def fail(err: ConfigError) -> None:
     """Report a config error without a traceback and exit non-zero."""
     say(err.report())
     discard_own_output_dir()
     sys.exit(EXIT_REFUSED)
-
-
-def silence() -> None:
-    """stdout/stderr are gone (a closed pipe: ``2>&1 | true``, ``| head``): what follows goes to
-    /dev/null, so that exiting prints no second error and no traceback."""
-    try:
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        for fd in (1, 2):
-            try:
-                os.dup2(devnull, fd)
-            except OSError:
-                pass
-        sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - lives until exit
-        sys.stderr = sys.stdout
-    except OSError:
-        pass
-
-
-def say(text: str, *, out: bool = False) -> bool:
-    """Print ``text`` (to stderr, or stdout with ``out``); False when the stream is closed (then silenced)."""
-    try:
-        print(text, file=sys.stdout if out else sys.stderr, flush=True)
-        return True
-    except (OSError, ValueError):
-        silence()
-        return False
 
 
 def refuse(text: str) -> None:
@@ -124,19 +61,11 @@ def refuse(text: str) -> None:
     sys.exit(EXIT_REFUSED)
 
 
-def _failed_check(exc: BaseException) -> str:
-    """The report of a check that raised: a refusal, never a traceback (values masked)."""
-    return redact(f"clawgym: the configuration could not be checked ({type(exc).__name__}: {str(exc)[:300]})\n"
-                  "  rule: a config clawgym cannot check is not launched, and nothing is written\n"
-                  "  fix:  fix the value named above; if it looks right, report this as a clawgym bug")
-
-
 # ---------------------------------------------------------------- before Hydra writes anything
 
 def _prepare_output_dir(key: str, path: str) -> None:
     """Create the output dir Hydra is about to use, recording that this invocation did;
     a dir that cannot be created is a clear error (exit 2), not a traceback."""
-    global _CREATED_OUTPUT_DIR
     target = Path(path)
     existed = target.exists()
     try:
@@ -151,7 +80,7 @@ def _prepare_output_dir(key: str, path: str) -> None:
               f"  fix:  set {key} to a writable folder, e.g. {key}=/tmp/clawgym-outputs", file=sys.stderr)
         sys.exit(EXIT_REFUSED)
     if not existed:
-        _CREATED_OUTPUT_DIR = target
+        record_created_output_dir(target)
 
 
 def _overrides_with_secrets(overrides: Any) -> list:
@@ -294,13 +223,13 @@ class ClawGymCallback(Callback):
         try:
             self._run_start(config)
         except Exception as exc:  # noqa: BLE001 - see above
-            refuse(_failed_check(exc))
+            refuse(failed_check(exc))
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         try:
             self._multirun_start(config)
         except Exception as exc:  # noqa: BLE001 - see above
-            refuse(_failed_check(exc))
+            refuse(failed_check(exc))
 
     def _run_start(self, config: DictConfig) -> None:
         from clawgym.config import is_clawgym_config
@@ -330,9 +259,9 @@ class ClawGymCallback(Callback):
             _prepare_output_dir("hydra.run.dir", str(config.hydra.run.dir))
         except BaseException:
             # Refused (or failed): the head begun for it is stopped before the report ends the command.
-            from clawgym.backends.local import drop
+            from clawgym.clusters import drop_early_head
 
-            drop()
+            drop_early_head()
             raise
         global _VALIDATED_RUN, _CALLBACK_RESOLVED
         _VALIDATED_RUN = True
@@ -356,7 +285,7 @@ def _begin_head_early(config: DictConfig) -> None:
     environment and secrets follow from ``ray``, ``cluster``, ``sandbox`` and ``wandb`` alone,
     resolved here on their own. Not for a dry run or ``preflight_only`` (they start nothing),
     nor when any of those nodes does not resolve (validation says why). A refusal stops the head
-    again (``_run_start``); the launch adopts it (:func:`clawgym.backends.local.speculate`)."""
+    again (``_run_start``); the launch adopts it (:func:`clawgym.clusters.begin_head_early`)."""
     from hydra.core.hydra_config import HydraConfig
     from omegaconf import OmegaConf
 
@@ -370,10 +299,10 @@ def _begin_head_early(config: DictConfig) -> None:
         c = {key: OmegaConf.to_container(config[key], resolve=True) for key in ("ray", "cluster", "sandbox", "wandb")}
     except Exception:  # noqa: BLE001 - validation reports what does not resolve
         return
-    from clawgym.backends.local import speculate
+    from clawgym.clusters import begin_head_early
 
     try:
-        speculate(c, os.environ)
+        begin_head_early(c, os.environ)
     except Exception:  # noqa: BLE001 - an optimisation only: the launch begins the head itself
         return
 
@@ -422,36 +351,6 @@ def _secret_env_names(config: DictConfig) -> list:
     return sorted({*KNOWN_SECRET_ENV, SGLANG_KEY_ENV, WANDB_KEY_TARGET, *config_key_env(config)})
 
 
-def discard_own_output_dir() -> Optional[Path]:
-    """Remove the output dir this invocation created, when it holds only what Hydra and a
-    refused command wrote (``.hydra/*.yaml``, the job log, ``multirun.yaml``); returns it.
-
-    Called when a command is refused before anything started, so a refused command
-    leaves no output dir of its own. A dir that existed before, or that holds any other
-    file, is left alone.
-    """
-    global _CREATED_OUTPUT_DIR
-    target = _CREATED_OUTPUT_DIR
-    if target is None or not target.is_dir():
-        return None
-    import logging
-    import shutil
-
-    files = [p for p in target.rglob("*") if not p.is_dir()]
-    ours = all(str(p.relative_to(target)).split("/", 1)[-1] in _HYDRA_FILES
-               or str(p.relative_to(target)) in _HYDRA_FILES or p.suffix == ".log" for p in files)
-    if not ours:
-        return None
-    # Hydra's job log handler holds <dir>/<job>.log open: close it before removing the dir.
-    for handler in list(logging.getLogger().handlers):
-        if isinstance(handler, logging.FileHandler) and Path(handler.baseFilename).is_relative_to(target):
-            handler.close()
-            logging.getLogger().removeHandler(handler)
-    shutil.rmtree(target, ignore_errors=True)
-    _CREATED_OUTPUT_DIR = None
-    return target
-
-
 def run(cfg: DictConfig) -> Any:
     """The task function: validate, plan, then dry-run, preflight or launch.
 
@@ -476,7 +375,7 @@ def _single_run() -> bool:
 
 def _run(cfg: DictConfig) -> Any:
     # A sweep job's plan was checked and built once, up front, by the launcher.
-    plan = _prepared(cfg)
+    plan = prepared_plan(cfg)
     # The resolved config, once: resolving the whole tree costs more than any use of it, and the
     # memory plan and the dry-run artefact read the same values (each gets its own copy).
     plain: Optional[dict] = None
@@ -502,7 +401,7 @@ def _run(cfg: DictConfig) -> Any:
                 discard_own_output_dir()
                 sys.exit(EXIT_REFUSED)
             except Exception as exc:  # noqa: BLE001 - a check that raises refuses, cleanly
-                say(_failed_check(exc))
+                say(failed_check(exc))
                 discard_own_output_dir()
                 sys.exit(EXIT_REFUSED)
             if errors:
@@ -531,33 +430,17 @@ def _run(cfg: DictConfig) -> Any:
     return launch_single(cfg, plan)
 
 
-def attach_memory(plan: LaunchPlan, cfg: Any) -> LaunchPlan:
-    """The run's per-GPU memory plan into ``plan.memory`` (launch_plan.json["memory"]); the
-    preflight's ``memory`` check refuses a launch whose plan does not fit."""
-    if plan.memory is not None:
-        return plan
-    from clawgym.memory import attach
-
-    try:
-        attach(plan, cfg if isinstance(cfg, dict) else to_plain(cfg))
-    except (KeyError, TypeError, ValueError, ZeroDivisionError) as exc:
-        # A config the estimator cannot model (validation passed it) is a gap, not a launch blocker.
-        print(f"clawgym: no memory plan for this config ({type(exc).__name__}: {exc})", file=sys.stderr)
-    return plan
-
-
 def dry_run_artefact(plan: LaunchPlan, cfg: Any, out: Optional[Path], plain: Optional[dict] = None) -> None:
     """Print (and write next to launch_plan.json) what the backend would hand its cluster
     besides the plan (SLURM's batch script, the RayJob manifest): the backend renders it."""
-    from clawgym.backends import BackendError, backend_for, renders_dry_run_artefact
+    from clawgym.clusters import ClusterError, dry_run_artefact as rendered, renders_dry_run_artefact
 
     if not renders_dry_run_artefact(cfg):
         return
     where = out if out is not None else Path.cwd()
     try:
-        artefact = backend_for(cfg, [plan]).dry_run_artefact(plan, plain if plain is not None else to_plain(cfg),
-                                                             where)
-    except BackendError as err:
+        artefact = rendered(plan, cfg, plain if plain is not None else to_plain(cfg), where)
+    except ClusterError as err:
         say(f"clawgym: {err}")
         sys.exit(EXIT_REFUSED)
     if artefact is None:
@@ -565,7 +448,7 @@ def dry_run_artefact(plan: LaunchPlan, cfg: Any, out: Optional[Path], plain: Opt
     name, text = artefact
     say(f"\n{name}:\n{text}", out=True)
     if out is not None:
-        from clawgym.snapshot import atomic_write_text
+        from clawgym.fsutil import atomic_write_text
 
         atomic_write_text(out / name, text)
         say(f"{name} written to {out / name}", out=True)

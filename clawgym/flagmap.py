@@ -100,7 +100,7 @@ def _wandb_value(key: str) -> Compute:
     return lambda c, ctx: get_key(c, key) if ctx.use_wandb else None
 
 
-def _tensorboard_on(c: Mapping[str, Any]) -> bool:
+def tensorboard_on(c: Mapping[str, Any]) -> bool:
     # Configs from before the metrics group (old snapshots) had no events.
     return bool((c.get("metrics") or {}).get("tensorboard", False))
 
@@ -277,7 +277,7 @@ ROWS: Tuple[Row, ...] = (
     Row("--wandb-group", "wandb.group", "value", compute=_wandb_value("wandb.group")),
     # TensorBoard events into the save dir (the folder travels as TENSORBOARD_DIR in the job env,
     # clawgym/plan.py:tensorboard_env); slime/utils/logging_utils.py:log writes them only with this flag.
-    Row("--use-tensorboard", "metrics.tensorboard", "switch", compute=lambda c, ctx: _tensorboard_on(c)),
+    Row("--use-tensorboard", "metrics.tensorboard", "switch", compute=lambda c, ctx: tensorboard_on(c)),
     # Per-sample generate and reward hooks (the ClawGymRL API server in the fork's defaults).
     Row("--custom-generate-function-path", "rollout.generate_function_path", "value"),
     Row("--custom-rm-path", "rollout.reward_function_path", "value"),

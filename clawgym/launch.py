@@ -74,7 +74,7 @@ EXIT_HANGUP = 129
 
 
 @contextlib.contextmanager
-def _sigterm_as_interrupt() -> Iterator[None]:
+def sigterm_as_interrupt() -> Iterator[None]:
     """While jobs run: SIGTERM acts as Ctrl-C (stop them rather than orphan them), SIGHUP
     raises :class:`TerminalLost` (they keep running; the terminal is gone, not the user's intent)."""
     if threading.current_thread() is not threading.main_thread():
@@ -97,7 +97,7 @@ def _sigterm_as_interrupt() -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def _uninterruptible() -> Iterator[None]:
+def uninterruptible() -> Iterator[None]:
     """Defer Ctrl-C/SIGTERM/SIGHUP while stopping what we started, so nothing is left half-stopped."""
     if threading.current_thread() is not threading.main_thread():
         yield
@@ -146,12 +146,12 @@ def survive_lost_terminal() -> None:
 
 # ---------------------------------------------------------------- cluster
 
-def _warm_ray_import() -> None:
+def warm_ray_import() -> None:
     """Import Ray's job SDK (about a second) while ``ray start`` runs anyway."""
     import ray.job_submission  # noqa: F401
 
 
-def _client(address: str):
+def jobs_client(address: str):
     from ray.job_submission import JobSubmissionClient
 
     try:
@@ -187,7 +187,7 @@ class JobHandle:
     @property
     def _client(self):
         if self._client_obj is None:
-            self._client_obj = _client(self.address)
+            self._client_obj = jobs_client(self.address)
         return self._client_obj
 
     @classmethod
@@ -215,7 +215,7 @@ class JobHandle:
 
     def stop(self, *, timeout: float = 60.0) -> str:
         """Ask Ray to stop the job and wait until it has (Ray sends SIGTERM, then SIGKILL)."""
-        with _uninterruptible():
+        with uninterruptible():
             try:
                 self._client.stop_job(self.submission_id)
             except Exception:
@@ -523,7 +523,7 @@ def submit(address: str, plan: LaunchPlan, *, secrets: Mapping[str, str], pass_s
         "clawgym_ports": ",".join(str(p) for p in ports_of(plan)),
         "clawgym_launcher_pid": str(os.getpid()),
     }
-    client = _client(address)
+    client = jobs_client(address)
     try:
         if before_post is not None:
             # The upload needs only the dashboard; the SDK then finds the package's URI in the

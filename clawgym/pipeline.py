@@ -42,6 +42,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from clawgym.plan import LaunchPlan
 from clawgym.snapshot import start_checkpoint_watcher
+from clawgym.text import fmt_duration
 
 QUEUED, RUNNING, SUCCEEDED, FAILED, STOPPED = "queued", "running", "succeeded", "failed", "stopped"
 #: Exit status of a launch refused before anything started (as a config error).
@@ -149,15 +150,6 @@ def launch_single(cfg: Any, plan: LaunchPlan) -> Any:
 
 # ---------------------------------------------------------------- formatting
 
-def fmt_duration(seconds: Optional[float]) -> str:
-    if seconds is None:
-        return "-"
-    seconds = int(round(seconds))
-    h, rest = divmod(seconds, 3600)
-    m, s = divmod(rest, 60)
-    return f"{h}:{m:02d}:{s:02d}" if h else f"{m}:{s:02d}"
-
-
 def summary_table(jobs: Sequence[PipelineJob]) -> str:
     head = ("#", "overrides", "run_name", "submission id", "status", "duration", "log file")
     rows = [head] + [(str(j.num), j.short_label or j.label, j.plan.run_name if j.plan else "-", j.submission_id or "-",
@@ -258,7 +250,8 @@ class Pipeline:
 
     def _run(self) -> int:
         from clawgym import launch
-        from clawgym.backends import BackendError, backend_for
+        from clawgym.backends import BackendError
+        from clawgym.clusters import backend_for
 
         self._one_cluster()
         secrets: Dict[str, str] = {}
@@ -293,7 +286,7 @@ class Pipeline:
         # A packed sweep on a cluster being started: its first jobs go in once the dashboard answers.
         early_sweep = self._sweep and not self.detach and not self.backend.answers()
         try:
-            with launch._sigterm_as_interrupt():
+            with launch.sigterm_as_interrupt():
                 try:
                     self._connect(secrets, submit_early=early, sweep_early=early_sweep,
                                   prepare=self._cleanup_and_snapshot if starting else None)
@@ -309,15 +302,15 @@ class Pipeline:
                         self._foreground()
                 except KeyboardInterrupt:
                     self.interrupted = True
-                    with launch._uninterruptible():
+                    with launch.uninterruptible():
                         self._interrupt()
                 except launch.TerminalLost:
                     self.hangup = True
                     launch.survive_lost_terminal()
-                    with launch._uninterruptible():
+                    with launch.uninterruptible():
                         self._lost_terminal()
         finally:
-            with launch._uninterruptible():
+            with launch.uninterruptible():
                 self._close()
         return self._summarise()
 
@@ -501,7 +494,7 @@ class Pipeline:
             # Runs while the cluster starts (its own processes): work that does not need it.
             if prepare is not None:
                 prepare()
-            launch._warm_ray_import()
+            launch.warm_ray_import()
 
         try:
             self.backend.start(secrets, on_address=on_address, while_waiting=while_waiting)
@@ -519,7 +512,7 @@ class Pipeline:
         from clawgym import launch
 
         try:
-            launch._client(self.backend.address).get_job_info(j.plan.submission_id)
+            launch.jobs_client(self.backend.address).get_job_info(j.plan.submission_id)
         except Exception:
             return False
         j.handle = launch.JobHandle(self.backend.address, j.plan.submission_id, j.plan,

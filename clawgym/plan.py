@@ -263,10 +263,10 @@ def tensorboard_env(c: Mapping[str, Any], launch_id: str) -> Dict[str, str]:
 
     slime's writer needs the flag *and* a folder: with the flag alone and no ``--tb-project-name``
     it raises at the first metric (slime/utils/tensorboard_utils.py:_TensorboardAdapter.__init__)."""
-    from clawgym.flagmap import _tensorboard_on
+    from clawgym.flagmap import tensorboard_on
 
     path = tensorboard_dir(c["paths"]["save"], launch_id)
-    if not _tensorboard_on(c) or path is None:
+    if not tensorboard_on(c) or path is None:
         return {}
     return {TENSORBOARD_DIR_ENV: path}
 

@@ -74,6 +74,7 @@ from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 import yaml
 
+from clawgym.fsutil import atomic_write_text, write_synced
 from clawgym.schema import GROUPS
 
 from clawgym.layout import SNAPSHOTS_RELPATH  # noqa: E402,F401  (kept importable from here)
@@ -335,25 +336,6 @@ def _dump_yaml(data: Any) -> str:
     return yaml.safe_dump(data, sort_keys=False, default_flow_style=False, allow_unicode=True)
 
 
-def _write_file(path: Path, text: str) -> None:
-    with open(path, "w") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-
-
-def atomic_write_text(path: Path, text: str) -> None:
-    """Write a file through a temp file and a rename."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.parent / f".{path.name}.tmp-{os.getpid()}-{threading.get_ident()}"
-    try:
-        _write_file(tmp, text)
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
-
-
 def _snapshot_base(plan: Any) -> Path:
     """Directory the snapshots of a plan go to."""
     if plan.save_dir:
@@ -476,9 +458,9 @@ def write_launch_snapshot(cfg: Any, plan: Any, *, record: Optional[LaunchRecord]
         try:
             tmp.mkdir()
             for fname, text in files.items():
-                _write_file(tmp / fname, text)
+                write_synced(tmp / fname, text)
             # Last: a snapshot with a manifest that matches its files is whole.
-            _write_file(tmp / MANIFEST_FILE, manifest_text(files))
+            write_synced(tmp / MANIFEST_FILE, manifest_text(files))
             # A same-named snapshot that appeared meanwhile makes the rename fail: never overwrite.
             os.rename(tmp, base / name)
         finally:
@@ -796,7 +778,7 @@ def place_snapshot(snapshot_dir: str | os.PathLike, checkpoint_dir: str | os.Pat
         os.mkdir(tmp)
         for f in sorted(src.iterdir()):
             shutil.copyfile(f, tmp / f.name)
-        _write_file(tmp / STAMP_FILE, json.dumps({"iteration": _iteration_of(ckpt), "stamped_by": by,
+        write_synced(tmp / STAMP_FILE, json.dumps({"iteration": _iteration_of(ckpt), "stamped_by": by,
                                                   "stamped_at": time.time()}) + "\n")
         if target.exists():
             os.rename(target, old)

@@ -34,7 +34,8 @@ from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 from omegaconf.errors import OmegaConfBaseException
 
 from clawgym.pipeline import (EXIT_INTERRUPTED, EXIT_REFUSED, FAILED, QUEUED, RUNNING, STOPPED, SUCCEEDED, Pipeline,
-                              PipelineJob, PipelineOptions, Refused, fmt_duration, say, summary_table)
+                              PipelineJob, PipelineOptions, Refused, say, summary_table)
+from clawgym.overrides import differing_overrides, split_override
 from clawgym.plan import LaunchPlan, build_plan_from_dict
 from clawgym.validate import ConfigError, check
 
@@ -187,27 +188,14 @@ def compose_jobs(loader: Any, master: DictConfig, job_overrides: Sequence[Sequen
 
 # ---------------------------------------------------------------- naming
 
-def _split(override: str) -> Tuple[str, str]:
-    key, _, value = override.partition("=")
-    return key.lstrip("+~"), value
-
-
 def _sanitize(text: str) -> str:
     """Keep names folder-, shell- and Ray-friendly while readable: ``a.b=v,c=w``."""
     return re.sub(r"[^A-Za-z0-9._=,+-]+", "_", text).strip("_")
 
 
-def differing_overrides(job_overrides: Sequence[Sequence[str]], *, ignore: Sequence[str] = ()) -> List[List[str]]:
-    """Per job, its overrides whose value is not the same in every job (in the job's order)."""
-    parsed = [dict(_split(o) for o in ov) for ov in job_overrides]
-    keys = {k for p in parsed for k in p}
-    differ = {k for k in keys if k not in ignore and len({p.get(k) for p in parsed}) > 1}
-    return [[o for o in ov if _split(o)[0] in differ] for ov in job_overrides]
-
-
 def default_run_name(exp_name: str, differing: Sequence[str]) -> str:
     """``<exp_name>_<k=v,k2=v2>`` from the overrides that tell this job apart."""
-    tag = _sanitize(",".join(f"{k}={v}" for k, v in (_split(o) for o in differing)))
+    tag = _sanitize(",".join(f"{k}={v}" for k, v in (split_override(o) for o in differing)))
     name = f"{exp_name}_{tag}" if tag else exp_name
     if len(name) > MAX_NAME:
         digest = hashlib.sha1(name.encode()).hexdigest()[:8]
@@ -273,7 +261,6 @@ def name_clashes(jobs: Sequence[SweepJob]) -> List[str]:
     return lines
 
 
-_fmt_duration = fmt_duration
 _say = say
 
 
@@ -319,7 +306,7 @@ class SweepSession:
                     extra[i].append("ray.num_gpus=null")
             # Concurrent jobs on one node would all bind the API server's port: spread them,
             # unless the user chose ports.
-            if len(launched) > 1 and not any(_split(o)[0] == "sglang.api_port" for o in self._all_overrides(user)):
+            if len(launched) > 1 and not any(split_override(o)[0] == "sglang.api_port" for o in self._all_overrides(user)):
                 base = int(configs[launched[0]].sglang.api_port)
                 for n, i in enumerate(launched):
                     extra[i].append(f"sglang.api_port={base + n}")
@@ -365,14 +352,14 @@ class SweepSession:
                 warned.append(f"sweep job #{j.num}: {j.label}\n" + format_warnings(warns))
         if warned and not reports:
             # Warnings never refuse: printed once per job, before anything starts.
-            from clawgym.app import say
+            from clawgym.console import say
 
             say("\n".join(warned))
         if reports:
             n = len(reports)
             raise SweepRefused(f"clawgym: sweep refused, {n} of {len(self.jobs)} job{'s' if len(self.jobs) != 1 else ''}"
                                f" invalid; nothing was started\n" + "\n".join(reports))
-        from clawgym.app import attach_memory, timestamp
+        from clawgym.prepare import attach_memory, timestamp
 
         stamp = timestamp()
         for j in self.jobs:
@@ -392,7 +379,7 @@ class SweepSession:
 
     def run(self) -> List[JobReturn]:
         """Run every job; returns JobReturns in sweep order. Raises SweepRefused / exits 130."""
-        from clawgym.app import prepared_plans
+        from clawgym.prepare import prepared_plans
 
         # Each job's task function reuses the plan checked up front (no second validate/plan).
         with prepared_plans({j.num: j.plan for j in self.jobs if j.plan is not None}):
@@ -482,7 +469,8 @@ def run_sweep(*, hydra_context: HydraContext, task_function: TaskFunction, confi
     session = SweepSession(hydra_context=hydra_context, task_function=task_function, config=config,
                            options=options)
     Path(str(config.hydra.sweep.dir)).mkdir(parents=True, exist_ok=True)
-    from clawgym.app import _failed_check, discard_own_output_dir, say
+    from clawgym.console import say
+    from clawgym.prepare import discard_own_output_dir, failed_check
 
     try:
         try:
@@ -491,7 +479,7 @@ def run_sweep(*, hydra_context: HydraContext, task_function: TaskFunction, confi
         except SweepRefused:
             raise
         except Exception as exc:  # noqa: BLE001 - a check that raises refuses the sweep, nothing started
-            raise SweepRefused(_failed_check(exc)) from None
+            raise SweepRefused(failed_check(exc)) from None
         returns = session.run()
     except SweepRefused as err:
         from clawgym.secrets import redact

@@ -38,7 +38,7 @@ FLOORS: List[Tuple[str, Tuple[str, ...]]] = [
             "hydra_plugins.clawgym_sweeper",
         ),
     ),
-    ("pipeline", ("clawgym.pipeline", "clawgym.launching")),
+    ("pipeline", ("clawgym.pipeline", "clawgym.clusters", "clawgym.prepare")),
     (
         "backends",
         (
@@ -54,7 +54,7 @@ FLOORS: List[Tuple[str, Tuple[str, ...]]] = [
     ("search", ("clawgym.search",)),
     (
         "translations",
-        ("clawgym.plan", "clawgym.validate", "clawgym.memory", "clawgym.steptime"),
+        ("clawgym.plan", "clawgym.allocation", "clawgym.validate", "clawgym.memory", "clawgym.steptime"),
     ),
     (
         "base",
@@ -75,6 +75,7 @@ FLOORS: List[Tuple[str, Tuple[str, ...]]] = [
             "clawgym.jobside",
             "clawgym.fsutil",
             "clawgym.text",
+            "clawgym.console",
             "clawgym.overrides",
         ),
     ),

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 from typing import List
 
-from clawgym.app import attach_memory
+from clawgym.prepare import attach_memory
 from clawgym.cli import main as cli
 from clawgym.config import compose
 from clawgym.plan import build_plan

@@ -27,7 +27,8 @@ def test_the_trainer_exit_code_is_read_from_rays_failure_message():
 
 
 def test_backend_for_picks_a_local_head_or_an_existing_cluster_from_the_plan():
-    from clawgym.backends import Backend, backend_for
+    from clawgym.backends import Backend
+    from clawgym.clusters import backend_for
     from clawgym.backends.existing import ExistingCluster
     from clawgym.backends.local import LocalHead
 
@@ -54,7 +55,8 @@ def test_backends_render_their_dry_run_artefacts_and_never_reach_into_the_pipeli
 
     import clawgym.app as app
     import clawgym.backends.slurm_run as slurm_run
-    from clawgym.backends import Backend, backend_for
+    from clawgym.backends import Backend
+    from clawgym.clusters import backend_for
     from clawgym.backends.kuberay import KubeRayBackend
     from clawgym.backends.slurm import SlurmBackend
     from clawgym.config import compose, to_plain

@@ -134,7 +134,7 @@ def test_second_launch_adds_a_snapshot_and_never_overwrites(tmp_path):
 
 def test_failed_write_leaves_no_partial_snapshot(tmp_path, monkeypatch):
     save = tmp_path / "run"
-    real = snap_mod._write_file
+    real = snap_mod.write_synced
     calls = []
 
     def failing(path, text):
@@ -143,7 +143,7 @@ def test_failed_write_leaves_no_partial_snapshot(tmp_path, monkeypatch):
             raise OSError(28, "No space left on device")
         real(path, text)
 
-    monkeypatch.setattr(snap_mod, "_write_file", failing)
+    monkeypatch.setattr(snap_mod, "write_synced", failing)
     with pytest.raises(SnapshotError) as err:
         launch_snapshot(save)
     assert "No space left on device" in str(err.value) and "fix:" in str(err.value)
@@ -161,13 +161,13 @@ def test_crash_mid_write_leaves_no_visible_snapshot(tmp_path):
         from clawgym import snapshot
         from clawgym.config import compose
         from clawgym.plan import build_plan
-        real, n = snapshot._write_file, []
+        real, n = snapshot.write_synced, []
         def dying(path, text):
             n.append(path)
             real(path, text)
             if len(n) == 2:
                 os._exit(9)
-        snapshot._write_file = dying
+        snapshot.write_synced = dying
         cfg = compose(["paths.save={save}"])
         snapshot.write_launch_snapshot(cfg, build_plan(cfg, environ={{}}, timestamp="20260101_000000"))
     """)

@@ -21,8 +21,8 @@ from tests.test_snapshot_watcher import write_checkpoint
 
 def test_manifest_records_size_and_sha256_of_every_file_and_is_written_last(tmp_path, monkeypatch):
     order = []
-    real = snap_mod._write_file
-    monkeypatch.setattr(snap_mod, "_write_file", lambda path, text: (order.append(path.name), real(path, text)))
+    real = snap_mod.write_synced
+    monkeypatch.setattr(snap_mod, "write_synced", lambda path, text: (order.append(path.name), real(path, text)))
     _, _, path = launch_snapshot(tmp_path / "run", submitted=False)
     assert order[-1] == MANIFEST_FILE and set(order[:-1]) == SNAPSHOT_FILES
     files = json.loads((path / MANIFEST_FILE).read_text())["files"]

@@ -21,7 +21,8 @@ import pytest
 from hydra.core.utils import JobStatus
 
 from clawgym import ray_head
-from clawgym.sweep import default_run_name, differing_overrides
+from clawgym.overrides import differing_overrides
+from clawgym.sweep import default_run_name
 from tests.fixtures.checkout import checkout_overrides
 
 ROOT = Path(__file__).resolve().parent.parent

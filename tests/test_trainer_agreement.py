@@ -25,7 +25,7 @@ import pytest
 from omegaconf import OmegaConf, open_dict, read_write
 
 from clawgym.config import compose, config_dir, to_plain
-from clawgym.validate.core import check
+from clawgym.validate import check
 
 DATA = Path(__file__).parent / "data" / "trainer_verdicts"
 FLAVOURS = ("clawgym", "slime")

@@ -131,7 +131,7 @@ def test_every_trainer_rule_has_a_test():
 
 def test_every_trainer_rule_names_the_code_it_mirrors():
     src = (ROOT / "clawgym" / "validate" / "trainer_rules.py").read_text()
-    for match in re.finditer(r"^def (rule_\w+)\(v: _Collector\) -> None:\n    \"\"\"(.*?)\"\"\"", src, re.S | re.M):
+    for match in re.finditer(r"^def (rule_\w+)\(v: Collector\) -> None:\n    \"\"\"(.*?)\"\"\"", src, re.S | re.M):
         name, doc = match.groups()
         assert "Mirrors:" in doc or "clawgym refuses" in doc or "Not a trainer check" in doc, name
 

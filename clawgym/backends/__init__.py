@@ -27,8 +27,8 @@ clean up jobs nobody follows). Handles returned by ``submit`` follow with
 
 One owner per resource: what a backend starts, it records when it starts it and stops
 through that record (the local head's record lives in :mod:`clawgym.ray_head`). Backends
-are picked by :func:`backend_for`; a new one (SLURM allocation, KubeRay RayJob) is a module
-here with a class implementing :class:`Backend`, and a line in :func:`backend_for`.
+are picked by :func:`clawgym.clusters.backend_for`; a new one (SLURM allocation, KubeRay RayJob) is a
+module here with a class implementing :class:`Backend`, and a line in that function.
 
 =============  ===========================================================
 ``local``      a head clawgym starts on this machine (``ray.address`` unset)
@@ -54,20 +54,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 
-#: Values of ``cluster.backend``.
-BACKENDS = ("local", "existing", "slurm", "kuberay")
-
-
-def backend_name(c: Any) -> str:
-    """The backend a (plain or composed) config asks for; ``local`` with ``ray.address`` set is ``existing``."""
-    if c is None:
-        return "local"
-    cluster = c.get("cluster") if hasattr(c, "get") else None
-    name = str((cluster or {}).get("backend", "local") if cluster is not None else "local")
-    ray = c.get("ray") if hasattr(c, "get") else None
-    if name == "local" and ray is not None and ray.get("address"):
-        return "existing"
-    return name
+from clawgym.allocation import backend_name
 
 
 class BackendError(Exception):
@@ -222,24 +209,3 @@ ARTEFACT_BACKENDS = ("slurm", "kuberay")
 def renders_dry_run_artefact(cfg: Any) -> bool:
     """True when the config's backend renders a dry-run artefact (see :data:`ARTEFACT_BACKENDS`)."""
     return backend_name(cfg) in ARTEFACT_BACKENDS
-
-
-def backend_for(cfg: Any, plans: Sequence[Any], cfgs: Optional[Sequence[Any]] = None) -> Backend:
-    """The backend the launch's config asks for (every job of a launch shares one cluster)."""
-    plan = plans[0]
-    cfgs = list(cfgs) if cfgs is not None else [cfg] * len(plans)
-    if backend_name(cfg) == "slurm":
-        from clawgym.backends.slurm import SlurmBackend
-
-        return SlurmBackend(plans, cfgs)
-    if backend_name(cfg) == "kuberay":
-        from clawgym.backends.kuberay import KubeRayBackend
-
-        return KubeRayBackend(plans, cfgs)
-    if plan.ray_start is not None:
-        from clawgym.backends.local import LocalHead
-
-        return LocalHead(plans, cfgs)
-    from clawgym.backends.existing import ExistingCluster
-
-    return ExistingCluster(plans, cfgs)

@@ -28,7 +28,7 @@ class ExistingCluster(RayJobsBackend):
         from clawgym import launch
 
         try:
-            launch._client(self.address)  # reachable, or a clear error
+            launch.jobs_client(self.address)  # reachable, or a clear error
         except launch.LaunchError as err:
             raise BackendError(str(err)) from None
         if while_waiting is not None:

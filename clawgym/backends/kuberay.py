@@ -98,7 +98,7 @@ def _container(name: str, image: str, *, resources: Dict[str, Any], env: List[Di
 
 def manifest(plan: LaunchPlan, c: Mapping[str, Any]) -> Dict[str, Any]:
     """The RayJob for a plan and its resolved config (pure)."""
-    from clawgym.backends.slurm import size_from_layout
+    from clawgym.allocation import size_from_layout
 
     k = c["kuberay"]
     alloc = size_from_layout(c)
@@ -298,7 +298,7 @@ class KubeRayHandle:
             if url and ray_head.dashboard_responds(url):
                 seen = url
                 try:
-                    launch._client(url).get_job_info(self.submission_id)
+                    launch.jobs_client(url).get_job_info(self.submission_id)
                     self.address = url
                     self.ray = launch.JobHandle(url, self.submission_id, self.plan, redact=self._redact)
                     return self.ray
@@ -388,7 +388,7 @@ class KubeRayBackend(ClusterPerJobBackend):
         self.address = f"KubeRay (context {self.context})"
 
     def submit(self, plan: Any, cfg: Any, snapshot: Optional[str], secrets: Mapping[str, str]) -> Any:
-        from clawgym.snapshot import atomic_write_text
+        from clawgym.fsutil import atomic_write_text
 
         c = self._c(cfg)
         k = c["kuberay"]

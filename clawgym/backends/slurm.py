@@ -25,18 +25,17 @@ default ``--export=ALL``), never through the script or its command line.
 
 from __future__ import annotations
 
-import math
 import os
 import shlex
 import shutil
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 from clawgym.backends import ClusterPerJobBackend
+from clawgym.allocation import Allocation, allocation
 from clawgym.plan import LaunchPlan
 
 #: Module that runs inside the allocation.
@@ -52,42 +51,6 @@ EXIT_STOPPED = 130
 
 class SlurmError(Exception):
     """sbatch/scontrol/scancel failed; the message says why and what to do."""
-
-
-@dataclass(frozen=True)
-class Allocation:
-    """What the batch job asks SLURM for."""
-
-    # sbatch --nodes.
-    nodes: int
-    # GPUs per node (--gres=gpu:N).
-    gpus_per_node: int
-
-    @property
-    def gpus(self) -> int:
-        return self.nodes * self.gpus_per_node
-
-
-def size_from_layout(c: Mapping[str, Any], *, nodes: Optional[int] = None,
-                     gpus_per_node: Optional[int] = None) -> Allocation:
-    """Nodes and GPUs per node for the run's layout (given values win).
-
-    Nodes: the GPUs the run holds over ``gpu_layout.num_gpus``, rounded up. GPUs per
-    node: ``gpu_layout.num_gpus`` on several nodes; on one node only what the run holds,
-    so small jobs of a sweep share a node.
-    """
-    from clawgym.plan import gpus_required
-
-    need = gpus_required(c)
-    per_node = int(c["gpu_layout"]["num_gpus"])
-    n = int(nodes) if nodes else max(1, math.ceil(need / per_node))
-    gpn = int(gpus_per_node) if gpus_per_node else (per_node if n > 1 else need)
-    return Allocation(nodes=n, gpus_per_node=gpn)
-
-
-def allocation(c: Mapping[str, Any]) -> Allocation:
-    """The SLURM job's size: ``slurm.nodes`` / ``slurm.gpus_per_node`` when set, else from the layout."""
-    return size_from_layout(c, nodes=c["slurm"]["nodes"], gpus_per_node=c["slurm"]["gpus_per_node"])
 
 
 def sbatch_directives(c: Mapping[str, Any], alloc: Allocation, *, output: str) -> List[str]:
@@ -422,7 +385,8 @@ def job_dir(snapshot: str) -> Path:
 
 def write_script(plan: LaunchPlan, c: Mapping[str, Any], snapshot: str) -> tuple:
     """Write the batch script next to the snapshot; returns (script path, output pattern)."""
-    from clawgym.snapshot import PLAN_FILE, atomic_write_text
+    from clawgym.fsutil import atomic_write_text
+    from clawgym.snapshot import PLAN_FILE
 
     directory = job_dir(snapshot)
     directory.mkdir(parents=True, exist_ok=True)
@@ -451,7 +415,7 @@ def records_dir() -> Path:
 def record_job(job: SlurmJob, *, script: str) -> None:
     import json
 
-    from clawgym.snapshot import atomic_write_text
+    from clawgym.fsutil import atomic_write_text
 
     records_dir().mkdir(parents=True, exist_ok=True)
     atomic_write_text(records_dir() / f"{job.job_id}-{job.submission_id}.json", json.dumps(

@@ -22,6 +22,8 @@ import sys
 import time
 from typing import List, Optional
 
+from clawgym import clusters
+
 
 class _UserError(Exception):
     pass
@@ -58,14 +60,12 @@ def add_parser(subparsers) -> None:
 
 
 def resolve_address(given: Optional[str]) -> str:
-    from clawgym import ray_head
-
     if given:
         return given if "://" in given else f"http://{given}"
     env = os.environ.get("RAY_ADDRESS", "")
     if env.startswith(("http://", "https://")):
         return env
-    live = [r for r in ray_head.list_records() if ray_head.is_alive(r, patience=2.0)]
+    live = clusters.live_heads(patience=2.0)
     if len(live) == 1:
         return live[0].dashboard_address
     if not live:
@@ -77,9 +77,7 @@ def resolve_address(given: Optional[str]) -> str:
 
 def _answering(address: str) -> str:
     """The address, once its dashboard answers: a dead address is not "no such job"."""
-    from clawgym import ray_head
-
-    if not ray_head.dashboard_responds(address, timeout=5.0):
+    if not clusters.dashboard_answers(address, timeout=5.0):
         raise _UserError(f"no Ray dashboard answers at {address}\n"
                          f"  fix: check --address (the dashboard's http address, e.g. http://<head>:8265); "
                          f"`clawgym jobs heads` lists the heads clawgym started")
@@ -87,9 +85,9 @@ def _answering(address: str) -> str:
 
 
 def _cmd_list(args) -> int:
-    from clawgym.launch import _client
+    from clawgym.launch import jobs_client
 
-    client = _client(_answering(resolve_address(args.address)))
+    client = jobs_client(_answering(resolve_address(args.address)))
     jobs = sorted(client.list_jobs(), key=lambda j: j.start_time or 0)
     print(f"{'submission id':<48} {'status':<10} {'started':<19} entrypoint")
     for j in jobs:
@@ -139,19 +137,17 @@ def _cmd_stop(args) -> int:
 
 
 def _cmd_heads(args) -> int:
-    from clawgym import ray_head
-
-    records = ray_head.list_records()
+    records = clusters.recorded_heads()
     if not records:
         print("no Ray heads started by clawgym are recorded")
         return 0
     for r in records:
         state = {"alive": "alive", "unresponsive": "running, dashboard not answering",
-                 "dead": "dead (cleaned up at the next launch on its port)"}[ray_head.head_state(r, patience=2.0)]
+                 "dead": "dead (cleaned up at the next launch on its port)"}[clusters.head_state(r, patience=2.0)]
         started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r.start_time))
-        owner = ray_head.ownership(r)
+        owner, users = clusters.head_owner(r)
         if owner == "in use":
-            owner += " by clawgym launch(es) " + ", ".join(f"pid {int(u['pid'])}" for u in ray_head.live_users(r))
+            owner += " by clawgym launch(es) " + ", ".join(f"pid {int(u['pid'])}" for u in users)
         elif owner == "kept":
             owner += f" ({r.kept_reason or 'ray.keep_head'})"
         else:
@@ -162,40 +158,31 @@ def _cmd_heads(args) -> int:
 
 
 def _cmd_stop_head(args) -> int:
-    from clawgym import ray_head
-
     address = resolve_address(args.address)
-    rec = next((r for r in ray_head.list_records() if r.dashboard_address == address), None)
+    rec = next((r for r in clusters.recorded_heads() if r.dashboard_address == address), None)
     if rec is None:
         raise _UserError(f"no Ray head started by clawgym is recorded at {address}; clawgym stops only heads it "
                          f"started\n  fix: see clawgym jobs heads")
-    state = "dead" if args.force else ray_head.head_state(rec, patience=5.0)
+    state = "dead" if args.force else clusters.head_state(rec, patience=5.0)
     if state == "unresponsive":
         raise _UserError(f"the head at {address} runs but its dashboard does not answer, so its jobs are unknown\n"
                          f"  fix: pass --force to stop it anyway")
     if state == "alive":
-        busy = ray_head.running_jobs(address)
+        busy = clusters.running_jobs(address)
         if busy:
             raise _UserError(f"jobs still run on {address}: {', '.join(busy)}\n"
                              f"  fix: stop them first (clawgym jobs stop <id> --address {address}) or pass --force")
-    ray_head.stop_head(rec)
+    clusters.stop_head(rec)
     return 0
 
 
 def _cmd_slurm(args) -> int:
-    from clawgym.backends import slurm
-
-    records = slurm.list_records()
+    records = clusters.slurm_jobs()
     if not records:
         print("no SLURM jobs submitted by clawgym are recorded")
         return 0
     print(f"{'SLURM id':<10} {'state':<12} {'run name':<40} output")
-    for r in records:
-        job = slurm.SlurmJob(str(r["job_id"]), output=r.get("output"))
-        try:
-            state = job.state()
-        except slurm.SlurmError:
-            state = "?"
+    for r, state in records:
         print(f"{r['job_id']:<10} {state:<12} {r.get('run_name', ''):<40} {r.get('output') or '-'}")
     print("  cancel one: scancel <SLURM id>;  follow one: tail -f <output>")
     return 0
@@ -207,10 +194,9 @@ _COMMANDS = {"list": _cmd_list, "status": _cmd_status, "logs": _cmd_logs, "stop"
 
 def run(args) -> int:
     from clawgym.launch import LaunchError
-    from clawgym.ray_head import HeadError
 
     try:
         return _COMMANDS[args.jobs_command](args)
-    except (_UserError, LaunchError, HeadError) as err:
+    except (_UserError, LaunchError, clusters.ClusterError) as err:
         print(f"clawgym jobs {args.jobs_command}: {err}", file=sys.stderr)
         return 2

@@ -28,20 +28,20 @@ def add_parser(subparsers) -> None:
 
 
 def run(args) -> int:
-    from clawgym.commands.runs import _Bad, _metrics, collect
+    from clawgym.commands.runs import BadArgs, parse_metrics, collect
     from clawgym.runs.report import render
     from clawgym.runs.table import metric_tags
 
     try:
         runs, rows, columns = collect(args, "report")
-    except _Bad as exc:
+    except BadArgs as exc:
         print(f"clawgym report: {exc}", file=sys.stderr)
         return 2
     if not runs:
         print("clawgym report: no runs found (a run is a save dir with clawgym snapshots: "
               "<save>/clawgym/snapshots/); nothing written", file=sys.stderr)
         return 2
-    page = render(runs, rows, columns, metrics=metric_tags(runs, _metrics(args.metric) or None),
+    page = render(runs, rows, columns, metrics=metric_tags(runs, parse_metrics(args.metric) or None),
                   weight=args.smooth, title=args.title)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)

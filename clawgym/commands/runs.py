@@ -46,35 +46,35 @@ def add_parser(subparsers) -> None:
     p.set_defaults(func=run)
 
 
-def _metrics(text: str):
+def parse_metrics(text: str):
     return [m.strip() for m in text.split(",") if m.strip()]
 
 
 def collect(args, command: str):
-    """(runs, rows, columns) after --where/--sort, or raises _Bad."""
+    """(runs, rows, columns) after --where/--sort, or raises BadArgs."""
     from clawgym.runs import RunsError, find_runs
     from clawgym.runs.table import apply, build_rows
 
     if not 0.0 <= args.smooth < 1.0:
-        raise _Bad(f"--smooth {args.smooth}: the weight must be in [0, 1), e.g. --smooth 0.6")
+        raise BadArgs(f"--smooth {args.smooth}: the weight must be in [0, 1), e.g. --smooth 0.6")
     if args.last < 0:
-        raise _Bad(f"--last {args.last}: give a number of steps >= 0 (0 = all)")
+        raise BadArgs(f"--last {args.last}: give a number of steps >= 0 (0 = all)")
     try:
         runs = find_runs(args.paths)
     except RunsError as exc:
-        raise _Bad(str(exc)) from None
-    rows, columns = build_rows(runs, metrics=_metrics(args.metric) or None, last=args.last)
+        raise BadArgs(str(exc)) from None
+    rows, columns = build_rows(runs, metrics=parse_metrics(args.metric) or None, last=args.last)
     keys = [c.key for c in columns] + ["last_step", "submission_id", "save_dir", "launches"]
     try:
         sort = f"-{args.sort.lstrip('-')}" if args.sort and args.desc else args.sort
         kept = apply(rows, where=args.where, sort=sort, keys=keys)
     except ValueError as exc:
-        raise _Bad(str(exc)) from None
+        raise BadArgs(str(exc)) from None
     by_row = {id(r): run for r, run in zip(rows, runs)}
     return [by_row[id(r)] for r in kept], kept, columns
 
 
-class _Bad(Exception):
+class BadArgs(Exception):
     pass
 
 
@@ -83,9 +83,9 @@ def run(args) -> int:
 
     try:
         if args.plot and not args.out:
-            raise _Bad("--plot needs --out DIR (the folder the PNGs go to)")
+            raise BadArgs("--plot needs --out DIR (the folder the PNGs go to)")
         runs, rows, columns = collect(args, "runs")
-    except _Bad as exc:
+    except BadArgs as exc:
         print(f"clawgym runs: {exc}", file=sys.stderr)
         return 2
     if args.json:
@@ -97,7 +97,7 @@ def run(args) -> int:
     if args.plot:
         from clawgym.runs.plot import write_plots
 
-        written, missing = write_plots(runs, _metrics(args.plot), Path(args.out), weight=args.smooth)
+        written, missing = write_plots(runs, parse_metrics(args.plot), Path(args.out), weight=args.smooth)
         for path in written:
             print(f"wrote {path}", file=sys.stderr if args.json else sys.stdout)
         for metric in missing:

@@ -110,7 +110,7 @@ def memory_plan(c: Mapping[str, Any], gpu: Any = None) -> MemoryPlan:
     if not plan.fits:
         from clawgym.memory.advice import advise
 
-        plan.advice, plan.advice_overrides = advise(c, gpu, plan)
+        plan.advice, plan.advice_overrides = advise(c, gpu, plan, evaluate=evaluate)
     return plan
 
 

@@ -40,12 +40,12 @@ def _ok_parallel(c: Mapping[str, Any]) -> bool:
     """Whether the trainer would start this config: no error from the trainer rules
     (``clawgym/validate/trainer_rules.py``, the one statement of what Megatron, slime and SGLang
     accept), so advice never names a layout validation then refuses."""
-    from clawgym.validate.core import _Collector, _run_rule
+    from clawgym.validate.core import Collector, run_rule
     from clawgym.validate.trainer_rules import RULES
 
-    col = _Collector(c, {})
+    col = Collector(c, {})
     for rule in RULES:
-        _run_rule(col, rule, cross=True)
+        run_rule(col, rule, cross=True)
     return not any(v.severity == "error" for v in col.out)
 
 
@@ -109,11 +109,11 @@ def _describe(move: Move, before: Any, after: Any) -> str:
             f"{', fits' if after.fits else ''}")
 
 
-def advise(c: Mapping[str, Any], gpu: Any, plan: Any, *, max_steps: int = 12,
-           evaluate: Optional[Callable[..., Any]] = None) -> Tuple[List[str], List[List[str]]]:
-    """(advice lines, the Hydra overrides of each line) for a plan that does not fit."""
-    if evaluate is None:
-        from clawgym.memory import evaluate as evaluate  # noqa: PLW0127
+def advise(c: Mapping[str, Any], gpu: Any, plan: Any, *, evaluate: Callable[..., Any],
+           max_steps: int = 12) -> Tuple[List[str], List[List[str]]]:
+    """(advice lines, the Hydra overrides of each line) for a plan that does not fit; ``evaluate``
+    is the memory plan of a config (``clawgym.memory.evaluate``: passed in, so advice imports no
+    package above it)."""
     fitting: List[Tuple[float, Move, Any]] = []
     for mv in _moves(c):
         after = evaluate(_apply(c, mv), gpu)

@@ -14,7 +14,7 @@ from typing import Any, Dict, Mapping, Optional
 from clawgym.memory.rollout import SGLANG_OFFLOADED_RESIDUE_GIB
 
 
-def _flag(c: Mapping[str, Any], dest: str) -> Optional[bool]:
+def trainer_flag(c: Mapping[str, Any], dest: str) -> Optional[bool]:
     args = c.get("args") or {}
     if dest in args and args[dest] is not None:
         return bool(args[dest])
@@ -37,7 +37,7 @@ def offloads(c: Mapping[str, Any]) -> Dict[str, bool]:
     colocate = bool(c["gpu_layout"]["colocate"])
     out = {}
     for dest in ("offload_train", "offload_rollout"):
-        v = _flag(c, dest)
+        v = trainer_flag(c, dest)
         out[dest] = colocate if v is None else v
     return out
 

@@ -40,11 +40,11 @@ def smooth(values: Sequence[float], weight: float) -> List[float]:
 
 def groups(runs: Sequence[Run]) -> Dict[str, List[Run]]:
     """Sweep -> its runs; runs outside a sweep under "runs"."""
-    from clawgym.runs.table import _sweep_of
+    from clawgym.runs.table import sweep_of
 
     out: Dict[str, List[Run]] = {}
     for r in runs:
-        out.setdefault(_sweep_of(r) or "runs", []).append(r)
+        out.setdefault(sweep_of(r) or "runs", []).append(r)
     return out
 
 
@@ -115,10 +115,10 @@ def _safe(text: str) -> str:
 def write_plots(runs: Sequence[Run], metrics: Sequence[str], out_dir: Path, *,
                 weight: float = 0.0) -> Tuple[List[Path], List[str]]:
     """PNGs of each metric for each sweep (``<metric>__<sweep>.png``); returns (written, missing metrics)."""
-    from clawgym.runs.table import _differing
+    from clawgym.runs.table import differing_by_run
 
     out_dir.mkdir(parents=True, exist_ok=True)
-    differing = _differing(runs)
+    differing = differing_by_run(runs)
     written, missing = [], []
     for metric in metrics:
         found = False

@@ -82,9 +82,9 @@ def render(runs: Sequence[Run], rows: Sequence[Mapping[str, Any]], columns: Sequ
            metrics: Sequence[str] = (), weight: float = 0.0, title: str = "clawgym runs") -> str:
     """The whole page. ``rows``/``columns`` are :func:`clawgym.runs.table.build_rows`' (same order as ``runs``)."""
     from clawgym.runs import plot
-    from clawgym.runs.table import _differing
+    from clawgym.runs.table import differing_by_run
 
-    differing = _differing(runs)
+    differing = differing_by_run(runs)
     parts = [f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>",
              f"<style>{_CSS}</style></head><body>",
              f"<h1>{html.escape(title)}</h1>",

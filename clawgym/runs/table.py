@@ -58,7 +58,7 @@ TAIL_COLUMNS: Tuple[Column, ...] = (
 )
 
 
-def _sweep_of(run: Run) -> Optional[str]:
+def sweep_of(run: Run) -> Optional[str]:
     """Sweep mates share the experiment and the one timestamp their sweep planned them with."""
     snap = run.latest
     if snap is None or (snap.meta.get("origin") or {}).get("command") != "sweep":
@@ -97,14 +97,14 @@ def _user_overrides(run: Run) -> List[str]:
     return out
 
 
-def _differing(runs: Sequence[Run]) -> Dict[int, List[str]]:
+def differing_by_run(runs: Sequence[Run]) -> Dict[int, List[str]]:
     """id(run) -> its overrides that tell it apart from its sweep mates (runs outside a sweep:
     from the other runs outside a sweep)."""
-    from clawgym.sweep import differing_overrides
+    from clawgym.overrides import differing_overrides
 
     groups: Dict[Optional[str], List[Run]] = {}
     for r in runs:
-        groups.setdefault(_sweep_of(r), []).append(r)
+        groups.setdefault(sweep_of(r), []).append(r)
     out: Dict[int, List[str]] = {}
     for mates in groups.values():
         ovs = [_user_overrides(r) for r in mates]
@@ -141,7 +141,7 @@ def build_rows(runs: Sequence[Run], *, metrics: Optional[Sequence[str]] = None, 
     now = time.time() if now is None else now
     cache = StatusCache()
     tags = metric_tags(runs, metrics)
-    differing = _differing(runs)
+    differing = differing_by_run(runs)
     rows = []
     for r in runs:
         if resolve_status and r.status is None:
@@ -164,7 +164,7 @@ def build_rows(runs: Sequence[Run], *, metrics: Optional[Sequence[str]] = None, 
             "flavour": str((c.get("trainer") or {}).get("flavour") or ("clawgym" if c else "-")),
             "model": str((c.get("model") or {}).get("name") or "-"),
             "layout": _layout(r),
-            "sweep": _sweep_of(r) or "-",
+            "sweep": sweep_of(r) or "-",
             "overrides": " ".join(differing.get(id(r), [])) or "-",
             "started": started,
             "duration": (end - started) if (started and end and end >= started) else None,
@@ -262,7 +262,7 @@ def fmt(value: Any, kind: str) -> str:
     if kind == "time":
         return time.strftime("%Y-%m-%d %H:%M", time.localtime(value))
     if kind == "duration":
-        from clawgym.pipeline import fmt_duration
+        from clawgym.text import fmt_duration
 
         return fmt_duration(value)
     if kind == "secs":

@@ -6,16 +6,22 @@ the first problem, so a user fixes everything in one round. All of it runs befor
 process is started or file written.
 
 The rules live in one module per domain (as ``preflight/`` does); ``core`` holds the
-collector, the report and the two stages. The order of the lists below is the order
-of the report.
+collector and the report, this package the rule lists and the two stages that run them. The
+order of the lists below is the order of the report.
 """
 
 from __future__ import annotations
 
-from typing import List
+import os
+import re
+from typing import Any, List, Mapping, Optional, Tuple
 
-from clawgym.validate.core import (ConfigError, Rule, Violation, check, format_warnings, validate, violations,
-                                   warnings)
+from omegaconf import DictConfig
+from omegaconf.errors import OmegaConfBaseException
+
+from clawgym.config import to_plain
+from clawgym.secrets import argv_secrets, known_secrets, redact_value, remember
+from clawgym.validate.core import Collector, ConfigError, Rule, Violation, format_warnings, run_rule
 from clawgym.validate import (batches, cluster, flags, memory, model, names, rollout, secrets, topology, trainer_rules,
                               values)
 from clawgym.validate.names import NAME_MAX, longest_derived_name, name_problem, runs_below
@@ -38,6 +44,130 @@ CROSS_RULES: List[Rule] = [
     cluster.rule_cluster, memory.rule_colocate_needs_offload,
     rollout.rule_sglang_config,
 ]
+
+def _deep_leaves(leaves: Any) -> Any:
+    """(dotted key, value) for every leaf, list elements included (``extra_args.0``): an
+    interpolation that fails inside a list must be found like any other."""
+    for key, value in leaves:
+        if isinstance(value, list):
+            if not value:
+                yield key, value
+            for i, item in enumerate(value):
+                from clawgym.config import iter_leaves
+
+                yield from _deep_leaves(iter_leaves(item, f"{key}.{i}") if isinstance(item, dict)
+                                        else [(f"{key}.{i}", item)])
+        else:
+            yield key, value
+
+
+def _unresolved(cfg: DictConfig) -> List[Violation]:
+    """Keys left at ``???`` or whose interpolation fails, each with its unresolved value."""
+    from omegaconf import OmegaConf
+
+    from clawgym.config import iter_leaves
+
+    raw = OmegaConf.to_container(cfg, resolve=False)
+    assert isinstance(raw, dict)
+    raw.pop("hydra", None)
+    out: List[Violation] = []
+    missing: List[str] = []
+    failing: Dict[str, List[tuple]] = {}
+    for key, value in _deep_leaves(iter_leaves(raw)):
+        if value == "???":
+            missing.append(key)
+            out.append(Violation([key], {key: value}, "a required value is not set",
+                                 f"set {key}, or choose an option of its group that sets it", "value-required"))
+            continue
+        try:
+            OmegaConf.select(cfg, key, throw_on_missing=False)
+        except OmegaConfBaseException as exc:
+            failing.setdefault(str(exc).splitlines()[0], []).append((key, value))
+    for cause, keys in failing.items():
+        # Keys derived from a missing key fail because of it: already reported.
+        if any(m in cause for m in missing):
+            continue
+        # Keys derived from a broken key fail for the same cause: report the one that
+        # does not interpolate another failing key (the source), once.
+        names = {k.rsplit(".", 1)[-1] for k, _ in keys}
+        sources = [(k, v) for k, v in keys
+                   if not any(re.search(r"\$\{[^}]*\b" + re.escape(n) + r"\b", str(v)) for n in names - {k.rsplit(".", 1)[-1]})]
+        key, value = (sources or keys)[0]
+        out.append(Violation([key], {key: value}, f"the config does not resolve: {cause}",
+                             f"fix the interpolation of {key} or give it a plain value", "resolves"))
+    return out
+
+
+def _all(cfg: DictConfig | Mapping[str, Any], *, environ: Optional[Mapping[str, str]] = None) -> List[Violation]:
+    """Errors and warnings of a composed config: local rules first, then cross-group rules."""
+    env = os.environ if environ is None else environ
+    if isinstance(cfg, DictConfig):
+        try:
+            c = to_plain(cfg, resolve=True)
+        except OmegaConfBaseException as exc:
+            # The rules need resolved values: report what does not resolve, and only that.
+            found = _unresolved(cfg)
+            if not found:
+                # Never an empty answer for a config the rules cannot read.
+                found = [Violation([], {}, f"the config does not resolve: {str(exc).splitlines()[0][:200]}",
+                                   "fix the interpolation named above or give the key a plain value", "resolves")]
+            values = known_secrets(None, env)
+            for f in found:
+                f.values = {k: redact_value(val, values) for k, val in f.values.items()}
+            return found
+    else:
+        c = cfg
+    # Secret values typed into extra_args are masked in every later report of this process too.
+    try:
+        remember(argv_secrets(c["extra_args"]))
+        # ... and those smuggled into an args.* list (args.data_path=[--wandb-key,VALUE]).
+        for value in (c.get("args") or {}).values():
+            if isinstance(value, list):
+                remember(argv_secrets([x for x in value if not isinstance(x, (list, dict))]))
+    except (KeyError, TypeError, AttributeError):
+        pass
+    from clawgym.effective import effective_config
+
+    # Null curated keys emit no flag: the rules reason with the value the trainer will use.
+    raw, c = c, effective_config(c)
+    col = Collector(c, env)
+    # Rules about what the config itself says (a model group left incomplete) read it as written.
+    col.raw = raw
+    for rule in LOCAL_RULES:
+        run_rule(col, rule, cross=False)
+    for rule in CROSS_RULES:
+        run_rule(col, rule, cross=True)
+    return col.out
+
+
+def check(cfg: DictConfig | Mapping[str, Any], *,
+          environ: Optional[Mapping[str, str]] = None) -> Tuple[List[Violation], List[Violation]]:
+    """(errors, warnings) of a composed config: errors refuse it, warnings are only printed."""
+    found = _all(cfg, environ=environ)
+    return [v for v in found if v.severity != "warning"], [v for v in found if v.severity == "warning"]
+
+
+def warnings(cfg: DictConfig | Mapping[str, Any], *, environ: Optional[Mapping[str, str]] = None) -> List[Violation]:
+    """What the trainer accepts but rewrites or leaves idle (never refuses)."""
+    return check(cfg, environ=environ)[1]
+
+
+def violations(cfg: DictConfig | Mapping[str, Any], *, environ: Optional[Mapping[str, str]] = None) -> List[Violation]:
+    """Every error of a composed config: local rules first, then cross-group rules.
+
+    ``environ`` (default: this process's) is where the secrets come from that no config
+    value may hold; every report masks them. Warnings are left out (see :func:`check`).
+    """
+    return check(cfg, environ=environ)[0]
+
+
+def validate(cfg: DictConfig | Mapping[str, Any], *, context: str = "",
+             environ: Optional[Mapping[str, str]] = None) -> None:
+    """Raise :class:`ConfigError` carrying every violation, if any."""
+    found = violations(cfg, environ=environ)
+    if found:
+        raise ConfigError(found, context=context)
+
 
 __all__ = ["ConfigError", "Violation", "check", "format_warnings", "validate", "violations", "warnings", "LOCAL_RULES",
            "CROSS_RULES", "NAME_MAX",

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import re
 
-from clawgym.validate.core import _Collector
+from clawgym.validate.core import Collector
 
 
-def rule_ray(v: _Collector) -> None:
+def rule_ray(v: Collector) -> None:
     r = v.c["ray"]
     for k in ("port", "dashboard_port"):
         if not 0 < r[k] < 65536:
@@ -26,9 +26,9 @@ _SLURM_TIME = re.compile(r"^(\d+(:\d+){0,2}|\d+-\d+(:\d+){0,2}|INFINITE|UNLIMITE
 _SLURM_MEM = re.compile(r"^\d+[KMGT]?$")
 
 
-def rule_cluster(v: _Collector) -> None:
+def rule_cluster(v: Collector) -> None:
     """The cluster group's backend, and the settings each backend needs."""
-    from clawgym.backends import BACKENDS
+    from clawgym.allocation import BACKENDS
 
     backend, address = v.c["cluster"]["backend"], v.c["ray"]["address"]
     if backend not in BACKENDS:
@@ -74,7 +74,7 @@ def rule_cluster(v: _Collector) -> None:
             v.add("slurm-extra-sbatch-options", ["slurm.extra_sbatch"],
                   "each extra #SBATCH line is one sbatch option (starting with '-', one line)",
                   "write them as options, e.g. slurm.extra_sbatch=[--exclusive,--constraint=h100]")
-        from clawgym.backends.slurm import allocation
+        from clawgym.allocation import allocation
         from clawgym.plan import gpus_required
 
         try:
@@ -124,7 +124,7 @@ _DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-
 _INT32_MAX = 2 ** 31 - 1
 
 
-def _rule_kuberay_values(v: _Collector, k) -> None:
+def _rule_kuberay_values(v: Collector, k) -> None:
     """kuberay.* values as KubeRay v1.3.2 takes them (the manifest is checked again, against the
     CRD schema itself, at dry run and before apply: clawgym/backends/kuberay_check.py)."""
     deadline = k["active_deadline_seconds"]

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from typing import Any, Dict, Sequence
 
-from clawgym.validate.secrets import _secret_flags_given
-from clawgym.validate.core import _Collector
+from clawgym.validate.secrets import secret_flags_given
+from clawgym.validate.core import Collector
 
 
-def _registry(v: _Collector) -> Any:
+def _registry(v: Collector) -> Any:
     """The flag registry of the config's trainer flavour (None for an unknown flavour, reported by
     rule_trainer_flavour_known). A missing or broken data file is a broken install, not a config
     problem: its RegistryError propagates."""
@@ -56,7 +56,7 @@ def _suggest(reg: Any, names: Sequence[str], *, as_args: bool) -> str:
     return ", ".join(dict.fromkeys(out))
 
 
-def rule_trainer_flavour_known(v: _Collector) -> None:
+def rule_trainer_flavour_known(v: Collector) -> None:
     from clawgym.registry import FLAVOURS
 
     flavour = (v.c.get("trainer") or {}).get("flavour", "clawgym")
@@ -65,7 +65,7 @@ def rule_trainer_flavour_known(v: _Collector) -> None:
               f"choose trainer={' or trainer='.join(FLAVOURS)} (the group, not trainer.flavour)")
 
 
-def rule_curated_flags_exist_in_trainer(v: _Collector) -> None:
+def rule_curated_flags_exist_in_trainer(v: Collector) -> None:
     """Under upstream slime, a curated key must not emit a flag only the ClawGym fork has."""
     from clawgym.flagmap import Context, fork_only_rows, upstream_only_rows
 
@@ -90,7 +90,7 @@ def rule_curated_flags_exist_in_trainer(v: _Collector) -> None:
               f"set {row.key}={off}, or choose trainer=clawgym")
 
 
-def rule_args(v: _Collector) -> None:
+def rule_args(v: Collector) -> None:
     """``args.<dest>``: a real flag of the flavour, not owned by a key, with a value of its type."""
     from clawgym.flagmap import owned_dests
     from clawgym.secrets import names_secret, secret_option, secret_options
@@ -195,7 +195,7 @@ def _secret_fix(key: str, flag: Any) -> str:
             "at launch; a trainer flag holding another secret would put it in argv (and W&B)")
 
 
-def rule_extra_args(v: _Collector) -> None:
+def rule_extra_args(v: Collector) -> None:
     """``extra_args``: real flags of the flavour, values of their type, not owned by a key or ``args``."""
     from clawgym.flagmap import owners
     from clawgym.trainer_args import check_extra_values, split_extra_args
@@ -206,7 +206,7 @@ def rule_extra_args(v: _Collector) -> None:
     orphans, occurrences = split_extra_args(tokens)
     # A secret flag, an abbreviation of one (its value is never echoed), inside one element
     # ('--wandb-key VALUE') or as --flag=VALUE.
-    if _secret_flags_given(tokens):
+    if secret_flags_given(tokens):
         v.add("no-secrets-in-argv", ["extra_args"], "secrets never travel in argv (slime copies argv into W&B)",
               "remove that flag from extra_args: export WANDB_API_KEY / SGLANG_API_KEY in the launcher's environment "
               "instead (other secret flags cannot be passed)", redact=True)

@@ -6,10 +6,10 @@ wrong with the config alone is here.
 
 from __future__ import annotations
 
-from clawgym.validate.core import _Collector
+from clawgym.validate.core import Collector
 
 
-def rule_memory_gpu(v: _Collector) -> None:
+def rule_memory_gpu(v: Collector) -> None:
     from clawgym.memory.gpus import GPUS
 
     mem = v.c.get("memory") or {}
@@ -20,7 +20,7 @@ def rule_memory_gpu(v: _Collector) -> None:
     v.positive("memory-gpu-memory-positive", ["memory.gpu_memory_gib"], "the GPU's usable memory")
 
 
-def rule_colocate_needs_offload(v: _Collector) -> None:
+def rule_colocate_needs_offload(v: Collector) -> None:
     """A colocated run keeps the actor and SGLang on the same GPUs and swaps them by offload.
 
     Not a mirror of a trainer check: slime (``slime/utils/arguments.py::slime_validate_args``, both
@@ -32,13 +32,13 @@ def rule_colocate_needs_offload(v: _Collector) -> None:
     fit), so here it is a warning: the run starts, and fits only if both sides fit at once.
     v0.3.1's ``--release-train`` replaces the train offload (it releases the train actors).
     """
-    from clawgym.memory.colocate import _flag
+    from clawgym.memory.colocate import trainer_flag
 
     if not v.c["gpu_layout"]["colocate"]:
         return
     release = bool((v.c.get("args") or {}).get("release_train")) or "--release-train" in (v.c.get("extra_args") or [])
     for dest in ("offload_train", "offload_rollout"):
-        if _flag(v.c, dest) is False and not (dest == "offload_train" and release):
+        if trainer_flag(v.c, dest) is False and not (dest == "offload_train" and release):
             key = f"args.{dest}" if dest in (v.c.get("args") or {}) else "extra_args"
             v.warn("colocate-needs-offload", ["gpu_layout.colocate", key],
                    f"a colocated run swaps the actor and SGLang through slime's offload; with {dest} off both stay "

@@ -3,17 +3,17 @@
 from __future__ import annotations
 
 
-from clawgym.validate.core import _Collector
+from clawgym.validate.core import Collector
 
 
-def rule_model_sizes_positive(v: _Collector) -> None:
+def rule_model_sizes_positive(v: Collector) -> None:
     v.positive("model-sizes-positive",
                [f"model.{k}" for k in ("num_layers", "hidden_size", "ffn_hidden_size", "num_attention_heads",
                                       "num_query_groups", "kv_channels", "vocab_size", "rotary_base")],
                "model sizes")
 
 
-def rule_query_groups_divide_heads(v: _Collector) -> None:
+def rule_query_groups_divide_heads(v: Collector) -> None:
     m = v.c["model"]
     # None: no GQA (multi-latent attention), nothing to divide.
     if m["num_query_groups"] and m["num_query_groups"] > 0 and m["num_attention_heads"] % m["num_query_groups"]:
@@ -22,7 +22,7 @@ def rule_query_groups_divide_heads(v: _Collector) -> None:
               "use the checkpoint's num_key_value_heads for model.num_query_groups")
 
 
-def rule_moe_complete(v: _Collector) -> None:
+def rule_moe_complete(v: Collector) -> None:
     # The model group must describe the checkpoint: a null here is a gap, not Megatron's default.
     m = v.raw["model"]
     if m["num_experts"] is None:
@@ -37,7 +37,7 @@ def rule_moe_complete(v: _Collector) -> None:
               "the router cannot pick more experts than exist", "lower model.moe_router_topk")
 
 
-def rule_model_family_fields(v: _Collector) -> None:
+def rule_model_family_fields(v: Collector) -> None:
     m = v.c["model"]
     if m.get("multi_latent_attention"):
         for k in ("kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim"):

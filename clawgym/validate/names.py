@@ -12,7 +12,7 @@ import socket
 from pathlib import Path
 from typing import Any, List, Optional
 
-from clawgym.validate.core import _Collector
+from clawgym.validate.core import Collector
 
 
 #: Longest file name most filesystems take, in bytes (Linux NAME_MAX).
@@ -57,7 +57,7 @@ def name_problem(name: Any) -> Optional[str]:
     return None
 
 
-def rule_names(v: _Collector) -> None:
+def rule_names(v: Collector) -> None:
     """exp_name and run_name become folder names (the save dir, snapshot dirs): one safe component each."""
     for k in ("exp_name", "run_name"):
         name = v.c[k]
@@ -89,7 +89,7 @@ def rule_names(v: _Collector) -> None:
                   "shorten that part of paths.save (or run_name, when paths.save derives from it)")
 
 
-def rule_paths_absolute(v: _Collector) -> None:
+def rule_paths_absolute(v: Collector) -> None:
     """Every path the job uses is absolute: the Ray job runs in a temporary working dir of Ray's
     (deleted when the head stops), so a relative save dir would lose the checkpoints there."""
     paths = v.c.get("paths") or {}
@@ -115,7 +115,7 @@ def rule_paths_absolute(v: _Collector) -> None:
               f"set {key}={os.path.abspath(os.path.expanduser(value))}")
 
 
-def rule_save_interval_needs_save(v: _Collector) -> None:
+def rule_save_interval_needs_save(v: Collector) -> None:
     if v.c["checkpoint"]["save_interval"] is not None and not v.c["paths"]["save"]:
         v.add("save-interval-needs-save-dir", ["checkpoint.save_interval", "paths.save"],
               "a save interval needs a directory to save to",
@@ -177,7 +177,7 @@ def runs_below(path: Path, *, depth: int = 3, budget: int = 2000) -> List[Path]:
     return found
 
 
-def rule_save_dir_placement(v: _Collector) -> None:
+def rule_save_dir_placement(v: Collector) -> None:
     """The save dir is a folder of its own: not the checkout, not around or inside another run's."""
     save, root = v.c["paths"]["save"], v.c["paths"]["root"]
     if not isinstance(save, str) or not save:

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 
-from clawgym.validate.core import _Collector, _get
+from clawgym.validate.core import Collector, value_at
 
 
-def rule_sglang(v: _Collector) -> None:
+def rule_sglang(v: Collector) -> None:
     s = v.c["sglang"]
     v.positive("sglang-sizes-positive", ["sglang.tp", "sglang.context_length"], "SGLang engine sizes")
     # None: SGLang picks the fraction from the GPU's memory (ServerArgs), always in range.
@@ -17,7 +17,7 @@ def rule_sglang(v: _Collector) -> None:
         v.add("api-port-in-range", ["sglang.api_port"], "ports are 1..65535", "set sglang.api_port, e.g. 30001")
 
 
-def rule_sandbox(v: _Collector) -> None:
+def rule_sandbox(v: Collector) -> None:
     s = v.c["sandbox"]
     if s["backend"] not in ("docker", "chroot", "none"):
         v.add("sandbox-backend-known", ["sandbox.backend"], "the sandbox is docker, chroot or none",
@@ -30,7 +30,7 @@ def rule_sandbox(v: _Collector) -> None:
                     RolloutConfig.reward_function_path}
         for key in ("rollout.function_path", "eval.function_path", "rollout.generate_function_path",
                     "rollout.reward_function_path"):
-            if _get(v.c, key) in openclaw:
+            if value_at(v.c, key) in openclaw:
                 v.add("sandbox-none-without-openclaw-hooks", ["sandbox.backend", key],
                       "sandbox=none runs no OpenClaw gateway, but this hook is the ClawGym-RL one that drives them",
                       f"leave {key} at sandbox=none's value (slime's own), or set your hook, "
@@ -48,7 +48,7 @@ def rule_sandbox(v: _Collector) -> None:
               "set sandbox.container_prefix, e.g. clawgym-rl-")
 
 
-def rule_context_lengths(v: _Collector) -> None:
+def rule_context_lengths(v: Collector) -> None:
     s, r = v.c["sglang"], v.c["rollout"]
     if s["context_length"] is not None and r["max_context_len"] is not None and \
             s["context_length"] < r["max_context_len"]:
@@ -61,7 +61,7 @@ def rule_context_lengths(v: _Collector) -> None:
 SGLANG_WORKER_TYPES = ("regular", "prefill", "decode", "placeholder", "encoder")
 
 
-def rule_sglang_config(v: _Collector) -> None:
+def rule_sglang_config(v: Collector) -> None:
     """``sglang.models`` (slime's --sglang-config), checked as slime reads it.
 
     Mirrors slime/backends/sglang_utils/sglang_config.py:ServerGroupConfig.__post_init__ (worker type,

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
-from clawgym.validate.core import _Collector
+from clawgym.validate.core import Collector
 
 
 def _secret_names(c: Mapping[str, Any]) -> set:
@@ -18,14 +18,14 @@ def _secret_names(c: Mapping[str, Any]) -> set:
     return {SGLANG_KEY_ENV, WANDB_KEY_TARGET, *c["wandb"]["key_env"]}
 
 
-def rule_no_secrets_in_extra_env(v: _Collector) -> None:
+def rule_no_secrets_in_extra_env(v: Collector) -> None:
     for name in sorted(_secret_names(v.c) & set(v.c["extra_env"])):
         v.add("no-secrets-in-extra-env", [f"extra_env.{name}"],
               "secrets are read from the environment at launch; extra_env is stored in snapshots and job metadata",
               f"remove extra_env.{name} and export {name} in the launcher's environment instead", redact=True)
 
 
-def _secret_flags_given(args: Sequence[Any]) -> bool:
+def secret_flags_given(args: Sequence[Any]) -> bool:
     """A secret flag (any flag naming a key, token, password or secret, or an abbreviation of one)
     anywhere in extra_args: its own element, ``--flag=value`` or inside one element."""
     from clawgym.secrets import secret_option
@@ -33,7 +33,7 @@ def _secret_flags_given(args: Sequence[Any]) -> bool:
     return any(secret_option(w) is not None for a in args for w in str(a).split())
 
 
-def rule_no_secret_values_in_config(v: _Collector) -> None:
+def rule_no_secret_values_in_config(v: Collector) -> None:
     """No resolved value holds the value of a secret the launcher can see, whatever its key."""
     from clawgym.config import iter_leaves
 

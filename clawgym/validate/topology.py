@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 
-from clawgym.validate.core import _Collector
+from clawgym.validate.core import Collector
 
 
-def rule_gpu_counts_positive(v: _Collector) -> None:
+def rule_gpu_counts_positive(v: Collector) -> None:
     # Without a rollout engine (SFT) there are no rollout GPUs to count.
     rollout = ["gpu_layout.rollout_gpus"] if v.c["gpu_layout"].get("rollout_engine", True) else []
     v.positive("gpu-counts-positive",
@@ -14,7 +14,7 @@ def rule_gpu_counts_positive(v: _Collector) -> None:
                "GPU and node counts")
 
 
-def rule_perf_sizes_positive(v: _Collector) -> None:
+def rule_perf_sizes_positive(v: Collector) -> None:
     v.positive("parallel-sizes-positive",
                [f"perf.{k}" for k in ("tensor_parallel", "pipeline_parallel", "context_parallel", "expert_parallel",
                                      "expert_tensor_parallel", "max_tokens_per_gpu")],
@@ -22,7 +22,7 @@ def rule_perf_sizes_positive(v: _Collector) -> None:
     # log_probs_chunk_size <= 0 (the trainer's default -1) means no chunking: any int is accepted.
 
 
-def rule_gpus_fit_node(v: _Collector) -> None:
+def rule_gpus_fit_node(v: Collector) -> None:
     """GPUs asked per node against the node's GPUs: a warning, not a refusal.
 
     slime places the actor and the engines through Ray placement groups of one GPU per bundle

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Any, List, Optional
 
-from clawgym.validate.core import _Collector
+from clawgym.validate.core import Collector
 from clawgym.validate.trainer_view import trainer_args
 
 
@@ -33,12 +33,12 @@ def _nearest(options: List[int], want: int) -> int:
     return min(options, key=lambda d: (abs(d - want), -d))
 
 
-def _key(v: _Collector, option: str, fallback: str) -> str:
+def _key(v: Collector, option: str, fallback: str) -> str:
     """The config key that sets ``option`` (for naming it in a report), else ``fallback``."""
     return trainer_args(v).source(option) or fallback
 
 
-def _sizes(v: _Collector):
+def _sizes(v: Collector):
     """(world, TP, PP, CP, EP, ETP) as Megatron's validate_args sees them, or None if any is not a positive int."""
     t = trainer_args(v)
     g = v.c["gpu_layout"]
@@ -57,7 +57,7 @@ def _sizes(v: _Collector):
 
 # ---------------------------------------------------------------- Megatron: parallel groups
 
-def rule_world_divisible_by_model_parallel(v: _Collector) -> None:
+def rule_world_divisible_by_model_parallel(v: Collector) -> None:
     """The actor's GPUs are TP x PP x CP x data parallel.
 
     Mirrors: Megatron-LM megatron/training/arguments.py:validate_args ("world size is not divisible
@@ -80,7 +80,7 @@ def rule_world_divisible_by_model_parallel(v: _Collector) -> None:
               f"(gpu_layout.actor_gpus x gpu_layout.actor_num_nodes)")
 
 
-def rule_world_divisible_by_expert_parallel(v: _Collector) -> None:
+def rule_world_divisible_by_expert_parallel(v: Collector) -> None:
     """The expert layers tile the same world as ETP x EP x PP x expert data parallel.
 
     Mirrors: Megatron-LM megatron/core/parallel_state.py:initialize_model_parallel ("world_size is not
@@ -104,7 +104,7 @@ def rule_world_divisible_by_expert_parallel(v: _Collector) -> None:
               f"set perf.expert_parallel={ep_fix}, or use {gpus} actor GPUs")
 
 
-def rule_expert_parallel_needs_experts(v: _Collector) -> None:
+def rule_expert_parallel_needs_experts(v: Collector) -> None:
     """EP > 1 needs a MoE model whose experts it divides.
 
     Mirrors: Megatron-LM megatron/training/arguments.py:validate_args ("num_experts must be non None to use
@@ -128,7 +128,7 @@ def rule_expert_parallel_needs_experts(v: _Collector) -> None:
               f"set perf.expert_parallel={fix}")
 
 
-def rule_pipeline_divides_layers(v: _Collector) -> None:
+def rule_pipeline_divides_layers(v: Collector) -> None:
     """Pipeline stages hold equal numbers of layers; virtual stages split them further.
 
     Mirrors: Megatron-LM megatron/training/arguments.py:validate_args ("Number of layers should be divisible
@@ -180,7 +180,7 @@ def rule_pipeline_divides_layers(v: _Collector) -> None:
                   f"set perf.pipeline_parallel={need + 1} or more, or drop the virtual pipeline args")
 
 
-def rule_context_parallel_divides_seq_length(v: _Collector) -> None:
+def rule_context_parallel_divides_seq_length(v: Collector) -> None:
     """Context parallelism splits each sequence into 2 x CP chunks.
 
     Mirrors: Megatron-LM megatron/training/arguments.py:validate_args ("seq-length should be a multiple of
@@ -203,7 +203,7 @@ def rule_context_parallel_divides_seq_length(v: _Collector) -> None:
 
 # ---------------------------------------------------------------- TransformerConfig
 
-def rule_tp_divides_heads(v: _Collector) -> None:
+def rule_tp_divides_heads(v: Collector) -> None:
     """Each tensor-parallel rank holds whole attention heads and whole query groups.
 
     Mirrors: Megatron-LM megatron/core/transformer/transformer_config.py:TransformerConfig.__post_init__
@@ -243,7 +243,7 @@ def rule_tp_divides_heads(v: _Collector) -> None:
               f"set perf.tensor_parallel={fix}")
 
 
-def rule_recompute(v: _Collector) -> None:
+def rule_recompute(v: Collector) -> None:
     """Recompute settings Megatron accepts.
 
     Mirrors: Megatron-LM megatron/training/arguments.py:validate_args (selective takes no recompute method)
@@ -281,7 +281,7 @@ def rule_recompute(v: _Collector) -> None:
               "set perf.recompute_num_layers=null")
 
 
-def rule_sequence_parallel_at_tp1(v: _Collector) -> None:
+def rule_sequence_parallel_at_tp1(v: Collector) -> None:
     """Sequence parallelism needs TP > 1; Megatron turns it off at TP 1 and says so.
 
     Mirrors: Megatron-LM megatron/training/arguments.py:validate_args ("Disabling sequence parallelism
@@ -295,7 +295,7 @@ def rule_sequence_parallel_at_tp1(v: _Collector) -> None:
 
 # ---------------------------------------------------------------- batches
 
-def rule_global_batch(v: _Collector) -> None:
+def rule_global_batch(v: Collector) -> None:
     """The global batch: slime derives it from the rollout and Megatron splits it into micro-batches.
 
     Mirrors: slime/utils/arguments.py:slime_validate_args (with num_steps_per_rollout set, global_batch_size
@@ -349,7 +349,7 @@ def rule_global_batch(v: _Collector) -> None:
               f"rollout.num_steps_per_rollout = {((gbs + unit - 1) // unit) * unit}")
 
 
-def rule_grpo_needs_group(v: _Collector) -> None:
+def rule_grpo_needs_group(v: Collector) -> None:
     """A GRPO/GSPO group of one sample has advantage 0 for every sample: the run trains nothing.
 
     Not a trainer check (slime starts and only turns grpo_std_normalization off at n_samples_per_prompt 1,
@@ -371,7 +371,7 @@ def rule_grpo_needs_group(v: _Collector) -> None:
 
 # ---------------------------------------------------------------- slime drivers and layout
 
-def rule_trainer_matches_colocation(v: _Collector) -> None:
+def rule_trainer_matches_colocation(v: Collector) -> None:
     """The asynchronous driver cannot run colocated; the synchronous one runs both layouts.
 
     Mirrors: slime train_async.py:train (``assert not args.colocate``, fork and v0.3.1). train.py has no
@@ -384,7 +384,7 @@ def rule_trainer_matches_colocation(v: _Collector) -> None:
               "set gpu_layout.trainer_script=train.py or leave it unset (it follows gpu_layout.colocate)")
 
 
-def rule_rollout_engines(v: _Collector) -> None:
+def rule_rollout_engines(v: Collector) -> None:
     """Rollout GPUs are split into engines of sglang.tp GPUs; the rest stay idle.
 
     Mirrors: slime/ray/rollout.py (num_engines = rollout_num_gpus // min(rollout_num_gpus_per_engine,
@@ -417,7 +417,7 @@ def rule_rollout_engines(v: _Collector) -> None:
 
 # ---------------------------------------------------------------- SGLang
 
-def rule_sglang_parallel(v: _Collector) -> None:
+def rule_sglang_parallel(v: Collector) -> None:
     """SGLang engine parallelism: PP splits the engine, DP needs DP attention, attention is sharded
     over TP / DP.
 
@@ -466,7 +466,7 @@ def rule_sglang_parallel(v: _Collector) -> None:
               f"(args.sglang_enable_dp_attention=true with args.sglang_dp_size) to shard attention over TP / DP")
 
 
-def rule_sglang_context_window(v: _Collector) -> None:
+def rule_sglang_context_window(v: Collector) -> None:
     """SGLang refuses a context length beyond the checkpoint's window.
 
     Mirrors: SGLang srt/configs/model_config.py:ModelConfig._derive_context_length (0.5.9 and 0.5.15: a
@@ -487,7 +487,7 @@ def rule_sglang_context_window(v: _Collector) -> None:
           f"+extra_env.SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1 to let SGLang run past the window")
 
 
-def rule_slime_checks(v: _Collector) -> None:
+def rule_slime_checks(v: Collector) -> None:
     """slime's own argument checks that a config can break.
 
     Mirrors: slime/utils/arguments.py:slime_validate_args (fork and v0.3.1): the reinforce++ estimators

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 
-from clawgym.validate.core import _Collector
+from clawgym.validate.core import Collector
 
 #: Larger than any size, count, port or step a run can have (2**40 ~ 1.1e12).
 ABSURD = 2 ** 40
@@ -27,7 +27,7 @@ def _numbers(data, prefix=""):
         yield prefix, data
 
 
-def rule_numbers_sane(v: _Collector) -> None:
+def rule_numbers_sane(v: Collector) -> None:
     """No NaN or infinity, no magnitude over 2**40, in any key (args.* and lists included)."""
     for key, value in _numbers({k: val for k, val in v.c.items() if k != "hydra"}):
         if isinstance(value, float) and not math.isfinite(value):

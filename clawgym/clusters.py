@@ -1,0 +1,141 @@
+"""What the face may ask about clusters, on the pipeline's floor: it names no backend itself.
+
+The backend a launch's config asks for (``backend_for``), a dry run's artefact, the local head a
+single run begins before validation, and the records ``clawgym jobs`` reads (local heads clawgym
+started, SLURM jobs it submitted). Backend modules are imported inside the functions that need
+them: a dry run of a local head or an existing cluster imports none of them
+(tests/test_dry_run_imports.py).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+
+from clawgym.allocation import backend_name
+from clawgym.backends import Backend, BackendError, renders_dry_run_artefact
+
+
+class ClusterError(Exception):
+    """A cluster refused or failed what was asked; the message says why (and the fix)."""
+
+
+def backend_for(cfg: Any, plans: Sequence[Any], cfgs: Optional[Sequence[Any]] = None) -> Backend:
+    """The backend the launch's config asks for (every job of a launch shares one cluster)."""
+    plan = plans[0]
+    cfgs = list(cfgs) if cfgs is not None else [cfg] * len(plans)
+    if backend_name(cfg) == "slurm":
+        from clawgym.backends.slurm import SlurmBackend
+
+        return SlurmBackend(plans, cfgs)
+    if backend_name(cfg) == "kuberay":
+        from clawgym.backends.kuberay import KubeRayBackend
+
+        return KubeRayBackend(plans, cfgs)
+    if plan.ray_start is not None:
+        from clawgym.backends.local import LocalHead
+
+        return LocalHead(plans, cfgs)
+    from clawgym.backends.existing import ExistingCluster
+
+    return ExistingCluster(plans, cfgs)
+
+
+def dry_run_artefact(plan: Any, cfg: Any, plain: Mapping[str, Any], where: Path) -> Optional[Tuple[str, str]]:
+    """(file name, text) the config's backend hands its cluster besides the plan (SLURM's batch
+    script, the RayJob manifest), or None; raises :class:`ClusterError` when the backend refuses."""
+    if not renders_dry_run_artefact(cfg):
+        return None
+    try:
+        return backend_for(cfg, [plan]).dry_run_artefact(plan, plain, where)
+    except BackendError as err:
+        raise ClusterError(str(err)) from None
+
+
+def begin_head_early(c: Mapping[str, Any], environ: Mapping[str, str]) -> None:
+    """Begin a single run's local head before its config is validated (``backends.local.speculate``)."""
+    from clawgym.backends.local import speculate  # ray_head and subprocess: not on a dry run's path
+
+    speculate(c, environ)
+
+
+def drop_early_head() -> None:
+    """Stop the head :func:`begin_head_early` began and no launch adopted."""
+    from clawgym.backends.local import drop
+
+    drop()
+
+
+# ---------------------------------------------------------------- records for `clawgym jobs`
+
+
+def recorded_heads() -> List[Any]:
+    """The local Ray heads clawgym started and recorded."""
+    from clawgym import ray_head
+
+    return _guarded(ray_head.list_records)
+
+
+def live_heads(patience: float) -> List[Any]:
+    from clawgym import ray_head
+
+    return [r for r in recorded_heads() if _guarded(ray_head.is_alive, r, patience=patience)]
+
+
+def dashboard_answers(address: str, timeout: float) -> bool:
+    from clawgym import ray_head
+
+    return _guarded(ray_head.dashboard_responds, address, timeout=timeout)
+
+
+def head_state(rec: Any, patience: float) -> str:
+    """``alive``, ``unresponsive`` or ``dead``."""
+    from clawgym import ray_head
+
+    return _guarded(ray_head.head_state, rec, patience=patience)
+
+
+def head_owner(rec: Any) -> Tuple[str, List[Dict[str, float]]]:
+    """Who holds the head (``in use``, ``kept`` or not), and the live launches using it."""
+    from clawgym import ray_head
+
+    owner = _guarded(ray_head.ownership, rec)
+    return owner, (_guarded(ray_head.live_users, rec) if owner == "in use" else [])
+
+
+def running_jobs(address: str) -> List[str]:
+    from clawgym import ray_head
+
+    return _guarded(ray_head.running_jobs, address)
+
+
+def stop_head(rec: Any) -> None:
+    """Stop a head clawgym started, through its record."""
+    from clawgym import ray_head
+
+    _guarded(ray_head.stop_head, rec)
+
+
+def slurm_jobs() -> List[Tuple[Dict[str, Any], str]]:
+    """The SLURM batch jobs clawgym submitted (their records) with their state (``?`` unknown)."""
+    from clawgym.backends import slurm
+
+    out = []
+    for r in slurm.list_records():
+        job = slurm.SlurmJob(str(r["job_id"]), output=r.get("output"))
+        try:
+            state = job.state()
+        except slurm.SlurmError:
+            state = "?"
+        out.append((r, state))
+    return out
+
+
+def _guarded(fn: Any, *args: Any, **kwargs: Any) -> Any:
+    """``fn``'s answer; a head's error (an unreadable record, a head that will not stop) as ClusterError."""
+    from clawgym.ray_head import HeadError
+
+    try:
+        return fn(*args, **kwargs)
+    except HeadError as err:
+        raise ClusterError(str(err)) from None

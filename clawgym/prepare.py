@@ -1,0 +1,116 @@
+"""What a single run (clawgym.app) and a sweep (clawgym.sweep) do alike before the pipeline.
+
+The plans a sweep validated and built up front (its jobs' task functions reuse them), the memory
+plan attached to a plan, the report of a check that raised, and the output dir this invocation
+created (removed again when the command is refused before anything started).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+import time
+from pathlib import Path
+from typing import Any, Dict, Iterator, Optional
+
+from clawgym.config import to_plain
+from clawgym.plan import LaunchPlan
+from clawgym.secrets import redact
+
+PLAN_FILE = "launch_plan.json"
+#: Files Hydra writes into an output dir by itself (and clawgym's plan): what a refused
+#: command may remove from an output dir it created.
+_HYDRA_FILES = {".hydra/config.yaml", ".hydra/hydra.yaml", ".hydra/overrides.yaml", "multirun.yaml", PLAN_FILE}
+
+# The output dir (hydra.run.dir / hydra.sweep.dir) this invocation created, if it did.
+_CREATED_OUTPUT_DIR: Optional[Path] = None
+
+
+def timestamp() -> str:
+    return time.strftime("%Y%m%d_%H%M%S")
+
+
+def record_created_output_dir(path: Path) -> None:
+    """This invocation created ``path`` (see :func:`discard_own_output_dir`)."""
+    global _CREATED_OUTPUT_DIR
+    _CREATED_OUTPUT_DIR = path
+
+
+#: Plans a sweep validated and built up front, by Hydra job number (see ``prepared_plans``).
+_PREPARED: Dict[int, LaunchPlan] = {}
+
+
+@contextlib.contextmanager
+def prepared_plans(plans: Dict[int, LaunchPlan]) -> Iterator[None]:
+    """While a sweep runs its jobs: the task function reuses the plan the sweep validated and
+    built for that job number instead of resolving, validating and planning it again."""
+    _PREPARED.update(plans)
+    try:
+        yield
+    finally:
+        for num in plans:
+            _PREPARED.pop(num, None)
+
+
+def prepared_plan(cfg: Any) -> Optional[LaunchPlan]:
+    """The plan a sweep prepared for the Hydra job now running, if it did (and it is this run's)."""
+    if not _PREPARED:
+        return None
+    from hydra.core.hydra_config import HydraConfig
+
+    if not HydraConfig.initialized():
+        return None
+    plan = _PREPARED.get(int(HydraConfig.get().job.num))
+    return plan if plan is not None and plan.run_name == str(cfg.run_name) else None
+
+
+def failed_check(exc: BaseException) -> str:
+    """The report of a check that raised: a refusal, never a traceback (values masked)."""
+    return redact(f"clawgym: the configuration could not be checked ({type(exc).__name__}: {str(exc)[:300]})\n"
+                  "  rule: a config clawgym cannot check is not launched, and nothing is written\n"
+                  "  fix:  fix the value named above; if it looks right, report this as a clawgym bug")
+
+
+def discard_own_output_dir() -> Optional[Path]:
+    """Remove the output dir this invocation created, when it holds only what Hydra and a
+    refused command wrote (``.hydra/*.yaml``, the job log, ``multirun.yaml``); returns it.
+
+    Called when a command is refused before anything started, so a refused command
+    leaves no output dir of its own. A dir that existed before, or that holds any other
+    file, is left alone.
+    """
+    global _CREATED_OUTPUT_DIR
+    target = _CREATED_OUTPUT_DIR
+    if target is None or not target.is_dir():
+        return None
+    import logging
+    import shutil
+
+    files = [p for p in target.rglob("*") if not p.is_dir()]
+    ours = all(str(p.relative_to(target)).split("/", 1)[-1] in _HYDRA_FILES
+               or str(p.relative_to(target)) in _HYDRA_FILES or p.suffix == ".log" for p in files)
+    if not ours:
+        return None
+    # Hydra's job log handler holds <dir>/<job>.log open: close it before removing the dir.
+    for handler in list(logging.getLogger().handlers):
+        if isinstance(handler, logging.FileHandler) and Path(handler.baseFilename).is_relative_to(target):
+            handler.close()
+            logging.getLogger().removeHandler(handler)
+    shutil.rmtree(target, ignore_errors=True)
+    _CREATED_OUTPUT_DIR = None
+    return target
+
+
+def attach_memory(plan: LaunchPlan, cfg: Any) -> LaunchPlan:
+    """The run's per-GPU memory plan into ``plan.memory`` (launch_plan.json["memory"]); the
+    preflight's ``memory`` check refuses a launch whose plan does not fit."""
+    if plan.memory is not None:
+        return plan
+    from clawgym.memory import attach
+
+    try:
+        attach(plan, cfg if isinstance(cfg, dict) else to_plain(cfg))
+    except (KeyError, TypeError, ValueError, ZeroDivisionError) as exc:
+        # A config the estimator cannot model (validation passed it) is a gap, not a launch blocker.
+        print(f"clawgym: no memory plan for this config ({type(exc).__name__}: {exc})", file=sys.stderr)
+    return plan
