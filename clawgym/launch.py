@@ -185,7 +185,7 @@ class JobHandle:
         self._log: Any = None
 
     @property
-    def _client(self):
+    def client(self):
         if self._client_obj is None:
             self._client_obj = jobs_client(self.address)
         return self._client_obj
@@ -196,11 +196,11 @@ class JobHandle:
         return cls(address, submission_id, None, log_file=log_file)
 
     def status(self) -> str:
-        return str(self._client.get_job_status(self.submission_id).value)
+        return str(self.client.get_job_status(self.submission_id).value)
 
     def message(self) -> str:
         try:
-            return self._client.get_job_info(self.submission_id).message or ""
+            return self.client.get_job_info(self.submission_id).message or ""
         except Exception:
             return ""
 
@@ -217,7 +217,7 @@ class JobHandle:
         """Ask Ray to stop the job and wait until it has (Ray sends SIGTERM, then SIGKILL)."""
         with uninterruptible():
             try:
-                self._client.stop_job(self.submission_id)
+                self.client.stop_job(self.submission_id)
             except Exception:
                 pass  # already finished
             st = self.wait(timeout=timeout, poll=0.3)
@@ -235,7 +235,7 @@ class JobHandle:
         """Thread body: push log chunks from Ray's log stream onto ``out``, then None."""
         try:
             async def run() -> None:
-                async for chunk in self._client.tail_job_logs(self.submission_id):
+                async for chunk in self.client.tail_job_logs(self.submission_id):
                     out.put(chunk)
 
             asyncio.run(run())
@@ -249,7 +249,7 @@ class JobHandle:
         seen = start
         while not stop.is_set():
             try:
-                text = self._client.get_job_logs(self.submission_id)
+                text = self.client.get_job_logs(self.submission_id)
                 if len(text) > seen:
                     out.put(text[seen:])
                     seen = len(text)
@@ -349,7 +349,7 @@ class JobHandle:
                             if pending:
                                 show(pending)
                         try:
-                            text = self._client.get_job_logs(self.submission_id)
+                            text = self.client.get_job_logs(self.submission_id)
                             show(text[emitted:])
                         except Exception:
                             pass

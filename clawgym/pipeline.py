@@ -690,7 +690,7 @@ class Pipeline:
         for j in self.jobs:
             if j.status == RUNNING and j.handle is not None:
                 try:
-                    j.handle._client.stop_job(j.submission_id)
+                    j.handle.client.stop_job(j.submission_id)
                 except Exception:
                     pass  # stop() below retries and reports
         for j in self.jobs:

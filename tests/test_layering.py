@@ -354,3 +354,10 @@ def test_the_table_knows_the_modules_it_checks():
     assert floor_of("clawgym.search") < floor_of("clawgym.memory")
     assert floor_of("clawgym.backends.local") > floor_of("clawgym.app")
     assert floor_of("clawgym.unknown_thing") is None
+
+
+def test_the_cycle_finder_reports_a_circle_and_passes_a_chain():
+    # The checks above pass on today's tree; this keeps the circle finder able to fail.
+    (members, path), = _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}})
+    assert members == ["a", "b", "c"] and path == ["a", "b", "c", "a"]
+    assert _cycles({"a": {"b"}, "b": {"c"}, "d": {"a"}}) == []

@@ -76,6 +76,6 @@ def test_every_socket_a_started_head_listens_on_is_loopback(tmp_path):
         assert {gcs, dash} <= ports and len(sockets) >= 10, sockets
         wide = [(ip, port, ray_head._proc_name(procs[pid])) for ip, port, pid in sockets if not _loopback(ip)]
         assert wide == [], f"listening beyond loopback: {wide}"
-        handle._client.stop_job(handle.submission_id)
+        handle.client.stop_job(handle.submission_id)
     finally:
         ray_head.stop_head(rec, quiet=True)

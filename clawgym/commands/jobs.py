@@ -102,7 +102,7 @@ def _handle(args, *, log_file: Optional[str] = None):
     address = _answering(resolve_address(args.address))
     handle = JobHandle.attach(address, args.submission_id, log_file=log_file)
     try:
-        info = handle._client.get_job_info(args.submission_id)
+        info = handle.client.get_job_info(args.submission_id)
     except Exception as exc:
         raise _UserError(f"no job {args.submission_id} at {address} ({str(exc).splitlines()[0] if str(exc) else exc})\n"
                          f"  fix: check the id with: clawgym jobs list --address {address}")
@@ -119,7 +119,7 @@ def _cmd_status(args) -> int:
 def _cmd_logs(args) -> int:
     handle, info = _handle(args)
     if not args.follow:
-        sys.stdout.write(handle._client.get_job_logs(args.submission_id))
+        sys.stdout.write(handle.client.get_job_logs(args.submission_id))
         return 0
     handle.log_file = (info.metadata or {}).get("clawgym_log_file") or None
     # Ctrl-C here only stops following; `clawgym jobs stop` stops the job.
