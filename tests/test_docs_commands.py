@@ -187,7 +187,7 @@ OUTCOMES: Dict[str, Outcome] = {
                                                                   "#SBATCH --exclusive"),
     f"{SLURM_32B} cluster=kuberay kuberay.image=registry.example/clawgym-rl:0.1 kuberay.pvc=clawgym-runs "
     "kuberay.namespace=rl dry_run=true": fits("rayjob.yaml", "nvidia.com/gpu"),
-    "python train.py sandbox=none model=qwen2_5_3b 'extra_args=[--prompt-data,/data/dapo-math-17k.jsonl,--input-key,"
+    "python train.py sandbox=none model=qwen2_5_3b perf.tensor_parallel=2 'extra_args=[--prompt-data,/data/dapo-math-17k.jsonl,--input-key,"
     "prompt,--label-key,label,--rm-type,deepscaler]'": accepted("--rm-type deepscaler"),
     "python train.py dry_run=true memory.gpu=h100_80gb": fits("trajectories       24 of 64 fit"),
     "python train.py model=qwen3_235b_a22b gpu_layout=colocate_8 perf.tensor_parallel=4 optimizer.cpu_offload=false "
