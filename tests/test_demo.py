@@ -113,3 +113,29 @@ def test_demo_refuses_a_folder_that_holds_something(demo, tmp_path):
     assert proc.returncode == 2
     assert "is not an empty folder" in proc.stderr
     assert [p.name for p in tmp_path.iterdir()] == ["keep.txt"]
+
+
+def test_stand_in_logs_the_same_events_without_tensorboardx(tmp_path):
+    # A plain `pip install clawgym` has no tensorboardX: the stand-in then writes through TensorBoard's
+    # own EventFileWriter, and the events read back (as clawgym runs reads them) equal what it logged.
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from clawgym.demo.checkout import STANDIN
+
+    events = tmp_path / "tb"
+    script = ("import runpy, sys; sys.modules['tensorboardX'] = None; "  # `import tensorboardX` raises ImportError
+              f"sys.argv = [{str(STANDIN)!r}, '--use-tensorboard', '--save', {str(tmp_path / 'save')!r}, "
+              "'--eval-interval', '1']; runpy.run_path(sys.argv[0], run_name='__main__')")
+    env = {**os.environ, "TENSORBOARD_DIR": str(events), "STANDIN_ROLLOUT_STEPS": "2", "STANDIN_STEP_SLEEP": "0"}
+    proc = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    record = json.loads((tmp_path / "save" / "standin_record.json").read_text())
+    read = {}
+    for path in events.iterdir():
+        acc = EventAccumulator(str(path))
+        acc.Reload()
+        for tag in acc.Tags()["scalars"]:
+            read.setdefault(tag, []).extend([e.step, pytest.approx(e.value, rel=1e-6)] for e in acc.Scalars(tag))
+    assert set(read) == set(record["logged"]) and "rollout/raw_reward" in read
+    for tag, points in record["logged"].items():
+        assert sorted(read[tag], key=lambda p: p[0]) == points
