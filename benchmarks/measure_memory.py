@@ -28,8 +28,12 @@ model to every point)::
     PYTHONPATH=.devwork python3 .devwork/measure_memory.py --time-all --out $OUT/times.jsonl
     python3 benchmarks/measure_memory.py --assemble-times times.jsonl --out benchmarks/step_time_reference.json
 
-The committed step-time points were made so on 2026-12-03 (one device call, 10 runs, 19 points,
-344 s of wall time on the device, ~7 minutes of device time with the machine's start).
+The committed step-time points were made so on 2026-12-03 (two device calls, 17 runs, 27 points
+of which 24 are kept (the 3 SequentialMLP MoE points are listed under ``meta.excluded``), 344 s + 231 s
+of wall time on the device, ~12 minutes of device time with the machines' starts)::
+
+    python3 benchmarks/measure_memory.py --assemble-times times.jsonl times2.jsonl \
+        --out benchmarks/step_time_reference.json
 
 The committed memory reference was made so on 2026-12-01/02 (three device calls, 21 configurations,
 ~12 minutes of device time; each configuration's process takes 20-35 s, most of it imports and
@@ -107,6 +111,7 @@ MODELS = {
     "qwen3_1_7b": dict(hidden=2048, ffn=6144, heads=16, groups=8, layers=28, tied=True, rope=1000000),
     "qwen3_4b": dict(hidden=2560, ffn=9728, heads=32, groups=8, layers=36, tied=True, rope=5000000),
     "qwen3_8b": dict(hidden=4096, ffn=12288, heads=32, groups=8, layers=36, tied=False, rope=1000000),
+    "qwen3_14b": dict(hidden=5120, ffn=17408, heads=40, groups=8, layers=40, tied=False, rope=1000000),
     "qwen3_32b": dict(hidden=5120, ffn=25600, heads=64, groups=8, layers=64, tied=False, rope=1000000),
     "qwen3_30b_a3b": dict(
         hidden=2048, ffn=6144, heads=32, groups=4, layers=48, tied=False, rope=1000000,
@@ -223,6 +228,30 @@ def _install_stand_ins():
     if not hasattr(moe_utils, "te_general_gemm"):
         moe_utils.te_general_gemm = None
 
+    # 11: Megatron's legacy GroupedMLP calls the `grouped_gemm` package's ops.gmm (not on the
+    # device); torch's own grouped GEMM (torch._grouped_mm, Hopper CUTLASS kernels) does the same
+    # product: a [tokens, k] x b [experts, k, n], rows of a grouped by expert.
+    import types
+
+    import megatron.core.transformer.moe.grouped_gemm_util as gg
+
+    def gmm(a, b, batch_sizes, trans_b=False):
+        if trans_b:
+            b = b.transpose(-2, -1)
+        offs = torch.cumsum(batch_sizes.to(device=a.device), 0).to(torch.int32)
+        try:
+            return torch._grouped_mm(a, b, offs=offs)
+        except RuntimeError:
+            # Some builds want b column-major: the same values, laid out transposed.
+            if not getattr(gmm, "warned", False):
+                print("gmm: torch._grouped_mm wants column-major b", flush=True)
+                gmm.warned = True
+            return torch._grouped_mm(a, b.transpose(-2, -1).contiguous().transpose(-2, -1), offs=offs)
+
+    stub = types.SimpleNamespace(ops=types.SimpleNamespace(gmm=gmm))
+    gg.grouped_gemm = stub
+    gg.ops = stub.ops
+
     # 2: flash SDPA core attention.
     class FlashSDPA(MegatronModule):
         def __init__(self, config, layer_number, attn_mask_type, attention_type=None,
@@ -276,7 +305,8 @@ def _init_distributed():
 class _Built:
     """One model with its DDP wrapper and optimizer, and the two passes slime runs on it."""
 
-    def __init__(self, FlashSDPA, model_name: str, L: int, rec: str, chunk: int, temp: float):
+    def __init__(self, FlashSDPA, model_name: str, L: int, rec: str, chunk: int, temp: float,
+                 grouped_gemm: bool = False):
         import torch
         import torch.nn.functional as F
 
@@ -308,7 +338,7 @@ class _Built:
             cfg_kw.update(
                 num_moe_experts=spec["experts"], moe_ffn_hidden_size=spec["moe_ffn"],
                 moe_router_topk=spec["topk"], moe_router_score_function="softmax",
-                moe_grouped_gemm=False, moe_router_dtype="fp32",
+                moe_grouped_gemm=grouped_gemm, moe_router_dtype="fp32",
                 moe_permute_fusion=False, moe_aux_loss_coeff=0.0, moe_router_load_balancing_type="none",
                 moe_layer_freq=1,
             )
@@ -317,7 +347,8 @@ class _Built:
         from megatron.core.distributed import finalize_model_grads
         config.finalize_model_grads_func = finalize_model_grads
         layer_spec = get_gpt_layer_local_spec(
-            num_experts=spec.get("experts"), moe_grouped_gemm=False, qk_layernorm=True, normalization="RMSNorm")
+            num_experts=spec.get("experts"), moe_grouped_gemm=grouped_gemm, qk_layernorm=True,
+            normalization="RMSNorm")
         layer_spec.submodules.self_attention.submodules.core_attention = FlashSDPA
 
         gpt = GPTModel(
@@ -466,10 +497,21 @@ TIME_RUNS = {
     "q4_none": ("qwen3_4b", None, "none", [8192]),
     "q17_full": ("qwen3_1_7b", None, "full", [8192, 32768]),
     "q8l18_full": ("qwen3_8b", 18, "full", [4096, 16384]),
+    # MoE through Megatron's SequentialMLP (a Python loop over the 128 experts, what the local spec
+    # gives without grouped GEMM): launch-bound, kept as a record, not production's speed.
     "q30l4_full": ("qwen3_30b_a3b", 4, "full", [8192, 16384]),
     "q32l6_full": ("qwen3_32b", 6, "full", [8192, 16384]),
     "q17_none": ("qwen3_1_7b", None, "none", [16384]),
     "q30l4_none": ("qwen3_30b_a3b", 4, "none", [8192]),
+    # Second call (2026-12-03): MoE through GroupedMLP on torch._grouped_mm (stand-in 11), as
+    # production runs grouped GEMM (TE); more dense shapes to check the fit away from its points.
+    "q30l4gg_full": ("qwen3_30b_a3b", 4, "full", [4096, 8192, 16384], {"grouped_gemm": True}),
+    "q30l4gg_none": ("qwen3_30b_a3b", 4, "none", [8192], {"grouped_gemm": True}),
+    "q14l12_full": ("qwen3_14b", 12, "full", [8192, 16384]),
+    "q06_full_small": ("qwen3_0_6b", None, "full", [2048]),
+    "q8l18_full_long": ("qwen3_8b", 18, "full", [32768]),
+    "q32l6_none": ("qwen3_32b", 6, "none", [4096]),
+    "q4_full_repeat": ("qwen3_4b", None, "full", [16384]),  # the same point on another machine: spread
 }
 TIME_REPS = 3
 
@@ -482,12 +524,13 @@ def run_timing(rid: str, out: str) -> None:
 
     import torch
 
-    model_name, layers, rec, tokens = TIME_RUNS[rid]
+    model_name, layers, rec, tokens, *opts = TIME_RUNS[rid]
+    opts = opts[0] if opts else {}
     spec = MODELS[model_name]
     L = layers or spec["layers"]
     FlashSDPA = _init_distributed()
     t_build = time.time()
-    b = _Built(FlashSDPA, model_name, L, rec, 1024, 1.0)
+    b = _Built(FlashSDPA, model_name, L, rec, 1024, 1.0, grouped_gemm=bool(opts.get("grouped_gemm")))
     b.train_step(tokens[0])  # step 1: Adam moments, torch.compile
     torch.cuda.synchronize()
     build_s = time.time() - t_build
@@ -514,6 +557,8 @@ def run_timing(rid: str, out: str) -> None:
         row = {
             "id": f"{rid}_t{T // 1024}k", "run": rid, "model": model_name, "num_layers": L, "tokens": T,
             "recompute": rec, "params": b.params,
+            "moe_experts": ("GroupedMLP (torch._grouped_mm)" if opts.get("grouped_gemm") else "SequentialMLP")
+            if "experts" in spec else None,
             "train_s": round(statistics.median(train), 5), "train_fwd_bwd_s": round(statistics.median(fb), 5),
             "train_optimizer_s": round(statistics.median(opt), 5), "logprob_s": round(statistics.median(lp), 5),
             "train_samples_s": [round(x, 5) for x in train], "logprob_samples_s": [round(x, 5) for x in lp],
@@ -685,18 +730,27 @@ def time_all(a) -> None:
 def assemble_times(inputs: list[str], out: str, date: str) -> None:
     """Write benchmarks/step_time_reference.json from the device's timing rows."""
     meta_dev: dict = {}
+    calls = []
     rows = []
     for path in inputs:
         mp = path + ".meta.json"
         if os.path.exists(mp):
             meta_dev = json.load(open(mp))
+            calls.append(meta_dev)
         for line in open(path):
             r = json.loads(line)
             if "error" not in r:
                 rows.append(r)
-    points = []
+    points, excluded = [], []
     for r in rows:
         spec = MODELS[r["model"]]
+        if "experts" in spec and r.get("moe_experts", "SequentialMLP") == "SequentialMLP":
+            # A Python loop over 128 experts with a host sync per layer: launch-bound (8k and 16k
+            # tokens take the same time), unlike production's grouped GEMM; recorded, not a point.
+            excluded.append({"id": r["id"], "train_s": r["train_s"], "logprob_s": r["logprob_s"],
+                             "why": "MoE through SequentialMLP (the local spec without grouped GEMM): "
+                                    "launch-bound, not production's speed; see the GroupedMLP points"})
+            continue
         points.append({
             "id": r["id"], "model": r["model"],
             "architecture": {"num_layers": r["num_layers"], "hidden_size": spec["hidden"],
@@ -706,12 +760,12 @@ def assemble_times(inputs: list[str], out: str, date: str) -> None:
                              **({"num_experts": spec["experts"], "moe_ffn_hidden_size": spec["moe_ffn"],
                                  "moe_router_topk": spec["topk"]} if "experts" in spec else {})},
             "params": r["params"], "tokens_per_microbatch": r["tokens"],
-            "recompute": r["recompute"],
+            "recompute": r["recompute"], "moe_experts": r.get("moe_experts"),
             "measured": {k: r[k] for k in ("train_s", "train_fwd_bwd_s", "train_optimizer_s", "logprob_s",
                                            "train_samples_s", "logprob_samples_s")},
         })
     meta = {
-        "gpu": meta_dev.get("gpu", "NVIDIA H200"), "device": meta_dev,
+        "gpu": meta_dev.get("gpu", "NVIDIA H200"), "device_calls": calls,
         "torch": meta_dev.get("torch"), "cuda": meta_dev.get("cuda"),
         "megatron": MEGATRON, "slime": SLIME, "date": date, "script": "benchmarks/measure_memory.py --time-all",
         "how": ("One process per run on one NVIDIA H200 (device kind nvidia-h200), world size 1, "
@@ -722,7 +776,11 @@ def assemble_times(inputs: list[str], out: str, date: str) -> None:
                 "one micro-batch of T tokens) + DistributedOptimizer step + zero grads; "
                 "train_fwd_bwd_s and train_optimizer_s split it; logprob_s = forward_only pass with slime's "
                 "chunked get_log_probs_and_entropy (chunk 1024). Full recompute = full/uniform/1."),
-        "stand_ins": STAND_INS,
+        "excluded": excluded,
+        "stand_ins": STAND_INS + [
+            "MoE points with moe_experts 'GroupedMLP (torch._grouped_mm)': Megatron's legacy GroupedMLP "
+            "(moe_grouped_gemm=True in the local spec) with its grouped_gemm.ops.gmm served by "
+            "torch._grouped_mm (the grouped_gemm package is not on the device); the others: SequentialMLP"],
     }
     tmp = out + ".tmp"
     with open(tmp, "w") as f:
