@@ -20,7 +20,22 @@ travel in a git-excluded folder ``.calib/`` of that checkout, named in ``carry``
     python3 benchmarks/measure_memory.py --assemble points1.jsonl points2.jsonl points3.jsonl \
         --out benchmarks/memory_reference.json
 
-The committed reference was made so on 2026-12-01/02 (three device calls, 21 configurations,
+Step time (issue 25, item 3): ``--time-all`` runs every ``TIME_RUNS`` entry (one process per model
+and recompute setting, timing several tokens-per-micro-batch in it) and ``--assemble-times`` writes
+``benchmarks/step_time_reference.json`` (``tests/test_step_time_reference.py`` holds the step-time
+model to every point)::
+
+    PYTHONPATH=.devwork python3 .devwork/measure_memory.py --time-all --out $OUT/times.jsonl
+    python3 benchmarks/measure_memory.py --assemble-times times.jsonl --out benchmarks/step_time_reference.json
+
+The committed step-time points were made so on 2026-12-03 (two device calls, 17 runs, 27 points
+of which 24 are kept (the 3 SequentialMLP MoE points are listed under ``meta.excluded``), 344 s + 231 s
+of wall time on the device, ~12 minutes of device time with the machines' starts)::
+
+    python3 benchmarks/measure_memory.py --assemble-times times.jsonl times2.jsonl \
+        --out benchmarks/step_time_reference.json
+
+The committed memory reference was made so on 2026-12-01/02 (three device calls, 21 configurations,
 ~12 minutes of device time; each configuration's process takes 20-35 s, most of it imports and
 the first step's torch.compile of slime's loss helpers).
 
@@ -96,6 +111,8 @@ MODELS = {
     "qwen3_1_7b": dict(hidden=2048, ffn=6144, heads=16, groups=8, layers=28, tied=True, rope=1000000),
     "qwen3_4b": dict(hidden=2560, ffn=9728, heads=32, groups=8, layers=36, tied=True, rope=5000000),
     "qwen3_8b": dict(hidden=4096, ffn=12288, heads=32, groups=8, layers=36, tied=False, rope=1000000),
+    "qwen3_14b": dict(hidden=5120, ffn=17408, heads=40, groups=8, layers=40, tied=False, rope=1000000),
+    "qwen3_32b": dict(hidden=5120, ffn=25600, heads=64, groups=8, layers=64, tied=False, rope=1000000),
     "qwen3_30b_a3b": dict(
         hidden=2048, ffn=6144, heads=32, groups=4, layers=48, tied=False, rope=1000000,
         experts=128, moe_ffn=768, topk=8,
@@ -211,6 +228,30 @@ def _install_stand_ins():
     if not hasattr(moe_utils, "te_general_gemm"):
         moe_utils.te_general_gemm = None
 
+    # 11: Megatron's legacy GroupedMLP calls the `grouped_gemm` package's ops.gmm (not on the
+    # device); torch's own grouped GEMM (torch._grouped_mm, Hopper CUTLASS kernels) does the same
+    # product: a [tokens, k] x b [experts, k, n], rows of a grouped by expert.
+    import types
+
+    import megatron.core.transformer.moe.grouped_gemm_util as gg
+
+    def gmm(a, b, batch_sizes, trans_b=False):
+        if trans_b:
+            b = b.transpose(-2, -1)
+        offs = torch.cumsum(batch_sizes.to(device=a.device), 0).to(torch.int32)
+        try:
+            return torch._grouped_mm(a, b, offs=offs)
+        except RuntimeError:
+            # Some builds want b column-major: the same values, laid out transposed.
+            if not getattr(gmm, "warned", False):
+                print("gmm: torch._grouped_mm wants column-major b", flush=True)
+                gmm.warned = True
+            return torch._grouped_mm(a, b.transpose(-2, -1).contiguous().transpose(-2, -1), offs=offs)
+
+    stub = types.SimpleNamespace(ops=types.SimpleNamespace(gmm=gmm))
+    gg.grouped_gemm = stub
+    gg.ops = stub.ops
+
     # 2: flash SDPA core attention.
     class FlashSDPA(MegatronModule):
         def __init__(self, config, layer_number, attn_mask_type, attention_type=None,
@@ -250,94 +291,98 @@ def _slime_args(chunk: int, temp: float):
     )
 
 
-def run_point(pid: str) -> dict:
+def _init_distributed():
     import torch
-    import torch.nn.functional as F
-
-    model_name, layers, T, rec, chunk, temp = point(pid)
-    spec = MODELS[model_name]
-    L = layers or spec["layers"]
-    gran, meth, nl = RECOMPUTE[rec]
 
     torch.distributed.init_process_group("nccl", world_size=1, rank=0)
     torch.cuda.set_device(0)
     from megatron.core import parallel_state, tensor_parallel
     parallel_state.initialize_model_parallel(1, 1)
     tensor_parallel.model_parallel_cuda_manual_seed(1234)
-    FlashSDPA = _install_stand_ins()
+    return _install_stand_ins()
 
-    from megatron.core.distributed import DistributedDataParallel, DistributedDataParallelConfig
-    from megatron.core.models.gpt import GPTModel
-    from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
-    from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
-    from megatron.core.pipeline_parallel import get_forward_backward_func
-    from megatron.core.transformer.module import Float16Module
-    from megatron.core.transformer.transformer_config import TransformerConfig
 
-    from slime.backends.megatron_utils.loss import get_log_probs_and_entropy, loss_function
+class _Built:
+    """One model with its DDP wrapper and optimizer, and the two passes slime runs on it."""
 
-    moe = "experts" in spec
-    cfg_kw = dict(
-        num_layers=L, hidden_size=spec["hidden"], ffn_hidden_size=spec["ffn"],
-        num_attention_heads=spec["heads"], num_query_groups=spec["groups"], kv_channels=KV_CHANNELS,
-        normalization="RMSNorm", layernorm_epsilon=1e-6, add_bias_linear=False, gated_linear_unit=True,
-        activation_func=F.silu, qk_layernorm=True, bf16=True, params_dtype=torch.bfloat16,
-        attention_dropout=0.0, hidden_dropout=0.0, apply_rope_fusion=False, masked_softmax_fusion=False,
-        bias_activation_fusion=False, bias_dropout_fusion=False, gradient_accumulation_fusion=False,
-        variable_seq_lengths=True, attention_softmax_in_fp32=True,
-        recompute_granularity=gran, recompute_method=meth, recompute_num_layers=nl,
-        pipeline_dtype=torch.bfloat16,
-        # variable_seq_lengths (slime's packed micro-batches) refuses the allgather default.
-        moe_token_dispatcher_type="alltoall",
-    )
-    if moe:
-        cfg_kw.update(
-            num_moe_experts=spec["experts"], moe_ffn_hidden_size=spec["moe_ffn"],
-            moe_router_topk=spec["topk"], moe_router_score_function="softmax",
-            moe_grouped_gemm=False, moe_router_dtype="fp32",
-            moe_permute_fusion=False, moe_aux_loss_coeff=0.0, moe_router_load_balancing_type="none",
-            moe_layer_freq=1,
+    def __init__(self, FlashSDPA, model_name: str, L: int, rec: str, chunk: int, temp: float,
+                 grouped_gemm: bool = False):
+        import torch
+        import torch.nn.functional as F
+
+        from megatron.core.distributed import DistributedDataParallel, DistributedDataParallelConfig
+        from megatron.core.models.gpt import GPTModel
+        from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
+        from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
+        from megatron.core.pipeline_parallel import get_forward_backward_func
+        from megatron.core.transformer.module import Float16Module
+        from megatron.core.transformer.transformer_config import TransformerConfig
+
+        spec = MODELS[model_name]
+        gran, meth, nl = RECOMPUTE[rec]
+        moe = "experts" in spec
+        cfg_kw = dict(
+            num_layers=L, hidden_size=spec["hidden"], ffn_hidden_size=spec["ffn"],
+            num_attention_heads=spec["heads"], num_query_groups=spec["groups"], kv_channels=KV_CHANNELS,
+            normalization="RMSNorm", layernorm_epsilon=1e-6, add_bias_linear=False, gated_linear_unit=True,
+            activation_func=F.silu, qk_layernorm=True, bf16=True, params_dtype=torch.bfloat16,
+            attention_dropout=0.0, hidden_dropout=0.0, apply_rope_fusion=False, masked_softmax_fusion=False,
+            bias_activation_fusion=False, bias_dropout_fusion=False, gradient_accumulation_fusion=False,
+            variable_seq_lengths=True, attention_softmax_in_fp32=True,
+            recompute_granularity=gran, recompute_method=meth, recompute_num_layers=nl,
+            pipeline_dtype=torch.bfloat16,
+            # variable_seq_lengths (slime's packed micro-batches) refuses the allgather default.
+            moe_token_dispatcher_type="alltoall",
         )
-    config = TransformerConfig(**cfg_kw)
-    # What Megatron's training loop (and so slime) installs: the DDP grad sync after backward.
-    from megatron.core.distributed import finalize_model_grads
-    config.finalize_model_grads_func = finalize_model_grads
-    layer_spec = get_gpt_layer_local_spec(
-        num_experts=spec.get("experts"), moe_grouped_gemm=False, qk_layernorm=True, normalization="RMSNorm")
-    layer_spec.submodules.self_attention.submodules.core_attention = FlashSDPA
+        if moe:
+            cfg_kw.update(
+                num_moe_experts=spec["experts"], moe_ffn_hidden_size=spec["moe_ffn"],
+                moe_router_topk=spec["topk"], moe_router_score_function="softmax",
+                moe_grouped_gemm=grouped_gemm, moe_router_dtype="fp32",
+                moe_permute_fusion=False, moe_aux_loss_coeff=0.0, moe_router_load_balancing_type="none",
+                moe_layer_freq=1,
+            )
+        config = TransformerConfig(**cfg_kw)
+        # What Megatron's training loop (and so slime) installs: the DDP grad sync after backward.
+        from megatron.core.distributed import finalize_model_grads
+        config.finalize_model_grads_func = finalize_model_grads
+        layer_spec = get_gpt_layer_local_spec(
+            num_experts=spec.get("experts"), moe_grouped_gemm=grouped_gemm, qk_layernorm=True,
+            normalization="RMSNorm")
+        layer_spec.submodules.self_attention.submodules.core_attention = FlashSDPA
 
-    gpt = GPTModel(
-        config=config, transformer_layer_spec=layer_spec, vocab_size=VOCAB, max_sequence_length=131072,
-        pre_process=True, post_process=True, share_embeddings_and_output_weights=spec["tied"],
-        position_embedding_type="rope", rotary_base=spec["rope"],
-    )
-    gpt.cuda(torch.cuda.current_device())
-    model = Float16Module(config, gpt)
-    ddp_cfg = DistributedDataParallelConfig(
-        grad_reduce_in_fp32=True, overlap_grad_reduce=False, use_distributed_optimizer=True,
-        check_for_nan_in_grad=False)
-    model = DistributedDataParallel(config=config, ddp_config=ddp_cfg, module=model)
-    params = sum(p.numel() for p in gpt.parameters())
+        gpt = GPTModel(
+            config=config, transformer_layer_spec=layer_spec, vocab_size=VOCAB, max_sequence_length=131072,
+            pre_process=True, post_process=True, share_embeddings_and_output_weights=spec["tied"],
+            position_embedding_type="rope", rotary_base=spec["rope"],
+        )
+        gpt.cuda(torch.cuda.current_device())
+        model = Float16Module(config, gpt)
+        ddp_cfg = DistributedDataParallelConfig(
+            grad_reduce_in_fp32=True, overlap_grad_reduce=False, use_distributed_optimizer=True,
+            check_for_nan_in_grad=False)
+        self.model = DistributedDataParallel(config=config, ddp_config=ddp_cfg, module=model)
+        self.params = sum(p.numel() for p in gpt.parameters())
+        opt_cfg = OptimizerConfig(
+            optimizer="adam", lr=1e-6, min_lr=1e-6, weight_decay=0.1, adam_beta1=0.9, adam_beta2=0.98,
+            adam_eps=1e-8, bf16=True, params_dtype=torch.bfloat16, use_distributed_optimizer=True,
+            clip_grad=1.0, use_precision_aware_optimizer=False)
+        self.optimizer = get_megatron_optimizer(opt_cfg, [self.model], use_gloo_process_groups=False)
+        self.args = _slime_args(chunk, temp)
+        self.fb = get_forward_backward_func()
+        self.dev = torch.cuda.current_device()
 
-    opt_cfg = OptimizerConfig(
-        optimizer="adam", lr=1e-6, min_lr=1e-6, weight_decay=0.1, adam_beta1=0.9, adam_beta2=0.98,
-        adam_eps=1e-8, bf16=True, params_dtype=torch.bfloat16, use_distributed_optimizer=True,
-        clip_grad=1.0, use_precision_aware_optimizer=False)
-    optimizer = get_megatron_optimizer(opt_cfg, [model], use_gloo_process_groups=False)
+    def make_batch(self, T: int):
+        import torch
 
-    args = _slime_args(chunk, temp)
-    fb = get_forward_backward_func()
-    dev = torch.cuda.current_device()
-    sample = 4096 if T >= 4096 else T
-    n = T // sample
-    resp = sample * 3 // 4
-
-    def make_batch():
+        dev = self.dev
+        sample = 4096 if T >= 4096 else T
+        n = T // sample
+        resp = sample * 3 // 4
         tokens = torch.randint(0, VOCAB, (T,), device=dev)
-        unconcat = list(tokens.split(sample))
-        return {
+        return n, {
             "tokens": tokens.unsqueeze(0),
-            "unconcat_tokens": unconcat,
+            "unconcat_tokens": list(tokens.split(sample)),
             "total_lengths": [sample] * n,
             "response_lengths": [resp] * n,
             "loss_masks": [torch.ones(resp, device=dev, dtype=torch.int32) for _ in range(n)],
@@ -346,36 +391,67 @@ def run_point(pid: str) -> dict:
             "rollout_log_probs": None, "ref_log_probs": None, "rollout_mask_sums": None,
         }
 
-    def train_step():
-        batch = make_batch()
+    def train_step(self, T: int, events=None):
+        """forward + backward (slime's loss) + optimizer step; ``events`` = three CUDA events
+        recorded before the forward, after the backward and after the optimizer step."""
+        from functools import partial
+
+        from slime.backends.megatron_utils.loss import loss_function
+
+        n, batch = self.make_batch(T)
 
         def fwd(_it, m):
             out = m(input_ids=batch["tokens"], position_ids=None, attention_mask=None, labels=None)
-            from functools import partial
-            return out, partial(loss_function, args, batch, 1, n)
+            return out, partial(loss_function, self.args, batch, 1, n)
 
-        model.train()
-        fb(forward_step_func=fwd, data_iterator=iter([None]), model=[model], num_microbatches=1,
-           seq_length=T, micro_batch_size=1, forward_only=False)
-        ok, gnorm, _ = optimizer.step()
-        model.zero_grad_buffer()
-        optimizer.zero_grad()
+        self.model.train()
+        if events:
+            events[0].record()
+        self.fb(forward_step_func=fwd, data_iterator=iter([None]), model=[self.model], num_microbatches=1,
+                seq_length=T, micro_batch_size=1, forward_only=False)
+        if events:
+            events[1].record()
+        ok, _gnorm, _ = self.optimizer.step()
+        self.model.zero_grad_buffer()
+        self.optimizer.zero_grad()
+        if events:
+            events[2].record()
         return ok
 
-    def logprob_pass():
-        batch = make_batch()
+    def logprob_pass(self, T: int, events=None):
+        """slime's old-policy log-prob pass: forward only, chunked log-probs."""
+        from functools import partial
+
+        import torch
+
+        from slime.backends.megatron_utils.loss import get_log_probs_and_entropy
+
+        n, batch = self.make_batch(T)
 
         def fwd(_it, m):
             out = m(input_ids=batch["tokens"], position_ids=None, attention_mask=None, labels=None)
-            from functools import partial
-            return out, partial(get_log_probs_and_entropy, args=args, unconcat_tokens=batch["unconcat_tokens"],
+            return out, partial(get_log_probs_and_entropy, args=self.args, unconcat_tokens=batch["unconcat_tokens"],
                                 total_lengths=batch["total_lengths"], response_lengths=batch["response_lengths"],
                                 with_entropy=False)
 
-        model.eval()
+        self.model.eval()
         with torch.no_grad():
-            fb(forward_step_func=fwd, data_iterator=iter([None]), model=[model], num_microbatches=1,
-               seq_length=T, micro_batch_size=1, forward_only=True)
+            if events:
+                events[0].record()
+            self.fb(forward_step_func=fwd, data_iterator=iter([None]), model=[self.model], num_microbatches=1,
+                    seq_length=T, micro_batch_size=1, forward_only=True)
+            if events:
+                events[1].record()
+
+
+def run_point(pid: str) -> dict:
+    import torch
+
+    model_name, layers, T, rec, chunk, temp = point(pid)
+    L = layers or MODELS[model_name]["layers"]
+    FlashSDPA = _init_distributed()
+    b = _Built(FlashSDPA, model_name, L, rec, chunk, temp)
+    params = b.params
 
     def outside():
         free, total = torch.cuda.mem_get_info()
@@ -387,7 +463,7 @@ def run_point(pid: str) -> dict:
         torch.cuda.reset_peak_memory_stats()
         static = torch.cuda.memory_allocated()
         t0 = time.time()
-        fn()
+        fn(T)
         torch.cuda.synchronize()
         return {
             "params": params,
@@ -399,13 +475,127 @@ def run_point(pid: str) -> dict:
         }
 
     res = {"id": pid, "tokens": T, "num_layers": L}
-    res["step1"] = measure(train_step)
-    res["logprob"] = measure(logprob_pass)
-    res["train"] = measure(train_step)
+    res["step1"] = measure(b.train_step)
+    res["logprob"] = measure(b.logprob_pass)
+    res["train"] = measure(b.train_step)
     free, total = torch.cuda.mem_get_info()
     res["gpu_total_gib"] = round(total / GIB, 3)
     torch.distributed.destroy_process_group()
     return res
+
+
+# ----------------------------------------------------------------- step time (issue 25, item 3)
+
+#: Timing runs: id -> (model, num_layers or None, recompute, tokens per micro-batch to time).
+#: One process per run builds the model once and times every T of its list (the step time does
+#: not depend on allocator history, unlike the memory peaks). Ordered by priority: a call that
+#: runs out of time still brings back the first ones.
+TIME_RUNS = {
+    "q06_full": ("qwen3_0_6b", None, "full", [4096, 16384, 32768]),
+    "q4_full": ("qwen3_4b", None, "full", [4096, 16384, 32768]),
+    "q06_none": ("qwen3_0_6b", None, "none", [4096, 16384]),
+    "q4_none": ("qwen3_4b", None, "none", [8192]),
+    "q17_full": ("qwen3_1_7b", None, "full", [8192, 32768]),
+    "q8l18_full": ("qwen3_8b", 18, "full", [4096, 16384]),
+    # MoE through Megatron's SequentialMLP (a Python loop over the 128 experts, what the local spec
+    # gives without grouped GEMM): launch-bound, kept as a record, not production's speed.
+    "q30l4_full": ("qwen3_30b_a3b", 4, "full", [8192, 16384]),
+    "q32l6_full": ("qwen3_32b", 6, "full", [8192, 16384]),
+    "q17_none": ("qwen3_1_7b", None, "none", [16384]),
+    "q30l4_none": ("qwen3_30b_a3b", 4, "none", [8192]),
+    # Second call (2026-12-03): MoE through GroupedMLP on torch._grouped_mm (stand-in 11), as
+    # production runs grouped GEMM (TE); more dense shapes to check the fit away from its points.
+    "q30l4gg_full": ("qwen3_30b_a3b", 4, "full", [4096, 8192, 16384], {"grouped_gemm": True}),
+    "q30l4gg_none": ("qwen3_30b_a3b", 4, "none", [8192], {"grouped_gemm": True}),
+    "q14l12_full": ("qwen3_14b", 12, "full", [8192, 16384]),
+    "q06_full_small": ("qwen3_0_6b", None, "full", [2048]),
+    "q8l18_full_long": ("qwen3_8b", 18, "full", [32768]),
+    "q32l6_none": ("qwen3_32b", 6, "none", [4096]),
+    "q4_full_repeat": ("qwen3_4b", None, "full", [16384]),  # the same point on another machine: spread
+}
+TIME_REPS = 3
+
+
+def run_timing(rid: str, out: str) -> None:
+    """Median of TIME_REPS CUDA-event timings of the train step (forward+backward, optimizer
+    step) and of the log-prob pass, per T, after one warm-up of each at that T (the first warm
+    train step also allocates Adam's moments and compiles slime's loss helpers)."""
+    import statistics
+
+    import torch
+
+    model_name, layers, rec, tokens, *opts = TIME_RUNS[rid]
+    opts = opts[0] if opts else {}
+    spec = MODELS[model_name]
+    L = layers or spec["layers"]
+    FlashSDPA = _init_distributed()
+    t_build = time.time()
+    b = _Built(FlashSDPA, model_name, L, rec, 1024, 1.0, grouped_gemm=bool(opts.get("grouped_gemm")))
+    b.train_step(tokens[0])  # step 1: Adam moments, torch.compile
+    torch.cuda.synchronize()
+    build_s = time.time() - t_build
+
+    def ev(k):
+        return [torch.cuda.Event(enable_timing=True) for _ in range(k)]
+
+    for T in tokens:
+        b.train_step(T)
+        b.logprob_pass(T)
+        train, fb, opt, lp = [], [], [], []
+        for _ in range(TIME_REPS):
+            e = ev(3)
+            b.train_step(T, e)
+            torch.cuda.synchronize()
+            fb.append(e[0].elapsed_time(e[1]) / 1e3)
+            opt.append(e[1].elapsed_time(e[2]) / 1e3)
+            train.append(e[0].elapsed_time(e[2]) / 1e3)
+        for _ in range(TIME_REPS):
+            e = ev(2)
+            b.logprob_pass(T, e)
+            torch.cuda.synchronize()
+            lp.append(e[0].elapsed_time(e[1]) / 1e3)
+        row = {
+            "id": f"{rid}_t{T // 1024}k", "run": rid, "model": model_name, "num_layers": L, "tokens": T,
+            "recompute": rec, "params": b.params,
+            "moe_experts": ("GroupedMLP (torch._grouped_mm)" if opts.get("grouped_gemm") else "SequentialMLP")
+            if "experts" in spec else None,
+            "train_s": round(statistics.median(train), 5), "train_fwd_bwd_s": round(statistics.median(fb), 5),
+            "train_optimizer_s": round(statistics.median(opt), 5), "logprob_s": round(statistics.median(lp), 5),
+            "train_samples_s": [round(x, 5) for x in train], "logprob_samples_s": [round(x, 5) for x in lp],
+            "build_and_first_step_s": round(build_s, 2),
+            "peak_allocated_gib": round(torch.cuda.max_memory_allocated() / GIB, 2),
+        }
+        with open(out, "a") as f:
+            f.write(json.dumps(row) + "\n")
+        print(json.dumps(row), flush=True)
+    torch.distributed.destroy_process_group()
+
+
+def device_ceilings() -> dict:
+    """The card as found: an 8192^3 bf16 matmul on random data and a device-to-device copy."""
+    import torch
+
+    a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+    bm = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+    for _ in range(3):
+        a @ bm
+    e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    e0.record()
+    for _ in range(20):
+        a @ bm
+    e1.record()
+    torch.cuda.synchronize()
+    mm = 2 * 8192 ** 3 * 20 / (e0.elapsed_time(e1) / 1e3)
+    x = torch.empty(1 << 30, device="cuda", dtype=torch.float32)
+    y = torch.empty_like(x)
+    y.copy_(x)
+    e0.record()
+    for _ in range(10):
+        y.copy_(x)
+    e1.record()
+    torch.cuda.synchronize()
+    bw = 2 * x.numel() * 4 * 10 / (e0.elapsed_time(e1) / 1e3)
+    return {"bf16_matmul_8192_tflops": round(mm / 1e12, 1), "d2d_copy_tb_s": round(bw / 1e12, 2)}
 
 
 MEGATRON = "NVIDIA/Megatron-LM@1dcf0dafa884ad52ffb243625717a3471643e087"
@@ -492,6 +682,114 @@ def assemble(inputs: list[str], out: str, date: str) -> None:
     print(f"{out}: {len(points)} points")
 
 
+def time_all(a) -> None:
+    import torch
+
+    t_start = time.time()
+    meta = {"torch": torch.__version__, "cuda": torch.version.cuda, "gpu": torch.cuda.get_device_name(0),
+            "sm_count": torch.cuda.get_device_properties(0).multi_processor_count}
+    meta.update(device_ceilings())
+    try:
+        meta["nvidia_smi"] = subprocess.run(
+            ["nvidia-smi", "--query-gpu=name,driver_version,clocks.max.sm,power.limit", "--format=csv,noheader"],
+            capture_output=True, text=True, timeout=20).stdout.strip()
+    except Exception as exc:  # the numbers stand without it
+        meta["nvidia_smi"] = repr(exc)
+    with open(a.out + ".meta.json", "w") as f:
+        json.dump(meta, f)
+    print(meta, flush=True)
+    torch.cuda.empty_cache()
+    ids = [i for i in a.only.split(",") if i] or list(TIME_RUNS)
+    for port, rid in enumerate(ids):
+        if time.time() - t_start > a.deadline:
+            print(f"## deadline: {rid} and later not run", flush=True)
+            break
+        env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(29600 + port),
+                   NCCL_SOCKET_IFNAME="lo", RANK="0", WORLD_SIZE="1", LOCAL_RANK="0",
+                   NCCL_NVLS_ENABLE="0", TORCH_SYMM_MEM_DISABLE_MULTICAST="1", NVSHMEM_DISABLE_NVLS="1")
+        t0 = time.time()
+        try:
+            subprocess.run([sys.executable, __file__, "--time-run", rid, "--out", a.out], env=env,
+                           timeout=a.timeout, check=False)
+        except subprocess.TimeoutExpired:
+            with open(a.out, "a") as f:
+                f.write(json.dumps({"run": rid, "error": f"timeout {a.timeout}s"}) + "\n")
+        print(f"## {rid} {time.time() - t0:.1f}s", flush=True)
+        if port == 0 and '"error"' in open(a.out).read():
+            print("first run failed: stopping", flush=True)
+            break
+    for line in open(a.out):
+        r = json.loads(line)
+        if "error" in r:
+            print(r["run"], "ERROR", r["error"][:300])
+            continue
+        print(f'{r["id"]:20s} params={r["params"] / 1e9:6.2f}B train={r["train_s"]:8.4f}s '
+              f'(opt {r["train_optimizer_s"]:.4f}) logprob={r["logprob_s"]:8.4f}s')
+
+
+def assemble_times(inputs: list[str], out: str, date: str) -> None:
+    """Write benchmarks/step_time_reference.json from the device's timing rows."""
+    meta_dev: dict = {}
+    calls = []
+    rows = []
+    for path in inputs:
+        mp = path + ".meta.json"
+        if os.path.exists(mp):
+            meta_dev = json.load(open(mp))
+            calls.append(meta_dev)
+        for line in open(path):
+            r = json.loads(line)
+            if "error" not in r:
+                rows.append(r)
+    points, excluded = [], []
+    for r in rows:
+        spec = MODELS[r["model"]]
+        if "experts" in spec and r.get("moe_experts", "SequentialMLP") == "SequentialMLP":
+            # A Python loop over 128 experts with a host sync per layer: launch-bound (8k and 16k
+            # tokens take the same time), unlike production's grouped GEMM; recorded, not a point.
+            excluded.append({"id": r["id"], "train_s": r["train_s"], "logprob_s": r["logprob_s"],
+                             "why": "MoE through SequentialMLP (the local spec without grouped GEMM): "
+                                    "launch-bound, not production's speed; see the GroupedMLP points"})
+            continue
+        points.append({
+            "id": r["id"], "model": r["model"],
+            "architecture": {"num_layers": r["num_layers"], "hidden_size": spec["hidden"],
+                             "ffn_hidden_size": spec["ffn"], "num_attention_heads": spec["heads"],
+                             "num_query_groups": spec["groups"], "kv_channels": KV_CHANNELS,
+                             "vocab_size": VOCAB, "tied": spec["tied"],
+                             **({"num_experts": spec["experts"], "moe_ffn_hidden_size": spec["moe_ffn"],
+                                 "moe_router_topk": spec["topk"]} if "experts" in spec else {})},
+            "params": r["params"], "tokens_per_microbatch": r["tokens"],
+            "recompute": r["recompute"], "moe_experts": r.get("moe_experts"),
+            "measured": {k: r[k] for k in ("train_s", "train_fwd_bwd_s", "train_optimizer_s", "logprob_s",
+                                           "train_samples_s", "logprob_samples_s")},
+        })
+    meta = {
+        "gpu": meta_dev.get("gpu", "NVIDIA H200"), "device_calls": calls,
+        "torch": meta_dev.get("torch"), "cuda": meta_dev.get("cuda"),
+        "megatron": MEGATRON, "slime": SLIME, "date": date, "script": "benchmarks/measure_memory.py --time-all",
+        "how": ("One process per run on one NVIDIA H200 (device kind nvidia-h200), world size 1, "
+                "TP=PP=CP=EP=DP=1, the same model, wrappers, optimizer and slime loss / log-prob code "
+                "as the memory points (see memory_reference.json's meta.how). Per tokens-per-micro-batch T: "
+                "one warm-up train step and log-prob pass, then the median of "
+                f"{TIME_REPS} CUDA-event timings of each. train_s = forward + backward (slime's policy loss, "
+                "one micro-batch of T tokens) + DistributedOptimizer step + zero grads; "
+                "train_fwd_bwd_s and train_optimizer_s split it; logprob_s = forward_only pass with slime's "
+                "chunked get_log_probs_and_entropy (chunk 1024). Full recompute = full/uniform/1."),
+        "excluded": excluded,
+        "stand_ins": STAND_INS + [
+            "MoE points with moe_experts 'GroupedMLP (torch._grouped_mm)': Megatron's legacy GroupedMLP "
+            "(moe_grouped_gemm=True in the local spec) with its grouped_gemm.ops.gmm served by "
+            "torch._grouped_mm (the grouped_gemm package is not on the device); the others: SequentialMLP"],
+    }
+    tmp = out + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump({"meta": meta, "points": points}, f, indent=1)
+        f.write("\n")
+    os.replace(tmp, out)
+    print(f"{out}: {len(points)} points")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--assemble", nargs="+", metavar="POINTS_JSONL",
@@ -502,9 +800,30 @@ def main():
     ap.add_argument("--only", default="", help="comma-separated ids (with --all)")
     ap.add_argument("--out", default="points.jsonl")
     ap.add_argument("--timeout", type=int, default=150)
+    ap.add_argument("--time-run", help="(device) one timing run of TIME_RUNS, rows appended to --out")
+    ap.add_argument("--time-all", action="store_true", help="(device) every TIME_RUNS run, one process each")
+    ap.add_argument("--deadline", type=float, default=480.0,
+                    help="with --time-all: start no run after this many seconds (the device call's limit)")
+    ap.add_argument("--assemble-times", nargs="+", metavar="TIMES_JSONL",
+                    help="write --out as step_time_reference.json from the device's timing files")
     a = ap.parse_args()
     if a.assemble:
         assemble(a.assemble, a.out, a.date)
+        return
+    if a.assemble_times:
+        assemble_times(a.assemble_times, a.out, a.date)
+        return
+    if a.time_run:
+        try:
+            run_timing(a.time_run, a.out)
+        except Exception as exc:  # report, keep going with the next run
+            with open(a.out, "a") as f:
+                f.write(json.dumps({"run": a.time_run, "error": repr(exc),
+                                    "trace": traceback.format_exc()[-3000:]}) + "\n")
+            print(traceback.format_exc(), flush=True)
+        return
+    if a.time_all:
+        time_all(a)
         return
     if a.point:
         try:

@@ -205,17 +205,19 @@ class RankParams:
         return self.dense + self.expert
 
 
-def per_rank(m: Mapping[str, Any], *, tp: int, pp: int = 1, ep: int = 1, etp: int = 1) -> RankParams:
+def per_stage(m: Mapping[str, Any], *, tp: int, pp: int = 1, ep: int = 1, etp: int = 1) -> List[RankParams]:
+    """Parameters one GPU of each pipeline stage holds (checked against Megatron's own model, built
+    per stage under fake process groups: tests/data/rank_param_counts.json)."""
     tp, pp, ep, etp = max(1, tp), max(1, pp), max(1, ep), max(1, etp)
     layers = layer_params(m)
     h = int(m["hidden_size"])
     vshard = padded_vocab(m, tp) // tp * h
     tied = not m.get("untie_embeddings_and_output_weights")
     n = len(layers)
-    per_stage = -(-n // pp)
-    best: Optional[RankParams] = None
+    per_stage_layers = -(-n // pp)
+    out: List[RankParams] = []
     for s in range(pp):
-        chunk = layers[s * per_stage:(s + 1) * per_stage]
+        chunk = layers[s * per_stage_layers:(s + 1) * per_stage_layers]
         dense = sum(lp.tp // tp + lp.rep for lp in chunk)
         expert = sum(lp.expert // (ep * etp) for lp in chunk)
         if s == 0:
@@ -229,8 +231,16 @@ def per_rank(m: Mapping[str, Any], *, tp: int, pp: int = 1, ep: int = 1, etp: in
                 k = int(m["mtp_num_layers"])
                 dense += k * (3 * h + 2 * h * h // tp + last.tp // tp + last.rep)
                 expert += k * last.expert // (ep * etp)
-        cand = RankParams(dense, expert)
-        if best is None or cand.total > best.total:
-            best = cand
-    assert best is not None
-    return best
+                if pp > 1:
+                    # The MTP block embeds its input tokens itself: Megatron's GPTModel builds the
+                    # word embedding on every stage that runs MTP (``if self.pre_process or
+                    # self.mtp_process``), so the last stage holds a copy of it beside the output
+                    # layer (found by tools/gen_rank_params.py: mimo_7b_rl at PP=2 and 4).
+                    dense += vshard
+        out.append(RankParams(dense, expert))
+    return out
+
+
+def per_rank(m: Mapping[str, Any], *, tp: int, pp: int = 1, ep: int = 1, etp: int = 1) -> RankParams:
+    """The largest pipeline stage's parameters per GPU (what the memory plan sizes for)."""
+    return max(per_stage(m, tp=tp, pp=pp, ep=ep, etp=etp), key=lambda r: r.total)
