@@ -475,3 +475,151 @@ def test_status_of_a_run_whose_cluster_is_gone_is_the_end_the_launcher_saw(sweep
     (snap / "ended.json").unlink()
     (row,) = runs_json([tmp_path], sweep["env"])
     assert row["status"] == "unknown" and "no Ray dashboard answers" in row["status_detail"]
+
+
+# ---------------------------------------------------------------- hostile names, paths and values
+
+def _add_events(save: Path, tag: str, values) -> None:
+    """Scalars under ``tag`` exactly as given (add_scalar would clean ``$`` out of a tag; the file writer
+    takes the summary as it is, as torch's writer does)."""
+    from tensorboardX import SummaryWriter
+    from tensorboardX.proto.summary_pb2 import Summary
+
+    (folder,) = [p for p in (save / "tensorboard").iterdir() if p.is_dir()]
+    w = SummaryWriter(str(folder), filename_suffix=".extra")
+    for step, v in enumerate(values):
+        w._get_file_writer().add_summary(Summary(value=[Summary.Value(tag=tag, simple_value=v)]), step)
+    w.close()
+
+
+def test_tags_with_two_dollar_signs_draw_as_text_in_plots_and_the_report(sweep, tmp_path):
+    save = _copy_run(sweep, "1e-06", tmp_path / "runs")
+    _add_events(save, "eval/$x_$", [0.1, 0.2, 0.3])
+    proc = cli_here(["runs", str(tmp_path / "runs"), "--plot", "eval/$x_$", "--out", str(tmp_path / "plots")])
+    assert proc.returncode == 0, proc.stderr
+    assert len(list((tmp_path / "plots").glob("*.png"))) == 1
+    report = cli_here(["report", str(tmp_path / "runs"), "--metric", "eval/$x_$", "--out", str(tmp_path / "r.html")])
+    assert report.returncode == 0, report.stderr
+    assert "eval/$x_$" in (tmp_path / "r.html").read_text()
+
+
+def test_plot_never_writes_through_a_link_planted_in_the_out_folder(sweep, tmp_path):
+    out = tmp_path / "plots"
+    out.mkdir()
+    canary = tmp_path / "canary.txt"
+    canary.write_text("keep me")
+    name = "rollout_raw_reward__" + "x"  # the temp names are random: plant links at the old fixed ones too
+    for planted in (out / ".rollout_raw_reward__runs.png.tmp", out / f".{name}.png.tmp"):
+        planted.symlink_to(canary)
+    proc = cli_here(["runs", str(sweep["exp"]), "--plot", "rollout/raw_reward", "--out", str(out)])
+    assert proc.returncode == 0, proc.stderr
+    assert canary.read_text() == "keep me"
+    assert [p.name for p in out.glob("*.png")], proc.stdout
+    assert not [p for p in out.iterdir() if p.name.endswith(".tmp") and not p.is_symlink()]
+
+
+@pytest.mark.parametrize("out", ["DIR", "/", "", "/proc/clawgym-x.html"])
+def test_report_out_that_cannot_be_a_page_is_a_one_line_error(sweep, tmp_path, out):
+    target = str(tmp_path) if out == "DIR" else out
+    before = set(os.listdir(tmp_path))
+    proc = cli(["report", str(sweep["exp"]), "--out", target], sweep["env"])
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stderr and proc.stderr.startswith("clawgym report: --out"), proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert set(os.listdir(tmp_path)) == before  # no temp page left behind
+
+
+def test_plot_out_that_cannot_be_a_folder_is_a_one_line_error(sweep, tmp_path):
+    afile = tmp_path / "afile"
+    afile.write_text("")
+    for out in ("/proc/clawgym-x", str(afile), ""):
+        proc = cli_here(["runs", str(sweep["exp"]), "--plot", "rollout/raw_reward", "--out", out])
+        assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+        assert proc.stderr.startswith("clawgym runs: "), proc.stderr
+
+
+def test_json_has_null_for_nan_and_infinity(sweep, tmp_path):
+    save = _copy_run(sweep, "2e-06", tmp_path)
+    _add_events(save, "eval/odd", [float("nan"), float("inf")])
+    proc = cli_here(["runs", str(tmp_path), "--json", "--metric", "eval/odd"])
+    assert proc.returncode == 0, proc.stderr
+    assert "NaN" not in proc.stdout and "Infinity" not in proc.stdout
+    (row,) = json.loads(proc.stdout, parse_constant=lambda c: pytest.fail(f"bare {c} in --json"))
+    assert row["eval/odd"] is None
+
+
+def test_a_filter_that_keeps_nothing_says_no_runs_match(sweep):
+    proc = cli_here(["runs", str(sweep["exp"]), "--where", "model=nosuch"])
+    assert proc.returncode == 0
+    assert "no runs match --where model=nosuch (3 run(s) found before the filter)" in proc.stdout
+
+
+def test_a_damaged_event_record_is_said_by_runs(sweep, tmp_path):
+    save = _copy_run(sweep, "4e-06", tmp_path)
+    (actor,) = (save / "tensorboard").glob("*/events.out.tfevents.*.actor")
+    data = bytearray(actor.read_bytes())
+    data[-8] ^= 0xFF
+    actor.write_bytes(bytes(data))
+    proc = cli_here(["runs", str(tmp_path)])
+    assert proc.returncode == 0
+    assert "damaged record(s) skipped" in proc.stderr, proc.stderr
+    (row,) = runs_json([tmp_path], sweep["env"])
+    assert any("damaged record" in p for p in row["problems"])
+
+
+# ---------------------------------------------------------------- the report reads right
+
+def test_report_marks_the_best_value_and_keeps_run_names_on_one_line(sweep, sweep_rows, tmp_path):
+    page = tmp_path / "r.html"
+    assert cli_here(["report", str(sweep["exp"]), "--out", str(page)]).returncode == 0
+    text = page.read_text()
+    best = max(sweep_rows, key=lambda r: r["reward"])
+    cells = re.findall(r'<td class="num best">([^<]*)</td>', text)
+    assert f"{best['reward']:.4g}" in cells, cells
+    assert re.search(r"td\.name[^{]*\{[^}]*white-space: nowrap", text)
+    assert text.count('<td class="name">') == len(sweep_rows)
+
+
+def test_split_layout_step_bars_say_that_phases_overlap(sweep_rows):
+    from clawgym.runs import plot
+
+    row = dict(sweep_rows[0], step_s=5.13, rollout_s=3.0, log_probs_s=0.5, train_s=2.5, update_s=0.2, wait_s=0.0)
+    assert plot.overlapping(row)
+    assert not plot.overlapping(dict(row, step_s=6.3))
+    assert plot.time_bars_png([row]) is not None
+
+
+def test_split_layout_report_explains_bars_longer_than_the_step(sweep, tmp_path):
+    from clawgym.runs.discover import find_runs
+    from clawgym.runs.report import render
+    from clawgym.runs.table import build_rows
+
+    runs = find_runs([sweep["exp"]])
+    rows, columns = build_rows(runs)
+    rows = [dict(r, step_s=5.13, rollout_s=3.0, train_s=2.5, update_s=0.2) for r in rows]
+    assert "Phases overlap in" in render(runs, rows, columns)
+    rows = [dict(r, step_s=9.0) for r in rows]
+    assert "Phases overlap in" not in render(runs, rows, columns)
+
+
+def test_a_nearly_flat_curve_is_drawn_in_a_band_proportionate_to_its_values():
+    from clawgym.runs.plot import y_limits
+
+    lo, hi = y_limits([5.10, 5.15, 5.20])
+    assert lo < 5.10 and hi > 5.20 and (hi - lo) == pytest.approx(0.05 * 5.20)
+    assert y_limits([0.1, 0.5, 0.9]) is None  # varies: matplotlib's autoscale draws it
+    assert y_limits([0.0, 0.0]) is None
+
+
+def test_latest_values_at_different_steps_say_their_step(sweep, tmp_path):
+    from clawgym.runs.discover import find_runs
+    from clawgym.runs.report import render
+    from clawgym.runs.table import build_rows
+
+    runs = find_runs([sweep["exp"]])
+    rows, columns = build_rows(runs, metrics=["rollout/raw_reward"])
+    assert "@ step" not in render(runs, rows, columns)
+    rows[0]["rollout/raw_reward:step"] = 1
+    page = render(runs, rows, columns)
+    assert "rollout/raw_reward (latest)" in page and "@ step 1" in page
+    assert "logged at different steps" in page

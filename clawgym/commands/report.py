@@ -27,27 +27,48 @@ def add_parser(subparsers) -> None:
     p.set_defaults(func=run)
 
 
+def out_file(text: str) -> Path:
+    """``--out FILE``: a file name whose folder exists or can be made, or BadArgs saying why not."""
+    from clawgym.commands.runs import BadArgs
+
+    if not text.strip():
+        raise BadArgs("--out '': give the HTML file to write, e.g. --out report.html")
+    out = Path(text)
+    if out.is_dir() or text.endswith(("/", os.sep)):
+        raise BadArgs(f"--out {text}: is a folder; give a file name, e.g. --out {out / 'report.html'}")
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise BadArgs(f"--out {text}: cannot make its folder {out.parent} ({exc.strerror or exc})") from None
+    return out
+
+
 def run(args) -> int:
-    from clawgym.commands.runs import BadArgs, parse_metrics, collect
+    from clawgym.commands.runs import BadArgs, parse_metrics, read_notes, collect, no_rows
+    from clawgym.runs.plot import write_exclusive
     from clawgym.runs.report import render
     from clawgym.runs.table import metric_tags
 
+    found: list = []
     try:
-        runs, rows, columns = collect(args, "report")
+        out = out_file(args.out)
+        runs, rows, columns = collect(args, "report", found)
     except BadArgs as exc:
         print(f"clawgym report: {exc}", file=sys.stderr)
         return 2
     if not runs:
-        print("clawgym report: no runs found (a run is a save dir with clawgym snapshots: "
-              "<save>/clawgym/snapshots/); nothing written", file=sys.stderr)
+        print(f"clawgym report: {no_rows(found, args)}; nothing written", file=sys.stderr)
         return 2
     page = render(runs, rows, columns, metrics=metric_tags(runs, parse_metrics(args.metric) or None),
                   weight=args.smooth, title=args.title)
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    # Temp file + rename: never a half-written page.
-    tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
-    tmp.write_text(page)
-    tmp.replace(out)
+    for note in read_notes(runs):
+        print(f"clawgym report: {note}", file=sys.stderr)
+    try:
+        # A temp file made exclusively beside the page, then renamed: never a half-written page,
+        # never a write through a planted link.
+        write_exclusive(out, page.encode())
+    except OSError as exc:
+        print(f"clawgym report: --out {args.out}: cannot write the page ({exc.strerror or exc})", file=sys.stderr)
+        return 2
     print(f"wrote {out} ({len(runs)} runs)")
     return 0

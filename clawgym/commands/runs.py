@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import Optional
 
 
 def add_common(p: argparse.ArgumentParser) -> None:
@@ -50,8 +51,9 @@ def parse_metrics(text: str):
     return [m.strip() for m in text.split(",") if m.strip()]
 
 
-def collect(args, command: str):
-    """(runs, rows, columns) after --where/--sort, or raises BadArgs."""
+def collect(args, command: str, found: Optional[list] = None):
+    """(runs, rows, columns) after --where/--sort, or raises BadArgs. ``found`` (a list) gets the runs
+    found before --where, so an empty table can say whether the filter emptied it."""
     from clawgym.runs import RunsError, find_runs
     from clawgym.runs.table import apply, build_rows
 
@@ -63,6 +65,8 @@ def collect(args, command: str):
         runs = find_runs(args.paths)
     except RunsError as exc:
         raise BadArgs(str(exc)) from None
+    if found is not None:
+        found.extend(runs)
     rows, columns = build_rows(runs, metrics=parse_metrics(args.metric) or None, last=args.last)
     keys = [c.key for c in columns] + ["last_step", "submission_id", "save_dir", "launches"]
     try:
@@ -78,26 +82,66 @@ class BadArgs(Exception):
     pass
 
 
+def read_notes(runs) -> list:
+    """What reading the runs' events left out (damaged records, skipped files, sampled points), per run."""
+    out = []
+    for r in runs:
+        for note in getattr(r.scalars(), "notes", []):
+            out.append(f"{r.name}: {note}")
+    return out
+
+
+def out_folder(text: str) -> Path:
+    """``--out DIR`` of ``runs --plot``: an existing or creatable folder, or BadArgs saying why not."""
+    if not text.strip():
+        raise BadArgs("--out '': give the folder the PNGs go to, e.g. --out plots")
+    out = Path(text)
+    if out.exists() and not out.is_dir():
+        raise BadArgs(f"--out {text}: is a file, not a folder; give a folder, e.g. --out plots")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise BadArgs(f"--out {text}: cannot make that folder ({exc.strerror or exc}); give a folder you can "
+                   "write, e.g. --out plots") from None
+    return out
+
+
+def no_rows(found: list, args) -> str:
+    if found:
+        return (f"no runs match {' '.join('--where ' + w for w in args.where)} "
+                f"({len(found)} run(s) found before the filter)")
+    return "no runs found (a run is a save dir with clawgym snapshots: <save>/clawgym/snapshots/)"
+
+
 def run(args) -> int:
     from clawgym.runs.table import format_table, to_json
 
+    found: list = []
     try:
         if args.plot and not args.out:
             raise BadArgs("--plot needs --out DIR (the folder the PNGs go to)")
-        runs, rows, columns = collect(args, "runs")
+        runs, rows, columns = collect(args, "runs", found)
+        out = out_folder(args.out) if args.plot else None
     except BadArgs as exc:
         print(f"clawgym runs: {exc}", file=sys.stderr)
         return 2
     if args.json:
         sys.stdout.write(to_json(rows))
     elif not rows:
-        print("no runs found (a run is a save dir with clawgym snapshots: <save>/clawgym/snapshots/)")
+        print(no_rows(found, args))
     else:
         print(format_table(rows, columns))
+    for note in read_notes(runs):
+        print(f"clawgym runs: {note}", file=sys.stderr)
     if args.plot:
         from clawgym.runs.plot import write_plots
 
-        written, missing = write_plots(runs, parse_metrics(args.plot), Path(args.out), weight=args.smooth)
+        try:
+            written, missing = write_plots(runs, parse_metrics(args.plot), out, weight=args.smooth)
+        except OSError as exc:
+            print(f"clawgym runs: --out {args.out}: cannot write the pictures ({exc.strerror or exc})",
+                  file=sys.stderr)
+            return 2
         for path in written:
             print(f"wrote {path}", file=sys.stderr if args.json else sys.stdout)
         for metric in missing:

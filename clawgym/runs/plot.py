@@ -3,18 +3,33 @@
 Curves: a metric against its step, one line per run, sweep mates in one figure (runs outside a
 sweep together), optionally smoothed as TensorBoard smooths (an exponential moving average
 with the given weight, debiased at the start). Step time: one stacked bar per run.
+
+Every text is drawn as text: run names and tags are the user's (``cost_$x_$``), and matplotlib
+would read two ``$`` as mathtext and fail the whole figure (``text.parse_math`` off). A nearly
+flat curve keeps a y range proportionate to its values (:func:`y_limits`): autoscaling alone
+draws 5.10 -> 5.20 as a cliff. Files are written through a temp file created exclusively in the
+target folder, then renamed over the target (a planted link is replaced, never followed).
 """
 
 from __future__ import annotations
 
+import contextlib
 import io
+import os
 import re
+import tempfile
 from pathlib import Path
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 from clawgym.runs import events as ev
 from clawgym.runs.discover import Run
 from clawgym.runs.table import TIME_LABELS, TIME_PARTS
+
+
+#: matplotlib settings of every figure: user text is plain text; tick labels without an offset.
+RC = {"text.parse_math": False, "axes.formatter.useoffset": False}
+#: A curve whose values span less than this fraction of their magnitude is drawn in a band this wide.
+FLAT_BAND = 0.05
 
 
 def _pyplot():
@@ -24,6 +39,32 @@ def _pyplot():
     import matplotlib.pyplot as plt
 
     return plt
+
+
+@contextlib.contextmanager
+def _figure(plt, **kwargs):
+    """A figure made and drawn under :data:`RC`, always closed."""
+    with plt.rc_context(RC):
+        fig, ax = plt.subplots(**kwargs)
+        try:
+            yield fig, ax
+        finally:
+            plt.close(fig)
+
+
+def y_limits(values: Sequence[float]) -> Optional[Tuple[float, float]]:
+    """A y range for nearly flat values: centred on them, :data:`FLAT_BAND` of their magnitude wide.
+
+    None when the values vary enough for matplotlib's own autoscale (or are all zero)."""
+    finite = [v for v in values if v == v and abs(v) != float("inf")]
+    if not finite:
+        return None
+    lo, hi = min(finite), max(finite)
+    scale = max(abs(lo), abs(hi))
+    if scale == 0 or (hi - lo) >= FLAT_BAND * scale:
+        return None
+    mid, half = (lo + hi) / 2, FLAT_BAND * scale / 2
+    return mid - half, mid + half
 
 
 def smooth(values: Sequence[float], weight: float) -> List[float]:
@@ -59,13 +100,18 @@ def curves_png(runs: Sequence[Run], metric: str, *, weight: float = 0.0, title: 
     if not have:
         return None
     plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(8, 4.2), dpi=100)
-    try:
+    with _figure(plt, figsize=(8, 4.2), dpi=100) as (fig, ax):
+        drawn: List[float] = []
         for i, r in enumerate(have):
             pts = r.scalars()[metric]
-            ax.plot([p.step for p in pts], smooth([p.value for p in pts], weight), color=f"C{i % 10}",
+            ys = smooth([p.value for p in pts], weight)
+            drawn += ys
+            ax.plot([p.step for p in pts], ys, color=f"C{i % 10}",
                     linewidth=2, marker="o" if len(pts) < 3 else None,
                     label=(labels or {}).get(id(r), r.name))
+        band = y_limits(drawn)
+        if band:
+            ax.set_ylim(*band)
         ax.set_xlabel("step")
         ax.set_ylabel(metric + (f" (smoothed {weight})" if weight else ""))
         ax.set_title(title or metric, fontsize=10)
@@ -73,31 +119,43 @@ def curves_png(runs: Sequence[Run], metric: str, *, weight: float = 0.0, title: 
         # Below the axes: the legend never hides a line.
         ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=1, fontsize=8, frameon=False)
         return _png(fig)
-    finally:
-        plt.close(fig)
+
+
+def overlapping(row: Mapping[str, object]) -> bool:
+    """Whether a run's phases add up to more than its step: a split (asynchronous) layout trains on one
+    rollout while the next is generated, so rollout and train time overlap."""
+    step = row.get("step_s")
+    total = sum(float(row.get(k) or 0.0) for k in TIME_PARTS)
+    return isinstance(step, (int, float)) and total > float(step) * 1.02
 
 
 def time_bars_png(rows: Sequence[Mapping[str, object]]) -> Optional[bytes]:
-    """Where a step's time goes, one stacked horizontal bar per run (means of the last steps)."""
+    """Where a step's time goes, one stacked horizontal bar per run (means of the last steps).
+
+    The measured step (``perf/step_time``) is drawn over each bar as a black tick: where the
+    phases overlap (split layouts) the bar is longer than the step, and the legend says so."""
     have = [r for r in rows if any(r.get(k) is not None for k in TIME_PARTS)]
     if not have:
         return None
     plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(8, 0.6 * len(have) + 1.6), dpi=100)
-    try:
+    with _figure(plt, figsize=(8, 0.6 * len(have) + 1.8), dpi=100) as (fig, ax):
         left = [0.0] * len(have)
         names = [str(r.get("overrides") if r.get("overrides") not in (None, "-") else r["name"]) for r in have]
         for i, key in enumerate(TIME_PARTS):
             widths = [float(r.get(key) or 0.0) for r in have]
             ax.barh(range(len(have)), widths, left=left, color=f"C{i}", label=TIME_LABELS[key])
             left = [a + b for a, b in zip(left, widths)]
+        steps = [(n, float(r["step_s"])) for n, r in enumerate(have) if isinstance(r.get("step_s"), (int, float))]
+        if steps:
+            label = "measured step" + (" (phases overlap: split layout)" if any(overlapping(r) for r in have)
+                                       else "")
+            ax.scatter([s for _, s in steps], [n for n, _ in steps], marker="|", s=900, color="black",
+                       linewidths=2.5, zorder=3, label=label)
         ax.set_yticks(range(len(have)), [n[:60] for n in names], fontsize=8)
         ax.invert_yaxis()
         ax.set_xlabel("seconds per rollout step (mean of the last steps)")
-        ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.25), ncol=len(TIME_PARTS), fontsize=8, frameon=False)
+        ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.25), ncol=3, fontsize=8, frameon=False)
         return _png(fig)
-    finally:
-        plt.close(fig)
 
 
 def _png(fig) -> bytes:
@@ -106,6 +164,21 @@ def _png(fig) -> bytes:
     buf = io.BytesIO()
     fig.savefig(buf, format="png")
     return buf.getvalue()
+
+
+def write_exclusive(path: Path, data: bytes) -> None:
+    """``path`` holds ``data`` whole or is untouched: a temp file created exclusively (``O_EXCL``, a
+    random name) in the target folder, then renamed over the target. A link planted at any name in
+    that folder is never written through; on failure the temp file is removed."""
+    fd, tmp = tempfile.mkstemp(dir=str(path.parent), prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
 
 
 def _safe(text: str) -> str:
@@ -129,9 +202,7 @@ def write_plots(runs: Sequence[Run], metrics: Sequence[str], out_dir: Path, *,
                 continue
             found = True
             path = out_dir / f"{_safe(metric)}__{_safe(name)}.png"
-            tmp = path.with_name(f".{path.name}.tmp")
-            tmp.write_bytes(png)
-            tmp.replace(path)
+            write_exclusive(path, png)
             written.append(path)
         if not found:
             missing.append(metric)

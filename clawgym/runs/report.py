@@ -31,6 +31,8 @@ td.num, td[class^="status"] { text-align: right; font-variant-numeric: tabular-n
                               overflow-wrap: normal; }
 .status-running { color: #06c; } .status-succeeded { color: #080; } .status-failed { color: #c00; }
 .status-stopped, .status-unknown { color: #888; }
+td.name, th.name { white-space: nowrap; overflow-wrap: normal; max-width: none; }
+td.best { font-weight: bold; background: #e8f6e8; }
 img { max-width: 49%; border: 1px solid #eee; margin: 6px 0; vertical-align: top; }
 .muted { color: #777; font-size: 12px; }
 """
@@ -69,9 +71,53 @@ def config_differences(runs: Sequence[Run]) -> Tuple[List[str], Dict[int, Dict[s
     return differ, flat
 
 
-def _table(headers: Sequence[str], rows: Sequence[Sequence[Tuple[str, str]]]) -> str:
+#: Columns where less is better (seconds); every other numeric column: more is better.
+LOWER_IS_BETTER = ("step_s", "rollout_s", "log_probs_s", "train_s", "update_s", "wait_s")
+#: Columns that are no measure of quality: never marked best.
+NOT_RANKED = ("steps", "duration", "started")
+
+
+def best_rows(rows: Sequence[Mapping[str, Any]], columns: Sequence[Column]) -> Dict[str, int]:
+    """column key -> index of the row holding the best value (only where two or more runs have one)."""
+    out: Dict[str, int] = {}
+    for c in columns:
+        if c.kind not in ("num", "secs") or c.key in NOT_RANKED or c.key.endswith(":step"):
+            continue
+        have = [(i, r.get(c.key)) for i, r in enumerate(rows) if isinstance(r.get(c.key), (int, float))
+                and r.get(c.key) == r.get(c.key)]
+        if len(have) < 2:
+            continue
+        pick = min if c.key in LOWER_IS_BETTER else max
+        out[c.key] = pick(have, key=lambda iv: iv[1])[0]
+    return out
+
+
+def latest_steps_differ(rows: Sequence[Mapping[str, Any]], tag: str) -> bool:
+    steps = {r.get(f"{tag}:step") for r in rows if r.get(tag) is not None}
+    return len(steps) > 1
+
+
+def _cell(row: Mapping[str, Any], c: Column, i: int, best: Mapping[str, int], stepped: Sequence[str]) -> Tuple[str, str]:
+    text = fmt(row.get(c.key), c.kind)
+    if c.key in stepped and row.get(c.key) is not None:
+        text += f" @ step {row.get(c.key + ':step')}"
+    if c.key == "status":
+        cls = f"status-{row.get('status')}"
+    elif c.key == "name":
+        cls = "name"
+    else:
+        cls = "num" if c.kind in ("num", "secs") else ""
+    if best.get(c.key) == i:
+        cls += " best"
+    return text, cls
+
+
+def _table(headers: Sequence[str], rows: Sequence[Sequence[Tuple[str, str]]], *, name_first: bool = False) -> str:
     """``rows``: cells as (text, css class)."""
-    out = ["<table><tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in headers) + "</tr>"]
+    name_th = "<th class='name'>"
+    out = ["<table><tr>" + "".join(
+        f"{name_th if name_first and n == 0 else '<th>'}{html.escape(h)}</th>"
+        for n, h in enumerate(headers)) + "</tr>"]
     for row in rows:
         out.append("<tr>" + "".join(f'<td class="{c}">{html.escape(t)}</td>' for t, c in row) + "</tr>")
     out.append("</table>")
@@ -92,10 +138,21 @@ def render(runs: Sequence[Run], rows: Sequence[Mapping[str, Any]], columns: Sequ
              "from the save dirs' snapshots and TensorBoard events.</p>"]
 
     shown = [c for c in columns if c.key in ("name", "status") or any(r.get(c.key) not in (None, "-") for r in rows)]
+    best = best_rows(rows, shown)
+    # A latest value is only comparable at one step: where runs are at different steps, say which.
+    stepped = [c.key for c in shown if f"{c.key}:step" in (rows[0] if rows else {}) and latest_steps_differ(rows, c.key)]
     parts.append("<h2>Runs</h2>")
-    parts.append(_table([c.header for c in shown], [
-        [(fmt(r.get(c.key), c.kind), f"status-{r.get('status')}" if c.key == "status" else
-          ("num" if c.kind in ("num", "secs") else "")) for c in shown] for r in rows]))
+    parts.append(_table([c.header + (" (latest)" if c.key in stepped else "") for c in shown],
+                        [[_cell(r, c, i, best, stepped) for c in shown] for i, r in enumerate(rows)],
+                        name_first=shown[0].key == "name"))
+    notes = []
+    if best:
+        notes.append("Bold: the best value of a column (highest; for times, lowest).")
+    if stepped:
+        notes.append("Latest values were logged at different steps (shown after @): compare the best column "
+                     "or the curves, not the latest values alone.")
+    if notes:
+        parts.append("<p class='muted'>" + " ".join(html.escape(n) for n in notes) + "</p>")
 
     keys, flat = config_differences(runs)
     parts.append("<h2>Config differences</h2>")
@@ -123,6 +180,12 @@ def render(runs: Sequence[Run], rows: Sequence[Mapping[str, Any]], columns: Sequ
     parts.append("<h2>Step time</h2>")
     bars = plot.time_bars_png(rows)
     parts.append(_img(bars, "step time breakdown") if bars else "<p class='muted'>No step times logged yet.</p>")
+    overlap = [r["name"] for r in rows if plot.overlapping(r)]
+    if bars and overlap:
+        parts.append("<p class='muted'>" + html.escape(
+            f"Phases overlap in {', '.join(overlap)}: a split (asynchronous) layout generates the next rollout "
+            "while it trains on this one, so its bar adds up to more than its step; the black tick is the "
+            "measured step (perf/step_time).") + "</p>")
 
     parts.append("<h2>Snapshots</h2>")
     for r, row in zip(runs, rows):

@@ -179,7 +179,7 @@ def build_rows(runs: Sequence[Run], *, metrics: Optional[Sequence[str]] = None, 
             "submission_id": r.submission_id,
             "launches": len(r.snapshots),
             "events": [str(p) for p in r.events_dirs()],
-            "problems": list(r.problems),
+            "problems": list(r.problems) + list(getattr(s, "notes", [])),
         }
         for tag in tags:
             pts = s.get(tag)
@@ -285,5 +285,17 @@ def format_table(rows: Sequence[Mapping[str, Any]], columns: Sequence[Column]) -
     return "\n".join(lines)
 
 
+def _strict(value: Any) -> Any:
+    """JSON has no NaN or infinity: a metric that logged one is ``null`` (Python's json would write a
+    bare ``NaN`` that strict parsers refuse)."""
+    if isinstance(value, float) and (value != value or value in (float("inf"), float("-inf"))):
+        return None
+    if isinstance(value, dict):
+        return {k: _strict(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_strict(v) for v in value]
+    return value
+
+
 def to_json(rows: Sequence[Mapping[str, Any]]) -> str:
-    return json.dumps(list(rows), indent=2, sort_keys=False) + "\n"
+    return json.dumps(_strict(list(rows)), indent=2, sort_keys=False, allow_nan=False) + "\n"
