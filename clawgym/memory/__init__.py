@@ -53,12 +53,19 @@ def _gpu(c: Mapping[str, Any], gpu: Any) -> Dict[str, Any]:
         gib = gpu.get("gpu_memory_gib")
         source = f"detected on this node ({gpu.get('device')})"
         if name is None:
+            # Not a board of the table (gpus.match_model matches exact NVML names and memory):
+            # planned with the memory it reports, and the plan says so.
             name = str(gpu.get("device"))
+            source = (f"detected on this node ({name}, {float(gib):.1f} GiB): not in clawgym's GPU table, planned "
+                      f"with its detected memory less {G.DRIVER_RESERVED_GIB} GiB the driver keeps" if gib else
+                      f"detected on this node ({name}): not in clawgym's GPU table and its memory unknown, planned "
+                      f"as {G.DEFAULT_GPU} (set memory.gpu_memory_gib to its usable memory)")
     if name is None:
         name, source = G.DEFAULT_GPU, f"assumed: no GPU found on this node, {G.DEFAULT_GPU} taken " \
                                       f"(set memory.gpu to the training nodes' GPU)"
     entry = G.GPUS.get(str(name))
-    usable = entry.usable_gib if entry else (float(gib) - 0.5 if gib else G.GPUS[G.DEFAULT_GPU].usable_gib)
+    usable = entry.usable_gib if entry else (float(gib) - G.DRIVER_RESERVED_GIB if gib
+                                             else G.GPUS[G.DEFAULT_GPU].usable_gib)
     if mem.get("gpu_memory_gib") is not None:
         usable, source = float(mem["gpu_memory_gib"]), source + "; memory.gpu_memory_gib overrides its size"
     return {"name": str(name), "usable": float(usable), "source": source}
