@@ -43,6 +43,14 @@ def run(args) -> int:
         return 2
     page = render(runs, rows, columns, metrics=metric_tags(runs, _metrics(args.metric) or None),
                   weight=args.smooth, title=args.title)
+    # The snapshots were masked by collect(); the environment's secrets are masked anywhere in the page,
+    # as written and as HTML escapes them.
+    import html
+
+    from clawgym.secrets import config_secret_values, redact
+
+    values = config_secret_values(None)
+    page = redact(redact(page, values), [html.escape(v) for v in values])
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     # Temp file + rename: never a half-written page.

@@ -450,6 +450,8 @@ def run_script(script: Path, *, slime_root: Optional[Path] = None, env: Optional
             "CLAWGYM_IMPORT_NVLINK": "1" if nvlink else "0",
             "CLAWGYM_IMPORT_PIP_LIST": str(PIP_LIST),
             "CLAWGYM_IMPORT_SCRATCH": str(tmp_path / "scratch"),
+            # The options whose value is a file the job reads (--sglang-config): read in the jail.
+            "CLAWGYM_IMPORT_FILE_FLAGS": ",".join(file_flags()),
             "BASH_FUNC_source%%": _SOURCE_FN,
             "BASH_FUNC_.%%": _SOURCE_FN,
             "BASH_FUNC_kill%%": _KILL_FN,
@@ -477,16 +479,25 @@ def run_script(script: Path, *, slime_root: Optional[Path] = None, env: Optional
             forged_log_lines=bad_lines, gpus_per_node=gpus_per_node, nvlink=nvlink,
         )
         for c in calls:
-            # Generated files the job is given by path: read them while they exist.
-            if c["tool"] == "ray" and c["argv"][:2] == ["job", "submit"]:
-                for tok in c["argv"]:
-                    _read_generated(tok, tmp_path, capture.generated)
+            # Files the job is given by path, as the recorder read them inside the jail (never read here:
+            # a path the script names is read with the jail's views, or not at all).
+            files = c.pop("files", None) if isinstance(c, dict) else None
+            if isinstance(files, dict):
+                for path, text in files.items():
+                    capture.generated.setdefault(str(path), str(text))
             c = _map_back(c, to_real)
             c["env"] = {k: v for k, v in c["env"].items() if not k.startswith(("BASH_FUNC_",) + IMPORTER_OWN)}
             capture.calls.append(Call(c["tool"], c["argv"], c["cwd"], c["env"], c.get("answer") or ""))
         capture.generated = {_map_back(k, to_real): v for k, v in capture.generated.items()}
         _remember_secrets(capture)
         return capture
+
+
+def file_flags() -> List[str]:
+    """Trainer options whose value is a file the job reads (``flagmap`` rows of kind ``file``)."""
+    from clawgym.flagmap import ROWS
+
+    return sorted({r.flag for r in ROWS if r.kind == "file"})
 
 
 @contextlib.contextmanager
@@ -511,25 +522,6 @@ def _remember_secrets(capture: Capture) -> None:
         except (ValueError, AttributeError):  # a runtime env that is not JSON: the import names it later
             continue
         secrets.remember(secrets.named_secrets(env_vars).values())
-
-
-def _read_generated(token: str, tmp_path: Path, into: Dict[str, str]) -> None:
-    """Record ``token`` (or the value of ``--flag=token``) when it names a file the script
-    wrote inside the temporary layout (a mktemp file, a heredoc into the checkout)."""
-    value = token.split("=", 1)[1] if token.startswith("--") and "=" in token else token
-    if not value.startswith(str(tmp_path)) or value in into:
-        return
-    p = Path(value)
-    try:
-        # The jail's folder is the script's: a link it planted (in the file's name or in any folder
-        # above it) could point at any file of the machine. Only a file that really lies inside is read.
-        real = Path(os.path.realpath(p))
-        if not _inside(real, Path(os.path.realpath(tmp_path))) or p.is_symlink():
-            return
-        if real.is_file() and real.stat().st_size < 1_000_000:
-            into[value] = real.read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        pass
 
 
 #: How the report names what a recorded command was.

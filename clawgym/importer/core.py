@@ -33,6 +33,7 @@ from omegaconf.errors import OmegaConfBaseException
 from clawgym.importer import parity
 from clawgym.importer.capture import DEFAULT_TIMEOUT, Capture, CaptureError, Submit, classify, run_script
 from clawgym.importer.parity import MISSING_VALUE, Difference
+from clawgym import secrets
 from clawgym.secrets import redact
 
 #: Interpreters a Ray entrypoint may run the trainer with.
@@ -377,6 +378,14 @@ def compare(script: Launch, ours: Launch, reg: Any, secret_targets: Sequence[str
             deliberate.append(d)
         elif d.name in secret_targets and d.script is MISSING_VALUE:
             continue
+        elif secrets.is_secret_name(d.name) and d.script is not MISSING_VALUE:
+            # A secret the script sets for the job: never written into the experiment (extra_env is stored
+            # in plans, snapshots and job metadata; validation refuses it there). The launch reads it from
+            # the environment, which the head clawgym starts (and the job) inherit.
+            d.script, d.experiment = secrets.MASK, (secrets.MASK if d.experiment is not MISSING_VALUE
+                                                    else d.experiment)
+            d.note = f"a secret, never stored: export {d.name} at launch"
+            deliberate.append(d)
         else:
             diffs.append(d)
     if parity.norm_path(script.working_dir) != parity.norm_path(ours.working_dir):
@@ -496,7 +505,7 @@ class Importer:
 
     def by_content(self, launch: Launch, files: Optional[Mapping[str, str]]) -> Launch:
         """``launch`` with each generated-file flag's path replaced by the file's content
-        (the script's: what it generated, else the file on disk; ours: the plan's file)."""
+        (the script's: as the recorder read it inside the jail; ours: the plan's file)."""
         from clawgym.generated import normalised
 
         values = dict(launch.parsed.values)
@@ -508,15 +517,19 @@ class Importer:
             if files is not None:
                 text = files.get(str(value))
             else:
+                # Only what the recorder read inside the jail: a path the jail does not show compares as
+                # its path (and file_content refuses it), never read by this process.
                 text = self.capture.generated.get(str(value))
-                if text is None and Path(str(value)).is_file():
-                    text = Path(str(value)).read_text(encoding="utf-8", errors="replace")
             if text is not None:
                 try:
-                    values[dest] = {"file content": normalised(key, text)}
-                    changed = True
+                    content = normalised(key, text)
                 except Exception:  # noqa: BLE001 - unreadable YAML compares as its path
-                    pass
+                    continue
+                if isinstance(content, dict):
+                    # Only a file of the flag's kind is compared by content: any other text (a token,
+                    # a password file) compares as its path and is never shown in the parity table.
+                    values[dest] = {"file content": content}
+                    changed = True
         if not changed:
             return launch
         parsed = parity.Parsed(values, launch.parsed.unknown, launch.parsed.error, launch.parsed.written)
@@ -578,8 +591,8 @@ class Importer:
                     else:
                         want[key] = _plain(v)
             elif d.what == "env":
-                if d.script is MISSING_VALUE:
-                    continue
+                if d.script is MISSING_VALUE or secrets.is_secret_name(d.name):
+                    continue  # a secret is read from the environment at launch (compare: deliberate)
                 owners = env_owners.get(d.name, [])
                 if len(owners) == 1:
                     key, how = owners[0]
@@ -614,23 +627,26 @@ class Importer:
         return want
 
     def file_content(self, key: str, path: Any) -> Any:
-        """A generated-file key's content from the file the script passes (``--sglang-config``):
-        the one it generated (read back from the import's scratch dir), else the file on disk."""
+        """A generated-file key's content from the file the script passes (``--sglang-config``), as
+        the recorder read it inside the jail when the script submitted (a file it generated, or one of
+        the checkout). A path the jail does not show (outside the checkout, the slime checkout and the
+        script's own HOME and /tmp; ``~`` is the jail's HOME) is refused, never read by this process."""
         from clawgym.generated import models_from_text
 
         if path is None:
             return []
         text = self.capture.generated.get(str(path))
         if text is None:
-            try:
-                text = Path(str(path)).read_text(encoding="utf-8")
-            except OSError:
-                self.refused[key] = f"the script passes {path}, which neither it nor this machine has"
-                return []
+            self.refused[key] = (f"the script passes {path}, which the import's jail does not show (it sees the "
+                                 "script's checkout, the slime checkout, system folders and its own HOME and /tmp; "
+                                 "~ is the jail's HOME); nothing outside it is read. Put the file in the checkout "
+                                 "or have the script write it")
+            return []
         try:
             return _escape(models_from_text(text))
         except Exception as exc:  # noqa: BLE001 - any YAML or shape error of the script's file
-            self.refused[key] = f"the script's {path} is not a sglang config: {str(exc).splitlines()[0]}"
+            # The exception's type only: YAML errors quote the text they could not read.
+            self.refused[key] = f"the script's {path} is not a sglang config ({type(exc).__name__})"
             return []
 
     def solve(self, base: DictConfig) -> Dict[str, Any]:

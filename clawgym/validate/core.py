@@ -11,7 +11,7 @@ from omegaconf import DictConfig
 from omegaconf.errors import OmegaConfBaseException
 
 from clawgym.config import to_plain
-from clawgym.secrets import argv_secrets, env_secrets, known_secrets, redact, redact_value, remember
+from clawgym.secrets import argv_secrets, env_secrets, known_secrets, named_secrets, redact, redact_value, remember
 
 
 @dataclass
@@ -191,6 +191,8 @@ def _all(cfg: DictConfig | Mapping[str, Any], *, environ: Optional[Mapping[str, 
     # Secret values typed into extra_args are masked in every later report of this process too.
     try:
         remember(argv_secrets(c["extra_args"]))
+        # ... and values of secret-named extra_env variables (refused by no-secrets-in-extra-env).
+        remember(named_secrets(c.get("extra_env") or {}).values())
         # ... and those smuggled into an args.* list (args.data_path=[--wandb-key,VALUE]).
         for value in (c.get("args") or {}).values():
             if isinstance(value, list):
