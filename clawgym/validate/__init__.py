@@ -35,6 +35,7 @@ CROSS_RULES: List[Rule] = [
     names.rule_save_interval_needs_save, secrets.rule_no_secrets_in_extra_env,
     flags.rule_trainer_flavour_known, flags.rule_curated_flags_exist_in_trainer, flags.rule_args,
     flags.rule_extra_args, secrets.rule_no_secret_values_in_config, names.rule_save_dir_placement,
+    names.rule_save_dir_not_an_input,
     cluster.rule_cluster, memory.rule_colocate_needs_offload,
     rollout.rule_sglang_config,
 ]
