@@ -54,6 +54,9 @@ CASES: Dict[str, Case] = {
                                            {"perf.use_dynamic_batch_size": True, "perf.max_tokens_per_gpu": None}),
     "gpu-counts-positive": Case(["gpu_layout.rollout_gpus=0"], ["gpu_layout.rollout_gpus"],
                                 {"gpu_layout.rollout_gpus": 0}),
+    # Issue 28, finding 11: refused before any plan is built (3,000,000 layers ran > 5 min, 2**40 a MemoryError).
+    "model-sizes-sane": Case(["model.num_layers=1099511627776"], ["model.num_layers"],
+                             {"model.num_layers": 1099511627776}),
     "model-sizes-positive": Case(["model.hidden_size=0"], ["model.hidden_size"], {"model.hidden_size": 0}),
     "rollout-sizes-positive": Case(["rollout.batch_size=0"], ["rollout.batch_size"], {"rollout.batch_size": 0}),
     "paths-absolute": Case(["paths.root=."], ["paths.root"], {"paths.root": "."}),
