@@ -114,3 +114,44 @@ def test_secrets_the_script_exports_for_its_job_are_never_written(checkout, tmp_
     # The import says where the secrets come from instead.
     assert "a secret, never stored: export HF_TOKEN at launch" in report
     assert "a secret, never stored: export DB_PASSWORD at launch" in report
+
+
+# ---------------------------------------------------------------- values made from the clock (finding 12)
+
+def _clocked(checkout: Path) -> Path:
+    """The colocate fixture with slime's coding_agent_rl habit: a run folder named after the clock."""
+    script = _variant(checkout, "run-qwen3-4B-colocate.sh", "   --save-interval 10\n",
+                      "   --save-interval 10\n   --save-debug-rollout-data /data/debug/${RUN_ID}/rollout_{rollout_id}.pt\n")
+    text = script.read_text().replace("set -ex\n", "set -ex\nRUN_ID=$(date +%Y%m%d_%H%M%S)\n", 1)
+    script.write_text(text)
+    return script
+
+
+def test_a_value_the_script_makes_from_the_clock_stays_dynamic(checkout, tmp_path, capsys):
+    """``$(date +%Y%m%d_%H%M%S)`` was frozen at import time: every launch of the experiment wrote into
+    the same folder while the script makes a new one per run, and parity said 0 differences."""
+    out = tmp_path / "conf"
+    code, report = _import(_clocked(checkout), out, capsys)
+    assert code == 0, report
+    text = (out / "experiment" / "variant_run_qwen3_4b_colocate.yaml").read_text()
+    assert "save_debug_rollout_data: /data/debug/${now:%Y%m%d_%H%M%S}/rollout_{rollout_id}.pt" in text, text
+    assert "parity launched twice" in report and "kept dynamic as ${now:%Y%m%d_%H%M%S}" in report
+
+
+def test_parity_launches_twice_and_reports_a_frozen_clock_value(checkout, tmp_path, capsys):
+    """The same experiment with the value frozen (what the importer wrote before): the first launch
+    matches, the second (the script run again, later) does not, and --check says so."""
+    import time
+
+    from clawgym.importer.capture import CLOCK_EPOCHS
+
+    script = _clocked(checkout)
+    out = tmp_path / "conf"
+    code, report = _import(script, out, capsys)
+    assert code == 0, report
+    target = out / "experiment" / "variant_run_qwen3_4b_colocate.yaml"
+    frozen = time.strftime("%Y%m%d_%H%M%S", time.localtime(CLOCK_EPOCHS[0]))
+    target.write_text(target.read_text().replace("${now:%Y%m%d_%H%M%S}", frozen))
+    code, report = _import(script, out, capsys, "--check", "--name", "variant_run_qwen3_4b_colocate")
+    assert code == 1, report
+    assert "second launch (the script run again, its clock later)" in report

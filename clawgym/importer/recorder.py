@@ -184,7 +184,27 @@ def _mktemp(argv: list) -> str:
     return path + "\n"
 
 
-ANSWERS = {"nvidia-smi": _nvidia_smi, "pip": _pip, "pip3": _pip, "mktemp": _mktemp}
+#: date options that read a given time, not the clock: answered by the real date as they are.
+_NOT_THE_CLOCK = ("-d", "--date", "-r", "--reference", "-f", "--file", "-s", "--set")
+
+
+def _date(argv: list) -> str:
+    """The real ``date``, reading the instant ``$CLAWGYM_IMPORT_EPOCH`` instead of the clock (the import
+    runs the script at two instants to see which values come from the clock)."""
+    import subprocess
+
+    real = os.environ.get("CLAWGYM_IMPORT_DATE") or "date"
+    given = any(a in _NOT_THE_CLOCK or a.startswith(tuple(o + "=" for o in _NOT_THE_CLOCK if o.startswith("--")))
+                or (a.startswith(("-d", "-r", "-f", "-s")) and not a.startswith("--")) for a in argv)
+    epoch = os.environ.get("CLAWGYM_IMPORT_EPOCH")
+    cmd = [real, *argv] if given or not epoch else [real, f"--date=@{epoch}", *argv]
+    try:
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=10).stdout
+    except (OSError, subprocess.SubprocessError):
+        return ""
+
+
+ANSWERS = {"nvidia-smi": _nvidia_smi, "pip": _pip, "pip3": _pip, "mktemp": _mktemp, "date": _date}
 
 
 if __name__ == "__main__":
