@@ -27,8 +27,12 @@ _SECRET_WORDS = re.compile(r"(^|[_-])(password|passwd|secret|api[_-]key|wandb[_-
                            r"|hf[_-]token|api[_-]token)([_-]|$)")
 #: How a secret flag not read from the environment is refused.
 _SECRET_OPTIONS: Dict[str, tuple] = {}
-#: Shorter values are not searched for (they would match ordinary text such as "1").
-MIN_SECRET_LEN = 8
+#: Shorter values are not searched for in free text. A key, token or password of 4 characters or more
+#: (``sk-1234`` has 7) is masked wherever it appears; below that a value is as likely to be ordinary text
+#: ("1", "on", "abc") as a secret, and masking it would rewrite every number and word of a report. Such a
+#: value is still masked where it is known to be a secret: the value of a secret-named variable or of a
+#: secret flag (:func:`redact_config`).
+MIN_SECRET_LEN = 4
 #: What a masked value is replaced by.
 MASK = "<redacted>"
 
@@ -244,3 +248,122 @@ def redact_value(value: Any, values: Sequence[str]) -> Any:
 def find_in(text: str, secrets: Mapping[str, str]) -> List[str]:
     """Names of the secrets whose value occurs in ``text``."""
     return [name for name, value in secrets.items() if value and value in text]
+
+
+# ---------------------------------------------------------------- configs and reports
+
+def _extra_env_secret_values(c: Any) -> List[str]:
+    try:
+        env = c["extra_env"] or {}
+    except Exception:  # noqa: BLE001 - a config without extra_env holds none
+        return []
+    return [str(v) for k, v in env.items() if is_secret_name(str(k)) and v not in (None, "")]
+
+
+def _args_secret_values(c: Any) -> List[str]:
+    """Values of ``args.<dest>`` whose dest names a secret, and after secret flags in ``args`` lists."""
+    out: List[str] = []
+    try:
+        args = c["args"] or {}
+    except Exception:  # noqa: BLE001
+        return out
+    for dest, value in args.items():
+        if isinstance(value, list):
+            out += argv_secrets([x for x in value if not isinstance(x, (list, dict))])
+        elif names_secret(str(dest)) and value not in (None, "", True, False):
+            out.append(str(value))
+    return out
+
+
+def config_secret_values(c: Any = None, environ: Mapping[str, str] = os.environ) -> List[str]:
+    """Every secret value a (plain) config holds or the environment knows, longest first: the
+    environment's (:func:`known_secrets`), values after secret flags in ``extra_args`` and ``args``
+    lists, ``args.<dest>`` naming a secret, and every ``extra_env`` variable named like a secret."""
+    values = set(known_secrets(c, environ))
+    if c is not None:
+        values.update(_extra_env_secret_values(c))
+        values.update(_args_secret_values(c))
+    return sorted((v for v in values if v), key=len, reverse=True)
+
+
+def _searchable(values: Iterable[str]) -> List[str]:
+    return [v for v in values if len(v) >= MIN_SECRET_LEN]
+
+
+def redact_argv(argv: Sequence[Any], values: Sequence[str] = ()) -> List[Any]:
+    """An argv-like list with the value after every secret flag masked (``--router-api-key V``,
+    ``--x-password=V``), whatever its length, then ``values`` masked in every element."""
+    items = [str(a) for a in argv]
+    out: List[Any] = []
+    mask_next = False
+    for item in items:
+        if mask_next:
+            out.append(MASK)
+            mask_next = False
+            continue
+        opt = secret_option(item)
+        if opt is not None and "=" in item:
+            out.append(item.split("=", 1)[0] + "=" + MASK)
+        else:
+            out.append(redact(item, _searchable(values)))
+            mask_next = opt is not None
+    return out
+
+
+def redact_env(env: Mapping[str, Any], values: Sequence[str] = ()) -> Dict[str, Any]:
+    """An environment with every secret-named variable's value masked, and ``values`` in the rest."""
+    return {k: (MASK if is_secret_name(str(k)) and v not in (None, "") else redact_value(v, _searchable(values)))
+            for k, v in env.items()}
+
+
+def redact_config(c: Any, environ: Mapping[str, str] = os.environ) -> Any:
+    """A copy of a plain config fit to print: ``extra_env`` variables named like a secret, ``args.<dest>``
+    naming a secret and the values after secret flags in lists are masked whatever their length; every
+    known secret value (:func:`config_secret_values`) is masked in every string. What ``clawgym show``,
+    ``diff``, ``runs``, ``report`` and ``explain`` print of a config."""
+    if not isinstance(c, Mapping):
+        return c
+    values = _searchable(config_secret_values(c, environ))
+
+    def walk(node: Any, path: str) -> Any:
+        if isinstance(node, Mapping):
+            out = {}
+            for k, v in node.items():
+                key = f"{path}.{k}" if path else str(k)
+                if path == "extra_env" and is_secret_name(str(k)) and v not in (None, ""):
+                    out[k] = MASK
+                elif path == "args" and names_secret(str(k)) and not isinstance(v, (bool, list, dict)) \
+                        and v not in (None, ""):
+                    out[k] = MASK
+                else:
+                    out[k] = walk(v, key)
+            return out
+        if isinstance(node, list):
+            if all(not isinstance(x, (list, dict)) for x in node):
+                return redact_argv(node, values) if node else []
+            return [walk(x, path) for x in node]
+        if isinstance(node, str):
+            return redact(node, values)
+        return node
+
+    return walk(c, "")
+
+
+def redact_text(text: str, c: Any = None, environ: Mapping[str, str] = os.environ) -> str:
+    """``text`` with every secret value of ``c`` and the environment masked (:func:`config_secret_values`)."""
+    return redact(text, _searchable(config_secret_values(c, environ)))
+
+
+def redact_overrides(overrides: Sequence[str], values: Sequence[str] = ()) -> List[str]:
+    """Hydra overrides fit to print: the value of ``extra_env.<secret name>=`` and ``args.<secret dest>=``
+    masked whatever its length, ``values`` masked in the rest."""
+    out = []
+    for o in overrides:
+        key, eq, _value = str(o).partition("=")
+        bare = key.lstrip("+~")
+        group, _, name = bare.partition(".")
+        if eq and ((group == "extra_env" and is_secret_name(name)) or (group == "args" and names_secret(name))):
+            out.append(f"{key}={MASK}")
+        else:
+            out.append(redact(str(o), _searchable(values)))
+    return out

@@ -169,3 +169,27 @@ def test_the_plan_imports_no_torch_megatron_or_sglang():
             "bad = [m for m in ('torch', 'megatron', 'sglang') if m in sys.modules]; assert not bad, bad")
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
+
+
+def test_sglangs_working_memory_is_counted_so_a_static_fraction_of_one_does_not_fit():
+    """Issue 28, finding 11: mem_fraction_static=1.0 "fit" at 79.2 of 79.2 GiB; SGLang keeps its CUDA
+    graphs and activations outside the static share (as its own automatic fraction reserves them)."""
+    p = plan("sglang.mem_fraction_static=1.0", "memory.gpu=h100_80gb")
+    assert not p.fits
+    assert p.rollout["working_gib"] > 10
+    assert any("working memory outside it (CUDA graphs, activations" in x for x in p.problems), p.problems
+    # The advice it gives, followed, fits.
+    assert p.advice_overrides and plan("sglang.mem_fraction_static=1.0", "memory.gpu=h100_80gb",
+                                       *p.advice_overrides[0]).fits
+
+
+def test_the_real_blocker_of_a_model_whose_engine_weights_fill_the_gpu_is_named():
+    """Issue 28, finding 11: kimi_k2 on 8 H200 said the closest combination "still needs 121.8 GiB" of
+    139.9, hiding that SGLang's weights alone (1,911 GiB per rank) leave no KV cache."""
+    p = plan("model=kimi_k2", "gpu_layout=colocate_8", "memory.gpu=h200_141gb")
+    assert not p.fits
+    assert p.problems[0].startswith("SGLang's weights are 1,911.8 GiB per engine rank") and \
+        "no room for a KV cache" in p.problems[0], p.problems
+    assert "even the widest engine of these GPUs (sglang.tp=8)" in p.problems[0]
+    assert not any("still needs" in a for a in p.advice), p.advice
+    assert any("no room for a KV cache" in a for a in p.advice), p.advice

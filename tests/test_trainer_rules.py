@@ -98,6 +98,9 @@ CASES: Dict[str, Case] = {
                                        ["gpu_layout.colocate", "gpu_layout.trainer_script"],
                                        "gpu_layout.trainer_script=train.py"),
     "rollout-engine-fits": Case(["sglang.tp=8"], ["sglang.tp", "gpu_layout.rollout_gpus"], "sglang.tp=4"),
+    # Issue 28, finding 12: an engine wider than the colocated GPUs starts nowhere (1 GPU, TP 2; 4 GPUs, TP 8).
+    "colocated-engine-fits": Case(["gpu_layout=colocate_1", "sglang.tp=2"],
+                                  ["sglang.tp", "gpu_layout.actor_gpus", "gpu_layout.colocate"], "sglang.tp=1"),
     "sglang-tp-divides-rollout-gpus": Case(["gpu_layout.rollout_gpus=3", "sglang.tp=2"],
                                            ["sglang.tp", "gpu_layout.rollout_gpus"], "sglang.tp=", "warning"),
     "sglang-pp-divides-engine": Case(["+args.sglang_pp_size=3", "sglang.tp=4"], ["sglang.tp", "args"],
@@ -187,3 +190,14 @@ def test_query_groups_per_flavour():
 def test_sglang_heads_refused_without_dp_attention():
     errors, _ = check(compose(["gpu_layout.num_gpus=16", "gpu_layout.rollout_gpus=6", "sglang.tp=6"]))
     assert "sglang-tp-divides-heads" in {e.code for e in errors}
+
+
+@pytest.mark.parametrize("overrides,fix", [(["gpu_layout=colocate_1", "sglang.tp=2"], "sglang.tp=1"),
+                                           (["gpu_layout=colocate_4", "sglang.tp=8"], "sglang.tp=4"),
+                                           (["trainer=slime", "gpu_layout=colocate_4", "sglang.tp=8"], "sglang.tp=4")])
+def test_a_colocated_engine_wider_than_its_gpus_is_refused_with_a_width_that_fits(overrides, fix):
+    errors, _ = check(compose(overrides))
+    mine = [v for v in errors if v.code == "colocated-engine-fits"]
+    assert mine and fix in mine[0].fix, [v.code for v in errors]
+    # ... and the width that the fix names is accepted.
+    assert "colocated-engine-fits" not in {v.code for v in check(compose([*overrides, fix]))[0]}

@@ -54,6 +54,9 @@ CASES: Dict[str, Case] = {
                                            {"perf.use_dynamic_batch_size": True, "perf.max_tokens_per_gpu": None}),
     "gpu-counts-positive": Case(["gpu_layout.rollout_gpus=0"], ["gpu_layout.rollout_gpus"],
                                 {"gpu_layout.rollout_gpus": 0}),
+    # Issue 28, finding 11: refused before any plan is built (3,000,000 layers ran > 5 min, 2**40 a MemoryError).
+    "model-sizes-sane": Case(["model.num_layers=1099511627776"], ["model.num_layers"],
+                             {"model.num_layers": 1099511627776}),
     "model-sizes-positive": Case(["model.hidden_size=0"], ["model.hidden_size"], {"model.hidden_size": 0}),
     "rollout-sizes-positive": Case(["rollout.batch_size=0"], ["rollout.batch_size"], {"rollout.batch_size": 0}),
     "paths-absolute": Case(["paths.root=."], ["paths.root"], {"paths.root": "."}),
@@ -104,6 +107,10 @@ CASES: Dict[str, Case] = {
     "save-dir-not-checkout": Case(["exp_name=.."], ["paths.save", "paths.root"], {}),
     "save-dir-inside-another-run": Case(["paths.save={tmp}/exp/old/sub"], ["paths.save"],
                                         {"paths.save": "{tmp}/exp/old/sub"}, makedirs=["exp/old/clawgym/snapshots/clawgym-old-20260101_000000"]),
+    # Issue 28, finding 8: the save dir is no input of the run (a real launch wrote iter_* into the tasks).
+    "save-dir-not-an-input": Case(["paths.root={tmp}", "paths.save={tmp}/data/clawgym_train"],
+                                  ["paths.save", "paths.train_tasks"],
+                                  {"paths.save": "{tmp}/data/clawgym_train", "paths.train_tasks": "{tmp}/data/clawgym_train"}),
     "save-dir-above-another-run": Case(["paths.save={tmp}/exp"], ["paths.save"], {"paths.save": "{tmp}/exp"},
                                        makedirs=["exp/old/clawgym/snapshots/clawgym-old-20260101_000000"]),
     "no-secret-values-in-config": Case(["+extra_env.FOO=${oc.env:WANDB_API_KEY}"], ["extra_env.FOO"],
@@ -328,3 +335,26 @@ def test_secret_values_typed_into_the_config_are_never_echoed_in_the_report(over
     found = violations(compose([override]))
     assert {v.code for v in found} & {"no-secrets-in-argv", "no-secrets-in-extra-env"}
     assert secret not in ConfigError(found).report()
+
+
+@pytest.mark.parametrize("save,key", [
+    ("{tmp}/data", "paths.train_tasks"),                            # holds the task folders
+    ("{tmp}/local/models/ckpt", "paths.hf_checkpoint"),             # the HF checkpoint (= --ref-load)
+    ("{tmp}/slime", "paths.slime"),                                 # the trainer's working dir
+    ("/etc", None), ("/", None), ("/usr/local/x", None),            # system folders
+])
+def test_a_save_dir_that_is_or_holds_an_input_or_a_system_folder_is_refused_with_a_working_path(save, key, tmp_path):
+    """Issue 28, finding 8: each of these was accepted; the fix names a save dir that validates."""
+    over = [f"paths.root={tmp_path}", f"paths.hf_checkpoint={tmp_path}/local/models/ckpt", f"paths.save={save}"]
+    over = [o.replace("{tmp}", str(tmp_path)) for o in over]
+    mine = [v for v in violations(compose(over)) if v.code == "save-dir-not-an-input"]
+    assert mine, over
+    assert key is None or key in mine[0].keys
+    fixed = mine[0].fix.split("set ", 1)[1].split(" ", 1)[0]
+    assert fixed.startswith("paths.save=")
+    assert not [v for v in violations(compose([*over, fixed])) if v.code.startswith("save-dir")], fixed
+
+
+def test_resuming_from_the_save_dir_itself_is_not_an_input_clash(tmp_path):
+    over = [f"paths.root={tmp_path}", "run_name=r", f"checkpoint.load={tmp_path}/exp/r"]
+    assert "save-dir-not-an-input" not in {v.code for v in violations(compose(over))}

@@ -156,6 +156,11 @@ CONSTRAINTS: List[Dict[str, str]] = [
 #: Configs the trainer starts that clawgym refuses on purpose: code -> reason. The condition
 #: is computed from the composed config in ``by_design()`` with the trainer's own arithmetic.
 BY_DESIGN = {
+    "colocated-engine-fits": "a colocated SGLang engine wider than the GPUs it shares with the actor (slime "
+                             "v0.3.1 slime/ray/rollout.py start_rollout_servers: num_engines = num_gpus // "
+                             "min(num_gpus_per_engine, num_gpus_per_node), each engine spanning max(1, "
+                             "num_gpus_per_engine // num_gpus_per_node) nodes): no engine can be placed, past the "
+                             "CPU startup path judged here",
     "rollout-engine-fits": "no SGLang engine fits the rollout GPUs (slime/ray/rollout.py: num_engines = "
                            "rollout_num_gpus // min(rollout_num_gpus_per_engine, num_gpus_per_node) is 0): the "
                            "run starts and never generates",
@@ -187,6 +192,8 @@ def by_design(c: Dict[str, Any], flavour: str) -> Optional[str]:
     if g["colocate"] and flavour == "clawgym":
         # The fork's slime_validate_args sets rollout_num_gpus to the actor's GPUs under colocate.
         rollout = g["actor_gpus"] * g["actor_num_nodes"]
+    if g["colocate"] and rollout and per_engine > rollout:
+        return "colocated-engine-fits"
     if rollout and rollout // min(per_engine, g["num_gpus"]) == 0:
         return "rollout-engine-fits"
     estimator = args.get("advantage_estimator", c["grpo"]["advantage_estimator"])

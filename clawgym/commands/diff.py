@@ -137,13 +137,24 @@ def format_diff(a: Side, b: Side, *, names: Tuple[str, str] = ("A", "B")) -> str
 
 # ---------------------------------------------------------------- sides
 
+class Refused(Exception):
+    """An override set that validation refuses (the report, secrets masked, is the message)."""
+
+
 def side_from_overrides(text: str, *, environ: Mapping[str, str] = os.environ) -> Side:
-    """Compose an override set as train.py would and plan it."""
+    """Compose an override set as train.py would, validate it as a launch does, and plan it."""
     from clawgym.config import compose, to_plain
     from clawgym.plan import build_plan_from_dict
+    from clawgym.validate import ConfigError, violations
 
     overrides = shlex.split(text)
-    c = to_plain(compose(overrides), resolve=True)
+    cfg = compose(overrides)
+    # Validated like a launch: a config the launch refuses (a secret in extra_env or extra_args among
+    # others) is refused here with the same report, never planned nor printed.
+    errors = violations(cfg, environ=environ)
+    if errors:
+        raise Refused(ConfigError(errors, context=f"override set {text!r}" if len(text) < 80 else "").report())
+    c = to_plain(cfg, resolve=True)
     plan = build_plan_from_dict(c, environ=environ, timestamp="diff")
     return Side(label=text or "(defaults)", source="composed from overrides", config=c, entrypoint=plan.entrypoint,
                 env=dict(plan.runtime_env.get("env_vars") or {}))
@@ -169,21 +180,38 @@ def resolve_side(arg: str) -> Side:
     return side_from_overrides(arg)
 
 
+def redacted(side: Side, values: Sequence[str]) -> Side:
+    """``side`` as it may be printed: its config through :func:`clawgym.secrets.redact_config`, its
+    argv and job environment with secret flags' values, secret-named variables and ``values`` masked."""
+    from clawgym.secrets import redact, redact_argv, redact_config, redact_env
+
+    return Side(label=redact(side.label, values), source=redact(side.source, values),
+                config=redact_config(side.config), entrypoint=redact_argv(side.entrypoint, values),
+                env=redact_env(side.env, values))
+
+
 def run(args: argparse.Namespace) -> int:
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
+    from clawgym.secrets import MIN_SECRET_LEN, config_secret_values, redact
     from clawgym.snapshot import SnapshotError
 
     try:
         a, b = resolve_side(args.a), resolve_side(args.b)
+    except Refused as exc:
+        print(f"clawgym diff: {exc}", file=sys.stderr)
+        return 2
     except SnapshotError as exc:
-        print(str(exc), file=sys.stderr)
+        print(redact(str(exc)), file=sys.stderr)
         return 2
     except (HydraException, OmegaConfBaseException) as exc:
-        print(f"clawgym diff: cannot compose the override set: {exc}", file=sys.stderr)
+        print(redact(f"clawgym diff: cannot compose the override set: {exc}"), file=sys.stderr)
         return 2
-    print(format_diff(a, b))
+    # Masked as the launch masks its reports: the secrets of both sides and of the environment.
+    values = sorted({*config_secret_values(a.config), *config_secret_values(b.config)}, key=len, reverse=True)
+    values = [v for v in values if len(v) >= MIN_SECRET_LEN]
+    print(redact(format_diff(redacted(a, values), redacted(b, values)), values))
     return 0
 
 

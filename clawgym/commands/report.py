@@ -61,6 +61,14 @@ def run(args) -> int:
         return 2
     page = render(runs, rows, columns, metrics=metric_tags(runs, parse_metrics(args.metric) or None),
                   weight=args.smooth, title=args.title)
+    # The snapshots were masked by collect(); the environment's secrets are masked anywhere in the page,
+    # as written and as HTML escapes them.
+    import html
+
+    from clawgym.secrets import config_secret_values, redact
+
+    values = config_secret_values(None)
+    page = redact(redact(page, values), [html.escape(v) for v in values])
     for note in read_notes(runs):
         print(f"clawgym report: {note}", file=sys.stderr)
     try:

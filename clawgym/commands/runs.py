@@ -67,6 +67,7 @@ def collect(args, command: str, found: Optional[list] = None):
         raise BadArgs(str(exc)) from None
     if found is not None:
         found.extend(runs)
+    mask_secrets(runs)
     rows, columns = build_rows(runs, metrics=parse_metrics(args.metric) or None, last=args.last)
     keys = [c.key for c in columns] + ["last_step", "submission_id", "save_dir", "launches"]
     try:
@@ -113,6 +114,24 @@ def no_rows(found: list, args) -> str:
     return "no runs found (a run is a save dir with clawgym snapshots: <save>/clawgym/snapshots/)"
 
 
+def mask_secrets(runs) -> list:
+    """Mask, in place, what the runs' snapshots hold of secrets before anything is printed of them (as a
+    launch masks its reports): their configs through :func:`clawgym.secrets.redact_config`, their
+    overrides; returns the secret values found (with the environment's), for a last pass over the text."""
+    from clawgym.secrets import MIN_SECRET_LEN, config_secret_values, redact_config, redact_overrides
+
+    values: set = set()
+    for r in runs:
+        for snap in r.snapshots:
+            found = config_secret_values(snap.config)
+            values.update(found)
+            snap.config = redact_config(snap.config)
+            if snap.overrides is not None:
+                snap.overrides = redact_overrides(snap.overrides, found)
+    values.update(config_secret_values(None))
+    return sorted((v for v in values if len(v) >= MIN_SECRET_LEN), key=len, reverse=True)
+
+
 def run(args) -> int:
     from clawgym.runs.table import format_table, to_json
 
@@ -125,12 +144,16 @@ def run(args) -> int:
     except BadArgs as exc:
         print(f"clawgym runs: {exc}", file=sys.stderr)
         return 2
+    from clawgym.secrets import config_secret_values, redact
+
+    # The snapshots are masked (collect); this pass catches the environment's secrets anywhere else.
+    values = config_secret_values(None)
     if args.json:
-        sys.stdout.write(to_json(rows))
+        sys.stdout.write(redact(to_json(rows), values))
     elif not rows:
         print(no_rows(found, args))
     else:
-        print(format_table(rows, columns))
+        print(redact(format_table(rows, columns), values))
     for note in read_notes(runs):
         print(f"clawgym runs: {note}", file=sys.stderr)
     if args.plot:

@@ -13,6 +13,7 @@ import sys
 from typing import Any, List
 
 from clawgym.commands.diff import render_table
+from clawgym.secrets import config_secret_values, redact_argv, redact_config, redact_overrides, redact_text
 
 
 def _git_line(name: str, info: dict) -> str:
@@ -53,12 +54,21 @@ def _memory_lines(snap: Any) -> List[str]:
 
 def format_show(target: str, *, config: str = "resolved") -> str:
     """The whole report for a save dir, snapshot dir or checkpoint dir."""
-    import yaml
-
-    from clawgym.snapshot import (STAMP_DIRNAME, find_snapshot, list_checkpoints, list_snapshots, read_tracker,
-                                  unsubmitted_snapshots)
+    from clawgym.snapshot import find_snapshot
 
     snap, save = find_snapshot(target)
+    text = _format_show(snap, save, config=config)
+    # Masked as a launch masks its reports: the config's secrets (values typed after a secret flag, a
+    # secret-named variable) and the environment's, wherever they appear (argv, overrides, command line).
+    return redact_text(text, snap.config)
+
+
+def _format_show(snap: Any, save: Any, *, config: str) -> str:
+    import yaml
+
+    from clawgym.snapshot import STAMP_DIRNAME, list_checkpoints, list_snapshots, read_tracker, unsubmitted_snapshots
+
+    values = config_secret_values(snap.config)
     out: List[str] = []
     snaps = list_snapshots(save) if save is not None else [snap]
     out.append(f"save dir:   {save if save is not None else snap.meta.get('save_dir')}")
@@ -67,7 +77,7 @@ def format_show(target: str, *, config: str = "resolved") -> str:
     out.append(render_table(("snapshot", "created (UTC)", "host", "how", "overrides"), [
         (s.id + (" *" if s.id == snap.id else ""), s.meta.get("created"), s.meta.get("host"),
          (s.meta.get("origin") or {}).get("command", "-"),
-         " ".join(s.overrides) if s.overrides else ("(none)" if s.overrides is not None else "(unknown)"))
+         " ".join(redact_overrides(s.overrides, values)) if s.overrides else ("(none)" if s.overrides is not None else "(unknown)"))
         for s in snaps]))
     never = unsubmitted_snapshots(save) if save is not None else []
     if never:
@@ -75,14 +85,14 @@ def format_show(target: str, *, config: str = "resolved") -> str:
                    f"{', '.join(p.name for p in never)}")
     out += ["", f"shown below: snapshot {snap.id} (*)  {snap.path}",
             f"  submission id: {snap.meta.get('submission_id')}",
-            f"  command:       {' '.join(snap.meta.get('command') or [])}",
+            f"  command:       {' '.join(redact_overrides(snap.meta.get('command') or [], values))}",
             f"  cwd:           {snap.meta.get('cwd')}   user: {snap.meta.get('user')}"]
     origin = snap.meta.get("origin") or {}
     if origin.get("command") == "resume":
         out.append(f"  resumed from:  {origin.get('from_snapshot')} (load {origin.get('load')}), "
                    f"overrides {origin.get('resume_overrides') or '(none)'}")
     out += ["", "overrides:"]
-    out += [f"  {o}" for o in snap.overrides] if snap.overrides else \
+    out += [f"  {o}" for o in redact_overrides(snap.overrides, values)] if snap.overrides else \
         ["  (none)" if snap.overrides is not None else "  (unknown: launched outside Hydra)"]
     out += ["", "group choices:"]
     out += [f"  {k}={v}" for k, v in (snap.choices or {}).items()] or ["  (unknown)"]
@@ -93,7 +103,7 @@ def format_show(target: str, *, config: str = "resolved") -> str:
     if secrets:
         out += ["", "secrets (names only; read from the environment at launch):"]
         out += [f"  {k} <- {' or '.join('$' + n for n in v)}" for k, v in secrets.items()]
-    out += ["", "trainer:"] + _argv_lines(list(snap.plan.get("entrypoint") or []))
+    out += ["", "trainer:"] + _argv_lines(redact_argv(list(snap.plan.get("entrypoint") or []), values))
     out += ["", *_memory_lines(snap)]
     if save is not None:
         ckpts = list_checkpoints(save)
@@ -109,7 +119,7 @@ def format_show(target: str, *, config: str = "resolved") -> str:
         else:
             out.append("  (none)")
     if config != "none":
-        data = snap.config if config == "resolved" else snap.config_unresolved
+        data = redact_config(snap.config if config == "resolved" else snap.config_unresolved)
         out += ["", f"config ({config}):", yaml.safe_dump(data, sort_keys=False).rstrip()]
     return "\n".join(out)
 

@@ -51,6 +51,8 @@ STANDINS: Dict[str, str] = {
     "killall": "process cleanup",
     "sleep": "waits after cleanup",
     "nvidia-smi": "GPU/NVLink probes: answered as a node of --gpus-per-node GPUs with NVLink",
+    "date": "the clock: the real date, answered at the instant the import gives each run of the script (two "
+            "runs at different instants show which values the script makes from the clock)",
     "docker": "container cleanup",
     "lsof": "port lookup before cleanup",
     "fuser": "port lookup before cleanup",
@@ -84,10 +86,16 @@ STANDINS: Dict[str, str] = {
 
 #: Real tools launch scripts compute with; nothing else from the machine is on PATH.
 HARMLESS_TOOLS = (
-    "awk", "basename", "bc", "cat", "cut", "date", "dirname", "env", "expr", "false", "grep", "egrep",
+    "awk", "basename", "bc", "cat", "cut", "dirname", "env", "expr", "false", "grep", "egrep",
     "head", "hostname", "id", "ls", "nproc", "numfmt", "paste", "printf", "pwd", "readlink", "realpath",
     "sed", "seq", "sort", "tail", "tr", "true", "uname", "uniq", "wc", "whoami", "xargs",
 )
+
+#: The instant the clock reads in a run of the script (``date`` stand-in; seconds since the epoch):
+#: the second run reads 400 days, 1 hour, 1 minute and 1 second later, so every field a format can
+#: print (year, month, day, hour, minute, second) differs between the two.
+CLOCK_EPOCHS = (1_800_000_000, 1_800_000_000 + 400 * 86400 + 3661)
+
 
 #: Variables bash itself sets for its children; never something a script exports.
 SHELL_OWN = {"_", "SHLVL", "PWD", "OLDPWD"}
@@ -237,6 +245,8 @@ class Capture:
     # Content of the files the job's argv names that the script generated (mktemp, heredocs):
     # path as the argv names it -> text. They vanish with the temporary layout.
     generated: Dict[str, str] = field(default_factory=dict)
+    # The instant the script's clock read (CLOCK_EPOCHS).
+    epoch: int = CLOCK_EPOCHS[0]
     # How probes were answered (GPUs per node, NVLink), for the report.
     gpus_per_node: int = 8
     nvlink: bool = True
@@ -390,7 +400,8 @@ PIP_LIST = Path(__file__).resolve().parent / "data" / "slime_image_packages.json
 
 
 def run_script(script: Path, *, slime_root: Optional[Path] = None, env: Optional[Mapping[str, str]] = None,
-               timeout: float = DEFAULT_TIMEOUT, gpus_per_node: int = 8, nvlink: bool = True) -> Capture:
+               timeout: float = DEFAULT_TIMEOUT, gpus_per_node: int = 8, nvlink: bool = True,
+               epoch: int = CLOCK_EPOCHS[0]) -> Capture:
     """Run ``script`` with stand-ins, in the import's jail, and return what it did.
 
     Raises :class:`CaptureError` when no jail can be made (the script is then not run).
@@ -450,6 +461,11 @@ def run_script(script: Path, *, slime_root: Optional[Path] = None, env: Optional
             "CLAWGYM_IMPORT_NVLINK": "1" if nvlink else "0",
             "CLAWGYM_IMPORT_PIP_LIST": str(PIP_LIST),
             "CLAWGYM_IMPORT_SCRATCH": str(tmp_path / "scratch"),
+            # The clock the `date` stand-in reads: the real date binary, at this run's instant.
+            "CLAWGYM_IMPORT_EPOCH": str(int(epoch)),
+            "CLAWGYM_IMPORT_DATE": os.path.realpath(shutil.which("date") or "/bin/date"),
+            # The options whose value is a file the job reads (--sglang-config): read in the jail.
+            "CLAWGYM_IMPORT_FILE_FLAGS": ",".join(file_flags()),
             "BASH_FUNC_source%%": _SOURCE_FN,
             "BASH_FUNC_.%%": _SOURCE_FN,
             "BASH_FUNC_kill%%": _KILL_FN,
@@ -474,19 +490,28 @@ def run_script(script: Path, *, slime_root: Optional[Path] = None, env: Optional
             returncode=outcome.returncode, output=output, written=written, deleted=deleted,
             timed_out=outcome.timed_out,
             written_elsewhere=jail.written(), refused_writes=sandbox.refused_writes(output),
-            forged_log_lines=bad_lines, gpus_per_node=gpus_per_node, nvlink=nvlink,
+            forged_log_lines=bad_lines, gpus_per_node=gpus_per_node, nvlink=nvlink, epoch=int(epoch),
         )
         for c in calls:
-            # Generated files the job is given by path: read them while they exist.
-            if c["tool"] == "ray" and c["argv"][:2] == ["job", "submit"]:
-                for tok in c["argv"]:
-                    _read_generated(tok, tmp_path, capture.generated)
+            # Files the job is given by path, as the recorder read them inside the jail (never read here:
+            # a path the script names is read with the jail's views, or not at all).
+            files = c.pop("files", None) if isinstance(c, dict) else None
+            if isinstance(files, dict):
+                for path, text in files.items():
+                    capture.generated.setdefault(str(path), str(text))
             c = _map_back(c, to_real)
             c["env"] = {k: v for k, v in c["env"].items() if not k.startswith(("BASH_FUNC_",) + IMPORTER_OWN)}
             capture.calls.append(Call(c["tool"], c["argv"], c["cwd"], c["env"], c.get("answer") or ""))
         capture.generated = {_map_back(k, to_real): v for k, v in capture.generated.items()}
         _remember_secrets(capture)
         return capture
+
+
+def file_flags() -> List[str]:
+    """Trainer options whose value is a file the job reads (``flagmap`` rows of kind ``file``)."""
+    from clawgym.flagmap import ROWS
+
+    return sorted({r.flag for r in ROWS if r.kind == "file"})
 
 
 @contextlib.contextmanager
@@ -513,29 +538,10 @@ def _remember_secrets(capture: Capture) -> None:
         secrets.remember(secrets.named_secrets(env_vars).values())
 
 
-def _read_generated(token: str, tmp_path: Path, into: Dict[str, str]) -> None:
-    """Record ``token`` (or the value of ``--flag=token``) when it names a file the script
-    wrote inside the temporary layout (a mktemp file, a heredoc into the checkout)."""
-    value = token.split("=", 1)[1] if token.startswith("--") and "=" in token else token
-    if not value.startswith(str(tmp_path)) or value in into:
-        return
-    p = Path(value)
-    try:
-        # The jail's folder is the script's: a link it planted (in the file's name or in any folder
-        # above it) could point at any file of the machine. Only a file that really lies inside is read.
-        real = Path(os.path.realpath(p))
-        if not _inside(real, Path(os.path.realpath(tmp_path))) or p.is_symlink():
-            return
-        if real.is_file() and real.stat().st_size < 1_000_000:
-            into[value] = real.read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        pass
-
-
 #: How the report names what a recorded command was.
 CLEANUP_TOOLS = {"pkill", "pgrep", "killall", "kill", "sleep", "lsof", "fuser", "ps"}
 #: Probes answered as a slime node would (the answer is listed in the report).
-PROBE_TOOLS = {"nvidia-smi", "mktemp"}
+PROBE_TOOLS = {"nvidia-smi", "mktemp", "date"}
 #: Commands that prepare the machine before the launch (installs, downloads, conversions,
 #: directories, copies): a prerequisite the experiment lists, not part of the run.
 SETUP_TOOLS = {"pip", "pip3", "hf", "huggingface-cli", "wget", "git", "mkdir", "cp", "mv", "rm", "ln", "touch",
@@ -641,3 +647,33 @@ def _server_port(call: Call) -> Optional[str]:
     opts, _ = split_options(call.argv[3:], ("--port", "--host", "--model-path", "--tp", "--tp-size"))
     port = opts.get("--port")
     return str(port) if port not in (None, True) else "30000"
+
+
+def clock_values(first: "Capture", second: "Capture") -> List[Tuple[str, str]]:
+    """(what the clock printed in ``first``, the ``${now:FORMAT}`` it is) for each ``date +FORMAT`` of
+    the script whose answer reached the job (its argv or environment) and changed with the instant:
+    the two runs differ there exactly where the two answers do. A value that differs otherwise (e.g.
+    ``$RANDOM``) is not listed."""
+    def dates(cap: "Capture") -> List[Tuple[List[str], str]]:
+        return [(c.argv, c.answer.strip()) for c in cap.calls if c.tool == "date"]
+
+    d1, d2 = dates(first), dates(second)
+    if len(d1) != len(d2) or not first.submits or len(first.submits) != len(second.submits):
+        return []
+    s1, s2 = first.submits[-1], second.submits[-1]
+    values1 = [*s1.entrypoint, *first.job_env(s1).values()]
+    values2 = [*s2.entrypoint, *second.job_env(s2).values()]
+    if len(values1) != len(values2):
+        return []
+    found: List[Tuple[str, str]] = []
+    for (argv, a1), (_argv2, a2) in zip(d1, d2):
+        fmt = next((a[1:] for a in argv if a.startswith("+")), None)
+        # Only the clock read as is (no -d/--date/-r/-u: ${now:} is the launcher's local time), with a format
+        # that strftime knows, and an answer distinctive enough to find.
+        if fmt is None or any(a.startswith("-") for a in argv) or a1 == a2 or len(a1) < 4 or "%N" in fmt:
+            continue
+        marker = "\0clock\0"
+        if any(a1 in v1 and v1 != v2 and v1.replace(a1, marker) == v2.replace(a2, marker)
+               for v1, v2 in zip(values1, values2)):
+            found.append((a1, "${now:" + fmt + "}"))
+    return found

@@ -17,6 +17,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import datetime as _dt
 import functools
@@ -24,15 +25,17 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 import yaml
 from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
 from clawgym.importer import parity
-from clawgym.importer.capture import DEFAULT_TIMEOUT, Capture, CaptureError, Submit, classify, run_script
+from clawgym.importer.capture import (CLOCK_EPOCHS, DEFAULT_TIMEOUT, Capture, CaptureError, Submit, classify,
+                                      clock_values, run_script)
 from clawgym.importer.parity import MISSING_VALUE, Difference
+from clawgym import secrets
 from clawgym.secrets import redact
 
 #: Interpreters a Ray entrypoint may run the trainer with.
@@ -377,6 +380,14 @@ def compare(script: Launch, ours: Launch, reg: Any, secret_targets: Sequence[str
             deliberate.append(d)
         elif d.name in secret_targets and d.script is MISSING_VALUE:
             continue
+        elif secrets.is_secret_name(d.name) and d.script is not MISSING_VALUE:
+            # A secret the script sets for the job: never written into the experiment (extra_env is stored
+            # in plans, snapshots and job metadata; validation refuses it there). The launch reads it from
+            # the environment, which the head clawgym starts (and the job) inherit.
+            d.script, d.experiment = secrets.MASK, (secrets.MASK if d.experiment is not MISSING_VALUE
+                                                    else d.experiment)
+            d.note = f"a secret, never stored: export {d.name} at launch"
+            deliberate.append(d)
         else:
             diffs.append(d)
     if parity.norm_path(script.working_dir) != parity.norm_path(ours.working_dir):
@@ -496,7 +507,7 @@ class Importer:
 
     def by_content(self, launch: Launch, files: Optional[Mapping[str, str]]) -> Launch:
         """``launch`` with each generated-file flag's path replaced by the file's content
-        (the script's: what it generated, else the file on disk; ours: the plan's file)."""
+        (the script's: as the recorder read it inside the jail; ours: the plan's file)."""
         from clawgym.generated import normalised
 
         values = dict(launch.parsed.values)
@@ -508,15 +519,19 @@ class Importer:
             if files is not None:
                 text = files.get(str(value))
             else:
+                # Only what the recorder read inside the jail: a path the jail does not show compares as
+                # its path (and file_content refuses it), never read by this process.
                 text = self.capture.generated.get(str(value))
-                if text is None and Path(str(value)).is_file():
-                    text = Path(str(value)).read_text(encoding="utf-8", errors="replace")
             if text is not None:
                 try:
-                    values[dest] = {"file content": normalised(key, text)}
-                    changed = True
+                    content = normalised(key, text)
                 except Exception:  # noqa: BLE001 - unreadable YAML compares as its path
-                    pass
+                    continue
+                if isinstance(content, dict):
+                    # Only a file of the flag's kind is compared by content: any other text (a token,
+                    # a password file) compares as its path and is never shown in the parity table.
+                    values[dest] = {"file content": content}
+                    changed = True
         if not changed:
             return launch
         parsed = parity.Parsed(values, launch.parsed.unknown, launch.parsed.error, launch.parsed.written)
@@ -578,8 +593,8 @@ class Importer:
                     else:
                         want[key] = _plain(v)
             elif d.what == "env":
-                if d.script is MISSING_VALUE:
-                    continue
+                if d.script is MISSING_VALUE or secrets.is_secret_name(d.name):
+                    continue  # a secret is read from the environment at launch (compare: deliberate)
                 owners = env_owners.get(d.name, [])
                 if len(owners) == 1:
                     key, how = owners[0]
@@ -614,23 +629,26 @@ class Importer:
         return want
 
     def file_content(self, key: str, path: Any) -> Any:
-        """A generated-file key's content from the file the script passes (``--sglang-config``):
-        the one it generated (read back from the import's scratch dir), else the file on disk."""
+        """A generated-file key's content from the file the script passes (``--sglang-config``), as
+        the recorder read it inside the jail when the script submitted (a file it generated, or one of
+        the checkout). A path the jail does not show (outside the checkout, the slime checkout and the
+        script's own HOME and /tmp; ``~`` is the jail's HOME) is refused, never read by this process."""
         from clawgym.generated import models_from_text
 
         if path is None:
             return []
         text = self.capture.generated.get(str(path))
         if text is None:
-            try:
-                text = Path(str(path)).read_text(encoding="utf-8")
-            except OSError:
-                self.refused[key] = f"the script passes {path}, which neither it nor this machine has"
-                return []
+            self.refused[key] = (f"the script passes {path}, which the import's jail does not show (it sees the "
+                                 "script's checkout, the slime checkout, system folders and its own HOME and /tmp; "
+                                 "~ is the jail's HOME); nothing outside it is read. Put the file in the checkout "
+                                 "or have the script write it")
+            return []
         try:
             return _escape(models_from_text(text))
         except Exception as exc:  # noqa: BLE001 - any YAML or shape error of the script's file
-            self.refused[key] = f"the script's {path} is not a sglang config: {str(exc).splitlines()[0]}"
+            # The exception's type only: YAML errors quote the text they could not read.
+            self.refused[key] = f"the script's {path} is not a sglang config ({type(exc).__name__})"
             return []
 
     def solve(self, base: DictConfig) -> Dict[str, Any]:
@@ -990,7 +1008,11 @@ def import_script(script: Path, *, name: Optional[str] = None, trainer: Optional
     written_cfg = _compose_experiment(out_dir, name, target) if check else None
     try:
         capture = run_script(script, slime_root=slime_root, env=env, timeout=timeout, gpus_per_node=gpus_per_node,
-                             nvlink=nvlink)
+                             nvlink=nvlink, epoch=CLOCK_EPOCHS[0])
+        # Parity's second launch: the script run again, its clock read later. Values that follow the
+        # clock are kept dynamic (${now:...}); anything else that moves is a difference of the second launch.
+        again = run_script(script, slime_root=slime_root, env=env, timeout=timeout, gpus_per_node=gpus_per_node,
+                           nvlink=nvlink, epoch=CLOCK_EPOCHS[1]) if capture.submits else None
     except CaptureError as exc:
         raise ImportFailure(redact(str(exc))) from None
     submits = capture.submits
@@ -1028,6 +1050,8 @@ def import_script(script: Path, *, name: Optional[str] = None, trainer: Optional
         result.inexpressible.append(f"the script submits {len(submits)} jobs; an experiment is one job "
                                     "(the last was imported)")
     imp = Importer(capture, submit, flavour, result)
+    second = _second_launch(again, flavour, result)
+    clock = clock_values(capture, again) if again is not None else []
     save = imp.script.parsed.values.get("save")
     for kind, text in classify(capture, [os.path.join(save, "logs")] if save else []):
         if kind == "ignored":
@@ -1053,7 +1077,7 @@ def import_script(script: Path, *, name: Optional[str] = None, trainer: Optional
 
     if check:
         result.path, result.checked = target, True
-        _verify(imp, result, written_cfg)
+        _verify(imp, result, written_cfg, second)
         if result.ok or not force:
             result.command = _command(out_dir, name)
             return result
@@ -1064,14 +1088,15 @@ def import_script(script: Path, *, name: Optional[str] = None, trainer: Optional
         result.notes.append(f"--check --force: {target} differed from the script ({stale} problems); re-imported")
         return result
 
-    text = _solve(imp, result, capture, submit)
+    with _clock_at(capture.epoch):
+        text = _solve(imp, result, capture, submit, clock)
     previous = target.read_text(encoding="utf-8") if target.exists() else None
     created_dir = not target.parent.exists()
     _write_atomic(target, text)
     result.path = target
     try:
         # Verify from the file, as train.py will compose it.
-        _verify(imp, result, _compose_experiment(out_dir, name, target))
+        _verify(imp, result, _compose_experiment(out_dir, name, target), second)
     finally:
         if not result.ok:
             # A failed import writes nothing: put back what was there.
@@ -1095,16 +1120,88 @@ def _command(out_dir: Path, name: str) -> str:
     return f"python train.py {extra + ' ' if extra else ''}+experiment={name}"
 
 
-def _verify(imp: "Importer", result: ImportResult, cfg: DictConfig) -> None:
+@contextlib.contextmanager
+def _clock_at(epoch: int) -> Iterator[None]:
+    """``${now:FORMAT}`` reads the instant ``epoch`` (local time, as the script's ``date`` read it) while
+    the importer plans and compares; Hydra's own resolver is put back after."""
+    import time
+
+    from omegaconf.basecontainer import BaseContainer
+
+    before = BaseContainer._resolvers.get("now")
+    OmegaConf.register_new_resolver("now", lambda pattern: time.strftime(str(pattern), time.localtime(epoch)),
+                                    replace=True)
+    try:
+        yield
+    finally:
+        if before is not None:
+            BaseContainer._resolvers["now"] = before
+        else:
+            OmegaConf.clear_resolver("now")
+
+
+def _second_launch(again: Optional[Capture], flavour: str, result: ImportResult) -> Optional["Importer"]:
+    """The importer of the script's second run (parity's second launch), or None when it did not submit."""
+    if again is None or not again.submits or again.submits[-1].trainer_entry is None:
+        if again is not None:
+            result.inexpressible.append("run a second time (its clock later), the script submitted no job "
+                                        "it can be compared with")
+        return None
+    scratch = ImportResult(script=result.script, flavour=flavour, name=result.name, path=None, choices={}, body={})
+    return Importer(again, again.submits[-1], flavour, scratch)
+
+
+def _verify(imp: "Importer", result: ImportResult, cfg: DictConfig, second: Optional["Importer"] = None) -> None:
+    """Parity, launched twice: the experiment against the script's first run (both clocks at its
+    instant), then against its second run (both clocks later). A value the script makes anew at each
+    run that the experiment froze differs in the second."""
     from clawgym.validate import violations
 
     result.violations = [v.format() for v in violations(cfg)]
-    diffs, deliberate, _ = imp.differences(cfg)
+    with _clock_at(imp.capture.epoch):
+        diffs, deliberate, _ = imp.differences(cfg)
+    if second is not None:
+        with _clock_at(second.capture.epoch):
+            later, _, _ = second.differences(cfg)
+        seen = {(d.what, d.name) for d in diffs}
+        for d in later:
+            if (d.what, d.name) not in seen:
+                d.note = ("second launch (the script run again, its clock later): the script makes this value "
+                          "anew at each run, the experiment does not" + (f"; {d.note}" if d.note else ""))
+                diffs.append(d)
+        result.notes.append("parity launched twice: the experiment against two runs of the script, the clock "
+                            "read at two instants")
     result.differences = diffs
     result.deliberate = deliberate
 
 
-def _solve(imp: "Importer", result: ImportResult, capture: Capture, submit: Submit) -> str:
+def _dynamic(overrides: Dict[str, Any], clock: Sequence[Tuple[str, str]], result: ImportResult) -> Dict[str, Any]:
+    """Overrides with each value the script made from the clock put back as ``${now:FORMAT}``."""
+    if not clock:
+        return overrides
+
+    def fix(value: Any) -> Any:
+        if isinstance(value, str):
+            for answer, expr in clock:
+                value = value.replace(answer, expr)
+            return value
+        if isinstance(value, list):
+            return [fix(v) for v in value]
+        if isinstance(value, dict):
+            return {k: fix(v) for k, v in value.items()}
+        return value
+
+    out = {}
+    for key, value in overrides.items():
+        out[key] = fix(value)
+        if out[key] != value:
+            result.notes.append(f"{key}: the script makes it from the clock at each run; kept dynamic as "
+                                + ", ".join(e for a, e in clock if a in str(value)))
+    return out
+
+
+def _solve(imp: "Importer", result: ImportResult, capture: Capture, submit: Submit,
+           clock: Sequence[Tuple[str, str]] = ()) -> str:
     """Choose the options, solve for the overrides; the experiment's text."""
     flavour = result.flavour
     choices = imp.choose_options()
@@ -1114,6 +1211,7 @@ def _solve(imp: "Importer", result: ImportResult, capture: Capture, submit: Subm
     else:
         imp_overrides = {}
     overrides = imp.solve(base) if not imp_overrides else _solve_with(imp, base, imp_overrides)
+    overrides = _dynamic(overrides, clock, result)
     for key, why in imp.refused.items():
         result.inexpressible.append(f"{key}: the script needs a value this key cannot take ({why})"
                                     if not why.startswith("the script") else f"{key}: {why}")

@@ -71,6 +71,8 @@ def main() -> int:
     answer = ANSWERS.get(tool)
     text = answer(argv) if answer is not None else ""
     record = {"tool": tool, "argv": argv, "cwd": os.getcwd(), "env": dict(os.environ), "answer": text}
+    if tool == "ray" and argv[:2] == ["job", "submit"]:
+        record["files"] = _named_files(argv)
     # One append per call; the script calls its tools one after another.
     with open(os.environ["CLAWGYM_IMPORT_LOG"], "a", encoding="utf-8") as log:
         log.write(json.dumps(record) + "\n")
@@ -80,6 +82,41 @@ def main() -> int:
         sys.stdout.write(text)
         sys.stdout.flush()
     return 0
+
+
+#: Largest file the submit's argv may name that is read back (an SGLang config is a few KB).
+MAX_FILE_BYTES = 1_000_000
+
+
+def _named_files(argv: list) -> dict:
+    """Content of the files the job is given by path after the options ``$CLAWGYM_IMPORT_FILE_FLAGS``
+    names (``--sglang-config PATH`` or ``--sglang-config=PATH``): read here, inside the jail, as the
+    script's own processes see the machine (its views; ``~`` is the jail's HOME), so the importer never
+    reads a path a script names with its own rights. A path the jail does not show is left out."""
+    flags = [f for f in os.environ.get("CLAWGYM_IMPORT_FILE_FLAGS", "").split(",") if f]
+    out = {}
+    for i, tok in enumerate(argv):
+        opt, eq, value = tok.partition("=")
+        if eq and opt in flags:
+            path = value
+        elif tok in flags and i + 1 < len(argv):
+            path = argv[i + 1]
+        else:
+            continue
+        full = os.path.expanduser(path)
+        try:
+            # One open, no following a link planted at the last component, a regular file only.
+            fd = os.open(full, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
+            with os.fdopen(fd, "rb") as fh:
+                import stat
+
+                st = os.fstat(fh.fileno())
+                if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_FILE_BYTES:
+                    continue
+                out[path] = fh.read(MAX_FILE_BYTES).decode("utf-8", errors="replace")
+        except OSError:
+            continue
+    return out
 
 
 def _gpus() -> int:
@@ -147,7 +184,27 @@ def _mktemp(argv: list) -> str:
     return path + "\n"
 
 
-ANSWERS = {"nvidia-smi": _nvidia_smi, "pip": _pip, "pip3": _pip, "mktemp": _mktemp}
+#: date options that read a given time, not the clock: answered by the real date as they are.
+_NOT_THE_CLOCK = ("-d", "--date", "-r", "--reference", "-f", "--file", "-s", "--set")
+
+
+def _date(argv: list) -> str:
+    """The real ``date``, reading the instant ``$CLAWGYM_IMPORT_EPOCH`` instead of the clock (the import
+    runs the script at two instants to see which values come from the clock)."""
+    import subprocess
+
+    real = os.environ.get("CLAWGYM_IMPORT_DATE") or "date"
+    given = any(a in _NOT_THE_CLOCK or a.startswith(tuple(o + "=" for o in _NOT_THE_CLOCK if o.startswith("--")))
+                or (a.startswith(("-d", "-r", "-f", "-s")) and not a.startswith("--")) for a in argv)
+    epoch = os.environ.get("CLAWGYM_IMPORT_EPOCH")
+    cmd = [real, *argv] if given or not epoch else [real, f"--date=@{epoch}", *argv]
+    try:
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=10).stdout
+    except (OSError, subprocess.SubprocessError):
+        return ""
+
+
+ANSWERS = {"nvidia-smi": _nvidia_smi, "pip": _pip, "pip3": _pip, "mktemp": _mktemp, "date": _date}
 
 
 if __name__ == "__main__":

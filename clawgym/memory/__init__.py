@@ -10,14 +10,14 @@ the caller detected on this node (``gpus.detect``), used only when ``memory.gpu`
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Dict, List, Mapping, Optional
 
 from clawgym.memory import gpus as G
 from clawgym.memory.actor import CONSTANTS, actor_memory, context_len
 from clawgym.memory.colocate import phase_peaks
 from clawgym.memory.host import host_memory
-from clawgym.memory.rollout import rollout_memory
+from clawgym.memory.rollout import GIB, engine_tp_choices, rollout_memory, weights_per_rank
 
 __all__ = ["MemoryPlan", "memory_plan", "format_memory", "evaluate"]
 
@@ -53,15 +53,49 @@ def _gpu(c: Mapping[str, Any], gpu: Any) -> Dict[str, Any]:
         gib = gpu.get("gpu_memory_gib")
         source = f"detected on this node ({gpu.get('device')})"
         if name is None:
+            # Not a board of the table (gpus.match_model matches exact NVML names and memory):
+            # planned with the memory it reports, and the plan says so.
             name = str(gpu.get("device"))
+            source = (f"detected on this node ({name}, {float(gib):.1f} GiB): not in clawgym's GPU table, planned "
+                      f"with its detected memory less {G.DRIVER_RESERVED_GIB} GiB the driver keeps" if gib else
+                      f"detected on this node ({name}): not in clawgym's GPU table and its memory unknown, planned "
+                      f"as {G.DEFAULT_GPU} (set memory.gpu_memory_gib to its usable memory)")
     if name is None:
         name, source = G.DEFAULT_GPU, f"assumed: no GPU found on this node, {G.DEFAULT_GPU} taken " \
                                       f"(set memory.gpu to the training nodes' GPU)"
     entry = G.GPUS.get(str(name))
-    usable = entry.usable_gib if entry else (float(gib) - 0.5 if gib else G.GPUS[G.DEFAULT_GPU].usable_gib)
+    usable = entry.usable_gib if entry else (float(gib) - G.DRIVER_RESERVED_GIB if gib
+                                             else G.GPUS[G.DEFAULT_GPU].usable_gib)
     if mem.get("gpu_memory_gib") is not None:
         usable, source = float(mem["gpu_memory_gib"]), source + "; memory.gpu_memory_gib overrides its size"
     return {"name": str(name), "usable": float(usable), "source": source}
+
+
+def _no_kv_cache(c: Mapping[str, Any], rollout: Any, usable: float, gpu: str) -> str:
+    """Why no engine gets a KV cache: its weights per rank against the static share, and whether a
+    wider engine on these GPUs would leave room at all."""
+    share = rollout.mem_fraction_static * usable
+    text = (f"SGLang's weights are {rollout.weights_gib:,.1f} GiB per engine rank (sglang.tp={rollout.engine_tp}), "
+            f"more than its static share of the {gpu} ({share:.1f} GiB at mem_fraction_static="
+            f"{rollout.mem_fraction_static}): no room for a KV cache, no engine can serve")
+    widest = max(engine_tp_choices(c) or [rollout.engine_tp])
+    if widest > rollout.engine_tp:
+        w = weights_per_rank(c["model"], widest) / GIB
+        if w < share:
+            return text + f"; set sglang.tp={widest} ({w:,.1f} GiB per rank)"
+        return text + (f"; even the widest engine of these GPUs (sglang.tp={widest}) holds {w:,.1f} GiB per rank: "
+                       "this model's rollout needs engines across nodes or GPUs with more memory")
+    return text + "; this model's rollout needs wider engines (more GPUs per engine) or GPUs with more memory"
+
+
+def _working_memory_short(c: Mapping[str, Any], rollout: Any, usable: float, gpu: str) -> str:
+    """SGLang's static share and its working memory do not fit the GPU together."""
+    top = max(0.0, (usable - rollout.working_gib - 0.75) / max(usable - 0.75, 1e-9))
+    return (f"SGLang needs {rollout.static_gib + rollout.working_gib:.1f} GiB per GPU: its static share "
+            f"{rollout.static_gib:.1f} GiB (mem_fraction_static={rollout.mem_fraction_static}) and "
+            f"{rollout.working_gib:.1f} GiB of working memory outside it (CUDA graphs, activations; as SGLang's "
+            f"ServerArgs._handle_gpu_memory_settings reserves it), the {gpu} has {usable:.1f} GiB: set "
+            f"sglang.mem_fraction_static to at most {int(top * 100) / 100:.2f} (or null: SGLang picks it)")
 
 
 def evaluate(c: Mapping[str, Any], gpu: Any = None) -> MemoryPlan:
@@ -73,19 +107,23 @@ def evaluate(c: Mapping[str, Any], gpu: Any = None) -> MemoryPlan:
     rollout = rollout_memory(c, usable, ctx)
     host = host_memory(c, actor, rollout.concurrent_trajectories * ctx)
     groups_gib = actor.overhead_gib - CONSTANTS["fragmentation"] * max(actor.train_peak_gib, actor.logprob_peak_gib)
-    phases = phase_peaks(c, actor, rollout, groups_gib)
+    # While SGLang is on its GPUs it holds its static share and its working memory (CUDA graphs, activations).
+    on_gpu = replace(rollout, static_gib=round(rollout.static_gib + rollout.working_gib, 3))
+    phases = phase_peaks(c, actor, on_gpu, groups_gib)
     problems = []
+    if rollout.engines and rollout.kv_pool_gib <= 0:
+        # The blocker, named first: without a KV cache no engine serves a token, whatever else fits.
+        problems.append(_no_kv_cache(c, rollout, usable, g["name"]))
     if phases["actor_gpu_peak_gib"] > usable:
         where = phases.get("phase", "split")
         what = "the actor's train step" if where in ("split", "train") else "the rollout phase"
         problems.append(f"{what} needs {phases['actor_gpu_peak_gib']:.1f} GiB per GPU, the "
                         f"{g['name']} has {usable:.1f} GiB")
+    if phases.get("phase") == "split" and rollout.engines and phases["rollout_gpu_peak_gib"] > usable:
+        problems.append(_working_memory_short(c, rollout, usable, g["name"]))
     if rollout.engines == 0:
         pass  # no rollout engine (SFT): no KV cache to size
-    elif rollout.kv_pool_gib <= 0:
-        problems.append(f"SGLang's weights ({rollout.weights_gib:.1f} GiB per engine rank) leave no KV cache under "
-                        f"mem_fraction_static={rollout.mem_fraction_static}")
-    elif rollout.kv_tokens_per_engine < ctx:
+    elif rollout.kv_pool_gib > 0 and rollout.kv_tokens_per_engine < ctx:
         problems.append(f"an engine's KV cache holds {rollout.kv_tokens_per_engine} tokens, less than one "
                         f"trajectory at full context ({ctx})")
     notes = list(rollout.notes)

@@ -149,5 +149,7 @@ def advise(c: Mapping[str, Any], gpu: Any, plan: Any, *, evaluate: Callable[...,
                  f"{cur_plan.phases['peak_gib']:.1f} GiB of {cur_plan.gpu_memory_gib:.1f}, fits"], [overrides])
     msg = "no combination of the knobs tried fits this GPU"
     if overrides:
-        msg += f"; the closest ({' '.join(overrides)}) still needs {cur_plan.phases['peak_gib']:.1f} GiB per GPU"
+        # What still blocks the closest plan, in its own words (a GPU peak below the GPU's memory is no
+        # blocker: SGLang's weights leaving no KV cache is).
+        msg += f"; the closest ({' '.join(overrides)}) still does not fit: {'; '.join(cur_plan.problems)}"
     return [msg + "; use more GPUs/nodes or a GPU with more memory"], []

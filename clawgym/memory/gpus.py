@@ -18,15 +18,26 @@ class Gpu:
     description: str
     total_gib: float
     usable_gib: float
+    #: The exact names NVML (``nvmlDeviceGetName``, = ``nvidia-smi --query-gpu=name``) gives boards
+    #: of this entry. Matched whole, never by substring: "NVIDIA GH200 480GB" (96 GiB) contains
+    #: "H200" and "NVIDIA H100 NVL" (94 GB) contains "H100", and neither has the memory of the entry.
+    nvml_names: Tuple[str, ...] = ()
 
 
 GPUS: Dict[str, Gpu] = {g.name: g for g in [
-    Gpu("h100_80gb", "NVIDIA H100 80GB HBM3", 79.65, 79.15),
-    Gpu("h200_141gb", "NVIDIA H200 141GB HBM3e", 140.4, 139.9),
-    Gpu("a100_80gb", "NVIDIA A100 80GB", 80.0, 79.5),
-    Gpu("a100_40gb", "NVIDIA A100 40GB", 40.0, 39.5),
-    Gpu("b200_180gb", "NVIDIA B200 180GB HBM3e", 179.1, 178.6),
+    Gpu("h100_80gb", "NVIDIA H100 80GB HBM3", 79.65, 79.15,
+        ("NVIDIA H100 80GB HBM3", "NVIDIA H100 PCIe", "NVIDIA H800", "NVIDIA H800 PCIe")),
+    Gpu("h200_141gb", "NVIDIA H200 141GB HBM3e", 140.4, 139.9, ("NVIDIA H200", "NVIDIA H200 NVL")),
+    Gpu("a100_80gb", "NVIDIA A100 80GB", 80.0, 79.5,
+        ("NVIDIA A100-SXM4-80GB", "NVIDIA A100 80GB PCIe", "NVIDIA A800-SXM4-80GB", "NVIDIA A800 80GB PCIe")),
+    Gpu("a100_40gb", "NVIDIA A100 40GB", 40.0, 39.5, ("NVIDIA A100-SXM4-40GB", "NVIDIA A100-PCIE-40GB")),
+    Gpu("b200_180gb", "NVIDIA B200 180GB HBM3e", 179.1, 178.6, ("NVIDIA B200",)),
 ]}
+
+#: How far (GiB) a board's reported memory may be from its entry's ``total_gib`` and still be it:
+#: NVML's totals of one model differ by driver reservations (tens of MiB), while boards sharing a
+#: name with different memory differ by GiBs.
+MATCH_TOLERANCE_GIB = 2.0
 
 #: The GPU a plan assumes when ``memory.gpu`` is null and this node shows none (a login node):
 #: the smallest common training GPU of the seed's class, so a plan that fits here fits on it.
@@ -34,23 +45,29 @@ DEFAULT_GPU = "h100_80gb"
 
 
 def match_model(name: str, mib: Optional[int]) -> Optional[str]:
-    """The table entry of an NVML device name (e.g. "NVIDIA H100 80GB HBM3"), or None."""
-    n = name.lower()
-    gib = (mib or 0) / 1024
-    if "h200" in n:
-        return "h200_141gb"
-    if "h100" in n or "h800" in n:
-        return "h100_80gb"
-    if "b200" in n:
-        return "b200_180gb"
-    if "a100" in n or "a800" in n:
-        return "a100_40gb" if 0 < gib < 60 else "a100_80gb"
+    """The table entry of an NVML device name (e.g. "NVIDIA H100 80GB HBM3"), or None.
+
+    The name must be one of an entry's :attr:`Gpu.nvml_names` exactly (case and surrounding spaces
+    aside), and the reported memory, when known, within :data:`MATCH_TOLERANCE_GIB` of the entry's:
+    anything else is a GPU the table does not know, planned with its own memory (:func:`detect`)."""
+    n = " ".join(str(name).split()).lower()
+    for gpu in GPUS.values():
+        if n not in (x.lower() for x in gpu.nvml_names):
+            continue
+        if mib and abs(mib / 1024 - gpu.total_gib) > MATCH_TOLERANCE_GIB:
+            continue
+        return gpu.name
     return None
+
+
+#: What the driver keeps of a board's memory that NVML counts in its total (see the module doc).
+DRIVER_RESERVED_GIB = 0.5
 
 
 def detect(models: List[Tuple[str, Optional[int]]]) -> Optional[Dict[str, object]]:
     """What this node's GPUs are, from the preflight's NVML/nvidia-smi listing
-    (``node_gpus()``): name, table entry and memory; None without GPUs."""
+    (``node_gpus()``): name, table entry (None: not in the table) and the detected memory
+    (GiB, kept either way: an unknown board is planned with it); None without GPUs."""
     if not models:
         return None
     name, mib = min(models, key=lambda m: m[1] or 0)

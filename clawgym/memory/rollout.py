@@ -40,8 +40,16 @@ def sglang_data() -> Dict[str, Any]:
     return json.loads((Path(__file__).parent / "data" / "sglang_memory.json").read_text())
 
 
-def auto_fraction(flavour: str, gpu_mib: float, tp: int, pp: int = 1) -> float:
-    """SGLang's own ``mem_fraction_static`` when it is None (``ServerArgs._handle_gpu_memory_settings``)."""
+def working_mib(flavour: str, gpu_mib: float, tp: int, pp: int = 1) -> float:
+    """SGLang's working memory outside ``mem_fraction_static`` (MiB), as SGLang sizes it: what
+    ``ServerArgs._handle_gpu_memory_settings`` (sglang/srt/server_args.py, 0.5.9 lines 1022-1031; the
+    lines of each flavour's version are in data/sglang_memory.json "found") reserves for metadata, the
+    activations of one chunked prefill (1.5 MiB per token of max(chunked_prefill_size, 2048)), the CUDA
+    graphs (2 MiB per batch size up to cuda_graph_max_bs) and TP x PP / 8 GiB of parallel buffers, with
+    its per-GPU-size defaults of chunked_prefill_size and cuda_graph_max_bs. The KV pool is sized from
+    the rest (model_runner_kv_cache_mixin.py: free_after_weights - free_before x (1 - mem_fraction_static)),
+    so a fraction that leaves less than this starts without room to capture its CUDA graphs or run a
+    prefill."""
     d = sglang_data()["flavours"].get(flavour) or sglang_data()["flavours"]["clawgym"]
     a = d["auto_fraction"]
     chunk, bs = 4096, 160
@@ -49,8 +57,15 @@ def auto_fraction(flavour: str, gpu_mib: float, tp: int, pp: int = 1) -> float:
         if upper is None or gpu_mib < upper:
             chunk, bs = ch, (bs_small if tp < 4 else bs_large)
             break
-    reserved = a["reserved_base_mib"] + max(chunk, a["prefill_min_tokens"]) * a["prefill_per_token_mib"] \
+    return a["reserved_base_mib"] + max(chunk, a["prefill_min_tokens"]) * a["prefill_per_token_mib"] \
         + bs * a["cuda_graph_per_bs_mib"] + tp * pp / 8 * a["per_tp_pp_over_8_mib"]
+
+
+def auto_fraction(flavour: str, gpu_mib: float, tp: int, pp: int = 1) -> float:
+    """SGLang's own ``mem_fraction_static`` when it is None (``ServerArgs._handle_gpu_memory_settings``):
+    its working memory (:func:`working_mib`) kept back, at least 10 GiB on GPUs over 60 GiB."""
+    a = (sglang_data()["flavours"].get(flavour) or sglang_data()["flavours"]["clawgym"])["auto_fraction"]
+    reserved = working_mib(flavour, gpu_mib, tp, pp)
     if gpu_mib > a["floor_above_mib"]:
         reserved = max(reserved, a["floor_mib"])
     return round((gpu_mib - reserved) / gpu_mib, 3)
@@ -93,6 +108,8 @@ class RolloutMemory:
     trajectories_fit_per_engine: int
     trajectories_fit: int
     static_gib: float
+    # SGLang's working memory outside the static fraction (CUDA graphs, activations; working_mib).
+    working_gib: float = 0.0
     notes: list = field(default_factory=list)
 
 
@@ -148,7 +165,8 @@ def rollout_memory(c: Mapping[str, Any], gpu_gib: float, context_len: int) -> Ro
         kv_tokens_per_engine=kv_tokens_engine, kv_tokens_needed=concurrent * context_len,
         concurrent_trajectories=concurrent, context_len=context_len, trajectories_fit_per_engine=fit_engine,
         trajectories_fit=fit_engine * engines,
-        static_gib=round(float(frac) * free_before + SGLANG_CONTEXT_GIB, 3), notes=notes)
+        static_gib=round(float(frac) * free_before + SGLANG_CONTEXT_GIB, 3),
+        working_gib=round(working_mib(flavour, gpu_gib * 1024, tp) / 1024, 3), notes=notes)
 
 
 def engine_tp_choices(c: Mapping[str, Any]) -> list:

@@ -20,7 +20,7 @@ from omegaconf import DictConfig
 from omegaconf.errors import OmegaConfBaseException
 
 from clawgym.config import to_plain
-from clawgym.secrets import argv_secrets, known_secrets, redact_value, remember
+from clawgym.secrets import argv_secrets, known_secrets, named_secrets, redact_value, remember
 from clawgym.validate.core import Collector, ConfigError, Rule, Violation, format_warnings, run_rule
 from clawgym.validate import (batches, cluster, flags, memory, model, names, rollout, secrets, topology, trainer_rules,
                               values)
@@ -28,6 +28,7 @@ from clawgym.validate.names import NAME_MAX, longest_derived_name, name_problem,
 
 LOCAL_RULES: List[Rule] = [
     values.rule_numbers_sane, topology.rule_gpu_counts_positive, model.rule_model_sizes_positive,
+    model.rule_model_sizes_sane,
     model.rule_query_groups_divide_heads, model.rule_moe_complete, model.rule_model_family_fields,
     batches.rule_rollout_sizes_positive, batches.rule_temperature_positive, batches.rule_context_exceeds_response,
     batches.rule_eps_clip_order, batches.rule_kl_choices, topology.rule_perf_sizes_positive,
@@ -41,6 +42,7 @@ CROSS_RULES: List[Rule] = [
     names.rule_save_interval_needs_save, secrets.rule_no_secrets_in_extra_env,
     flags.rule_trainer_flavour_known, flags.rule_curated_flags_exist_in_trainer, flags.rule_args,
     flags.rule_extra_args, secrets.rule_no_secret_values_in_config, names.rule_save_dir_placement,
+    names.rule_save_dir_not_an_input,
     cluster.rule_cluster, memory.rule_colocate_needs_offload,
     rollout.rule_sglang_config,
 ]
@@ -120,6 +122,8 @@ def _all(cfg: DictConfig | Mapping[str, Any], *, environ: Optional[Mapping[str, 
     # Secret values typed into extra_args are masked in every later report of this process too.
     try:
         remember(argv_secrets(c["extra_args"]))
+        # ... and values of secret-named extra_env variables (refused by no-secrets-in-extra-env).
+        remember(named_secrets(c.get("extra_env") or {}).values())
         # ... and those smuggled into an args.* list (args.data_path=[--wandb-key,VALUE]).
         for value in (c.get("args") or {}).values():
             if isinstance(value, list):

@@ -53,3 +53,29 @@ def rule_model_family_fields(v: Collector) -> None:
               "set model.spec=[slime_plugins.models.<module>,<function>] or null")
 
 
+
+
+#: Upper bounds of architecture sizes, from the largest public checkpoints with room to spare: layers
+#: (Llama 3.1 405B has 126, GPT-3 96, DeepSeek-V3 and Kimi K2 61), hidden size (PaLM 540B 18,432,
+#: Llama 3.1 405B 16,384), FFN (PaLM 73,728), heads (Llama 3.1 405B 128), head dim (kv_channels 128-256),
+#: experts (Kimi K2 384, DeepSeek-V3 256), vocabulary (Gemma 3 262,144). Beyond them a value is a typo
+#: (an extra digit, 2**40): the memory plan walks the layers one by one, so 3,000,000 layers took more
+#: than 5 minutes and 2**40 a MemoryError before this rule refused them.
+MODEL_BOUNDS = {"num_layers": 1024, "hidden_size": 131072, "ffn_hidden_size": 524288, "moe_ffn_hidden_size": 131072,
+                "num_attention_heads": 1024, "num_query_groups": 1024, "kv_channels": 4096, "num_experts": 16384,
+                "moe_router_topk": 1024, "vocab_size": 4194304, "kv_lora_rank": 65536, "qk_head_dim": 4096,
+                "qk_pos_emb_head_dim": 4096, "v_head_dim": 4096}
+
+
+def rule_model_sizes_sane(v: _Collector) -> None:
+    """clawgym's own bounds (not the trainer's): no model has these sizes, and the memory plan would
+    run for minutes or exhaust memory on them before the launch could say so."""
+    m = v.c["model"]
+    for key, bound in MODEL_BOUNDS.items():
+        value = m.get(key)
+        if isinstance(value, bool) or not isinstance(value, int) or value <= bound:
+            continue
+        v.add("model-sizes-sane", [f"model.{key}"],
+              f"model.{key}={value:,} is beyond any real model (the largest public checkpoints stay far below "
+              f"{bound:,}; see clawgym/validate/model.py MODEL_BOUNDS)",
+              f"set model.{key} from the checkpoint's config.json (at most {bound:,})")

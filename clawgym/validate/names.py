@@ -209,3 +209,85 @@ def rule_save_dir_placement(v: Collector) -> None:
                   "this run's checkpoints, logs and snapshots would land around it",
                   "set paths.save to a folder of its own, not a parent of other runs' save dirs "
                   "(or leave it at <paths.root>/exp/<run_name>)")
+
+
+#: Folders of the system that never hold a run's output, itself or anything below it.
+SYSTEM_TREES = ("/bin", "/boot", "/dev", "/etc", "/lib", "/lib32", "/lib64", "/libx32", "/proc", "/run", "/sbin",
+                "/sys", "/usr")
+#: Folders shared by the whole machine: a folder below them is fine, they themselves are not a save dir.
+SHARED_FOLDERS = ("/", "/home", "/mnt", "/media", "/opt", "/root", "/srv", "/tmp", "/var", "/var/tmp")
+
+#: What a run reads, by key: a save dir that is one of them or holds one writes iter_*/, logs/,
+#: tensorboard/ and clawgym/ among the run's own inputs (a save dir of <root>/data/clawgym_train turned
+#: the training tasks into a checkpoint folder, and the next launch's `tasks` preflight failed).
+RUN_INPUTS = (("paths.train_tasks", "the training tasks"), ("paths.eval_tasks", "the eval tasks"),
+              ("paths.hf_checkpoint", "the HF checkpoint"), ("paths.ref_load", "the reference model (--ref-load)"),
+              ("paths.slime", "the trainer's working dir (the slime checkout)"),
+              ("paths.megatron", "the Megatron-LM checkout"), ("sandbox.rootfs", "the sandbox's rootfs"),
+              ("checkpoint.load", "the checkpoint it loads (--load)"))
+
+
+def _system_problem(s: Path) -> Optional[str]:
+    text = str(s)
+    home = os.path.realpath(os.path.expanduser("~"))
+    if any(text == t or text.startswith(t + "/") for t in SYSTEM_TREES):
+        return "a system folder"
+    if text in SHARED_FOLDERS or text == home:
+        return "a folder the whole machine (or your HOME) shares"
+    return None
+
+
+def _inside_or_same(path: Path, folder: Path) -> bool:
+    return path == folder or folder in path.parents
+
+
+def _working_save(v: _Collector) -> str:
+    """A save dir that holds no input and is no system folder: <paths.root>/exp/<run_name>, else one under HOME."""
+    run = str(v.c.get("run_name") or "run")
+    root = v.c["paths"].get("root")
+    candidates = [Path(os.path.realpath(str(root))) / "exp" / run] if isinstance(root, str) and root else []
+    candidates.append(Path(os.path.realpath(os.path.expanduser("~"))) / "clawgym" / "exp" / run)
+    for cand in candidates:
+        if _system_problem(cand) is None and not _inputs_clash(v, cand):
+            return str(cand)
+    return str(candidates[-1])
+
+
+def _inputs_clash(v: _Collector, s: Path) -> List[tuple]:
+    """(key, what, resolved path) of each input of the run that ``s`` is or holds."""
+    out = []
+    for key, what in RUN_INPUTS:
+        group, name = key.split(".")
+        value = (v.c.get(group) or {}).get(name)
+        if not isinstance(value, str) or not value.strip() or not os.path.isabs(os.path.expanduser(value)):
+            continue
+        if key == "sandbox.rootfs" and (v.c.get("sandbox") or {}).get("backend") != "chroot":
+            continue  # only the chroot sandbox reads it
+        p = _real(value)
+        if key == "checkpoint.load" and _inside_or_same(p, s):
+            # Resuming loads from the run's own save dir (Megatron's --load = --save; clawgym resume).
+            continue
+        if _inside_or_same(p, s):
+            out.append((key, what, p))
+    return out
+
+
+def rule_save_dir_not_an_input(v: _Collector) -> None:
+    """clawgym's own rule: the save dir (``--save``; the trainer writes iter_*/, the tracker file, and
+    clawgym its logs/, tensorboard/ and clawgym/ snapshots there) is no input of the run and no system
+    folder. The trainer would start and write among its own tasks, checkpoint or checkout."""
+    save = v.c["paths"].get("save")
+    if not isinstance(save, str) or not save.strip() or not os.path.isabs(os.path.expanduser(save)):
+        return
+    s = _real(save)
+    why = _system_problem(s)
+    if why is not None:
+        v.add("save-dir-not-an-input", ["paths.save"],
+              f"the save dir resolves to {s}, {why}: the run writes its checkpoints, logs and snapshots there",
+              f"set paths.save={_working_save(v)} (or leave it at <paths.root>/exp/<run_name>)")
+        return
+    for key, what, p in _inputs_clash(v, s):
+        v.add("save-dir-not-an-input", ["paths.save", key],
+              f"the save dir {s} {'is' if p == s else 'holds'} {what} ({key}={p}): the run would write "
+              "iter_*/, logs/, tensorboard/ and clawgym/ among what it reads",
+              f"set paths.save={_working_save(v)} (a folder of its own, outside every input of the run)")

@@ -403,7 +403,21 @@ def rule_rollout_engines(v: Collector) -> None:
     heads = _int(v.c["model"]["num_attention_heads"]) or 1
     # Engine sizes that tile the rollout GPUs and hold whole heads (without DP attention).
     tiling = [d for d in _divisors(gpus) if heads % d == 0 and d <= per_node] or [1]
-    if engines == 0:
+    if g["colocate"] and tp > gpus:
+        # slime v0.3.1 slime/ray/rollout.py start_rollout_servers._make_group: num_engines = num_gpus //
+        # min(num_gpus_per_engine, args.num_gpus_per_node), and ServerGroup.nodes_per_engine =
+        # max(1, num_gpus_per_engine // num_gpus_per_node): with the engine wider than the node it counts
+        # one engine per node's worth of GPUs, each spanning nodes the colocated placement group does not
+        # have (colocate_1 sglang.tp=2: one engine of 2 GPUs on 1 GPU); the fork counts zero engines.
+        # Either way no engine can start on the actor's GPUs, which the engines share under colocate.
+        gkey = "gpu_layout.actor_gpus" if v.c["trainer"]["flavour"] == "clawgym" else "gpu_layout.rollout_gpus"
+        v.add("colocated-engine-fits", ["sglang.tp", gkey, "gpu_layout.colocate"],
+              f"a colocated engine runs on the {gpus} GPUs the actor shares with it; an SGLang engine of sglang.tp={tp} GPUs is "
+              f"wider than all of them, so no rollout engine can start (slime/ray/rollout.py: num_engines = "
+              f"rollout_num_gpus // min(rollout_num_gpus_per_engine, num_gpus_per_node))",
+              f"set sglang.tp={_nearest(tiling, min(tp, gpus))} (at most the {gpus} colocated GPUs), or give the "
+              f"colocated layout at least {tp} GPUs" + (" (gpu_layout=colocate_8)" if tp <= 8 else ""))
+    elif engines == 0:
         v.add("rollout-engine-fits", ["sglang.tp", "gpu_layout.rollout_gpus"],
               f"an SGLang engine takes {unit} GPUs; {gpus} rollout GPUs hold none (clawgym refuses it: the run "
               "would start and never generate)",
