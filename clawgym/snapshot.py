@@ -658,14 +658,18 @@ def is_submitted(path: str | os.PathLike) -> bool:
     return (Path(path) / SUBMITTED_FILE).is_file() or is_legacy_snapshot(path)
 
 
-def mark_submitted(snapshot_dir: str | os.PathLike, submission_id: str, *, address: str = "") -> None:
+def mark_submitted(snapshot_dir: str | os.PathLike, submission_id: str, *, address: str = "",
+                   job: Optional[Mapping[str, Any]] = None) -> None:
     """Record that the job of this snapshot's launch was submitted; call right after Ray
-    accepted it. Until then the snapshot is not listed as a launch."""
+    accepted it. Until then the snapshot is not listed as a launch. ``job``: where the job
+    runs, as :mod:`clawgym.ownership` asks about it (a SLURM job names its cluster: ``cluster``
+    and ``controller`` of ``scontrol show config``)."""
     if not snapshot_dir:
         return
-    atomic_write_text(Path(snapshot_dir) / SUBMITTED_FILE,
-                      json.dumps({"submission_id": submission_id, "address": address,
-                                  "submitted_unix": time.time()}) + "\n")
+    record: Dict[str, Any] = {"submission_id": submission_id, "address": address, "submitted_unix": time.time()}
+    if job:
+        record["job"] = dict(job)
+    atomic_write_text(Path(snapshot_dir) / SUBMITTED_FILE, json.dumps(record) + "\n")
 
 
 def mark_ended(snapshot_dir: Optional[str | os.PathLike], status: str, exit_code: Optional[int]) -> None:
