@@ -380,6 +380,39 @@ def check_checkpoint(ctx: Context) -> str:
     return f"{ckpt}: config.json agrees with model={m['name']} on {len(agree)} fields ({', '.join(agree)})"
 
 
+def save_dir_holder(save: str) -> Optional[str]:
+    """Who holds a save dir now: a live launch's ownership record (clawgym.ownership), or the
+    latest launch recorded in the save dir itself (``submitted.json`` without a recorded end)
+    whose job its cluster still reports running. None when nobody does."""
+    from clawgym import ownership
+    from clawgym.snapshot import ENDED_FILE, SUBMITTED_FILE, snapshot_dirs
+
+    who = ownership.save_dir_holder(save)
+    if who is not None:
+        return who
+    mine = ownership.current()
+    for snap in reversed(snapshot_dirs(save)):
+        if not (snap / SUBMITTED_FILE).is_file():
+            continue
+        if (snap / ENDED_FILE).is_file():
+            break  # the latest launch's end is recorded
+        try:
+            sub = json.loads((snap / SUBMITTED_FILE).read_text())
+        except (OSError, ValueError):
+            continue
+        job = sub.get("job") if isinstance(sub.get("job"), dict) else None
+        sid = str(sub.get("submission_id") or "")
+        if job is None:
+            job = {"kind": "ray", "address": str(sub.get("address") or ""), "submission_id": sid}
+        if mine is not None and any(j.get("submission_id") == sid for j in mine.jobs):
+            continue
+        if ownership.job_running(job) is True:
+            where = job.get("address") or (f"SLURM cluster {job.get('cluster')}" if job.get("kind") == "slurm" else "")
+            return f"job {sid} of the launch recorded in {snap} is still running" + (f" on {where}" if where else "")
+        break  # only the latest launch can still be writing
+    return None
+
+
 def check_save_dir(ctx: Context) -> str:
     """A fresh run must not write over the checkpoints of an earlier one.
 
@@ -393,6 +426,12 @@ def check_save_dir(ctx: Context) -> str:
     path = Path(save)
     if not path.is_dir():
         return f"{save} (new)"
+    holder = save_dir_holder(str(path))
+    if holder is not None:
+        raise CheckFailed(
+            f"paths.save={save} is in use: {holder}; a second trainer there would overwrite its iter_* checkpoints",
+            "wait for that run to end (or stop it: clawgym jobs stop <id>), or give this run its own save dir: "
+            "run_name=<new name> or paths.save=<new dir>")
     iters = sorted(d.name for d in path.glob("iter_*") if d.is_dir())
     tracker = path / "latest_checkpointed_iteration.txt"
     if not iters and not tracker.is_file():
