@@ -54,7 +54,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple
 
-from clawgym import ownership
+# (aliased: this module's own ``ownership(rec)`` answers who uses a head)
+from clawgym import ownership as owners
 
 #: Environment variable that marks every process of a head clawgym started.
 MARKER_ENV = "CLAWGYM_HEAD_ID"
@@ -85,7 +86,7 @@ def psutil_module():
 
 
 def state_dir() -> Path:
-    return ownership.state_dir()
+    return owners.state_dir()
 
 
 def heads_dir() -> Path:
@@ -602,7 +603,7 @@ class PortReservation:
         # Two never-listening SO_REUSEADDR sockets can share a port: each reserved port is also
         # locked (clawgym.ownership.PortLock) until the head listens on it, so two launches
         # started in the same second cannot both reserve it.
-        self.locks: Dict[int, "ownership.PortLock"] = {}
+        self.locks: Dict[int, "owners.PortLock"] = {}
 
     def hold(self, host: str, port: int, what: str, *, keep: bool = True) -> int:
         """Reserve ``host:port`` (port 0: a free one); returns the port. Raises HeadError when taken.
@@ -626,8 +627,8 @@ class PortReservation:
         got = int(sock.getsockname()[1])
         if got not in self.locks:
             try:
-                self.locks[got] = ownership.PortLock(got, what)
-            except ownership.Held as exc:
+                self.locks[got] = owners.PortLock(got, what)
+            except owners.Held as exc:
                 sock.close()
                 raise HeadError(f"{exc}\n  fix: wait for that launch (its head is then shared by launches with "
                                 f"the same ray.* settings) or choose another {what}") from None
