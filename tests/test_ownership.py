@@ -135,12 +135,17 @@ def test_resume_and_a_second_launch_into_a_running_runs_save_dir_are_refused_wit
     address = f"http://127.0.0.1:{head[1].split('=')[1]}"
     run = f"held-{uuid.uuid4().hex[:6]}"
     common = [*head, "gpu_layout=split_1_1", "+extra_env.STANDIN_SLEEP=600"]
-    a = start_launch([*base_overrides(clawgym_checkout, run), *common], tmp_path, env, "a")
+    a = start_launch([*base_overrides(clawgym_checkout, run), *common, "+extra_env.STANDIN_CHECKPOINTS=1"],
+                     tmp_path, env, "a")
     sid = ""
     try:
         wait_for_trainer(clawgym_checkout, run, a, tmp_path, "a")
         sid = submission_id_of(output(tmp_path, "a"))
         save = clawgym_checkout / "exp" / run
+        deadline = time.time() + 60
+        while not (save / "latest_checkpointed_iteration.txt").exists():
+            assert time.time() < deadline, output(tmp_path, "a")
+            time.sleep(0.2)
         # The same exp_name again (e.g. 20 s later): refused before anything starts, naming A.
         again = run_train([*base_overrides(clawgym_checkout, run), *common, "sglang.api_port=30002"],
                           tmp_path / "again", env)
@@ -148,7 +153,7 @@ def test_resume_and_a_second_launch_into_a_running_runs_save_dir_are_refused_wit
         assert f"held by clawgym launch pid {a.pid} (run {run})" in again.stderr, again.stderr
         assert "nothing was started" in again.stderr
         # resume of the running run: refused the same way (no second trainer with --load/--save there).
-        res = clawgym_cli(["resume", str(save), "sglang.api_port=30003", f"hydra.run.dir={tmp_path}/resume"], env,
+        res = clawgym_cli(["resume", str(save), "sglang.api_port=30003"], env,
                           timeout=240)
         assert res.returncode == 2, res.stdout + res.stderr
         assert f"held by clawgym launch pid {a.pid}" in res.stdout + res.stderr
@@ -221,7 +226,7 @@ def test_two_identical_launches_in_the_same_second_share_one_head_instead_of_bot
 
 def _ray_start_of(launcher: int, port: int) -> bool:
     """The launcher's `ray start` child for that dashboard port runs."""
-    import psutil
+    psutil = ray_head.psutil_module()
 
     try:
         return any(f"--dashboard-port={port}" in " ".join(c.cmdline()) or
@@ -232,7 +237,7 @@ def _ray_start_of(launcher: int, port: int) -> bool:
 
 
 def _marked(marker: str) -> List[int]:
-    import psutil
+    psutil = ray_head.psutil_module()
 
     found = []
     for proc in psutil.process_iter(["pid"]):

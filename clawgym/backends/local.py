@@ -281,7 +281,8 @@ class LocalHead(RayJobsBackend):
         declared = ray_head.declared_gpus(self.argv)
         if self._fresh() and declared is not None:
             return declared
-        return ray_head.cluster_gpus(self.address, wait_for_node=self._fresh())
+        # A head another launch just started (joined while it came up) may not list its node yet either.
+        return ray_head.cluster_gpus(self.address, wait_for_node=True)
 
     def free_gpus(self) -> Optional[float]:
         return self.total_gpus() if self._fresh() else super().free_gpus()
