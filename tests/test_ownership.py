@@ -360,3 +360,34 @@ def test_the_teachers_port_is_in_the_ports_preflight(clawgym_checkout):
                                local_head=True)
         text = failed(outcome, "ports")
     assert f"services.teacher.port={port} on 127.0.0.1: in use" in text
+
+
+# ---------------------------------------------------------------- finding 13: SIGHUP before submission
+
+def test_sighup_before_any_job_is_submitted_stops_the_head_and_says_nothing_was_submitted(
+        clawgym_checkout, state, tmp_path):
+    env = launcher_env(state)
+    dport = ray_head.free_port()
+    run = f"hup-{uuid.uuid4().hex[:6]}"
+    proc = start_launch([*base_overrides(clawgym_checkout, run), f"ray.port={ray_head.free_port()}",
+                         f"ray.dashboard_port={dport}", "ray.num_gpus=4", "gpu_layout=split_1_1"], tmp_path, env,
+                        "hup", start_new_session=True)
+    try:
+        # The snapshot is written while the head comes up, before the job goes in.
+        snapshots = clawgym_checkout / "exp" / run / "clawgym" / "snapshots"
+        deadline = time.time() + 120
+        while not (snapshots.is_dir() and any(p for p in snapshots.iterdir() if not p.name.startswith("."))):
+            assert proc.poll() is None and time.time() < deadline, output(tmp_path, "hup")
+            time.sleep(0.02)
+        proc.send_signal(signal.SIGHUP)
+        code = proc.wait(timeout=120)
+        text = output(tmp_path, "hup")
+        assert "keep running on None" not in text and "nothing was submitted" in text, text
+        assert code == 130 and "submitted job" not in text, text
+        assert ray_head.load_record(dport) is None
+        assert not (clawgym_checkout / "exp" / run / "standin_record.json").exists()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        if ray_head.load_record(dport) is not None:
+            clawgym_cli(["jobs", "stop-head", "--address", f"http://127.0.0.1:{dport}", "--force"], env)

@@ -341,3 +341,14 @@ def test_secret_values_typed_into_the_config_are_never_echoed_in_the_report(over
     found = violations(compose([override]))
     assert {v.code for v in found} & {"no-secrets-in-argv", "no-secrets-in-extra-env"}
     assert secret not in ConfigError(found).report()
+
+
+@pytest.mark.parametrize("name", ["run\x1b[2J", "run\rx", "a\x7fb", "tab\there"])
+def test_control_characters_in_a_name_are_refused_and_never_reach_the_terminal(name):
+    """ESC and other control characters would become folder names and, printed, drive the
+    terminal (issue 28, finding 13): refused, and the report shows them escaped."""
+    errors, _ = check(compose([f"exp_name='{name}'"]))
+    mine = [v for v in errors if v.code == "names-are-folder-names" and v.keys == ["exp_name"]]
+    assert mine and "control character" in mine[0].rule
+    report = ConfigError(errors).report()
+    assert "\x1b" not in report and "\r" not in report and "\x7f" not in report
