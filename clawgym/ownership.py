@@ -171,6 +171,14 @@ def job_running(job: Mapping[str, Any]) -> Optional[bool]:
             return False  # never reached a cluster (e.g. a manifest written, not applied)
         state = ray_job_state(str(job.get("address") or ""), str(job.get("submission_id") or ""))
         if state is None:
+            from urllib.parse import urlparse
+
+            # A head clawgym started on this machine and stopped since (its record is gone): the
+            # job went with it. Any other silent cluster may still run it.
+            u = urlparse(str(job["address"]))
+            local = u.hostname in ("127.0.0.1", "localhost", "::1")
+            if local and u.port and not (state_dir() / "heads" / f"{u.port}.json").exists():
+                return False
             return None
         return state in ("PENDING", "RUNNING")
     if kind == "slurm":
@@ -278,9 +286,44 @@ def _overlaps(a: str, b: str) -> bool:
 def save_dir_holder(save_dir: str) -> Optional[str]:
     """Who else holds ``save_dir`` (or a folder inside or around it) now, or None.
 
-    Held: a live launch claims it (its launcher runs, or a job it recorded still runs);
-    a launch whose jobs' cluster does not answer holds it too (never shared on a guess).
+    Held: a live launch claims it (its launcher runs, or a job it recorded still runs; a
+    launch whose jobs' cluster does not answer holds it too: never shared on a guess), or
+    the latest launch recorded in the save dir itself (``submitted.json`` without a recorded
+    end: a launcher of another machine or state dir) has a job its cluster reports running.
     Ended launches' records are removed on the way."""
+    return _launch_holding(save_dir) or _recorded_job_holding(save_dir)
+
+
+def _recorded_job_holding(save_dir: str) -> Optional[str]:
+    from clawgym.layout import ENDED_FILE, SNAPSHOTS_RELPATH, SUBMITTED_FILE
+
+    base = Path(save_dir) / SNAPSHOTS_RELPATH
+    try:
+        snaps = sorted(p for p in base.iterdir() if p.is_dir() and not p.name.startswith("."))
+    except OSError:
+        return None
+    mine = {str(j.get("submission_id") or j.get("job_id")) for j in (_CURRENT.jobs if _CURRENT else [])}
+    for snap in reversed(snaps):
+        if not (snap / SUBMITTED_FILE).is_file():
+            continue
+        if (snap / ENDED_FILE).is_file():
+            return None  # the latest launch's end is recorded
+        try:
+            sub = json.loads((snap / SUBMITTED_FILE).read_text())
+        except (OSError, ValueError):
+            return None
+        sid = str(sub.get("submission_id") or "")
+        job = sub.get("job") if isinstance(sub.get("job"), dict) else None
+        if job is None:
+            job = {"kind": "ray", "address": str(sub.get("address") or ""), "submission_id": sid}
+        if sid in mine or job_running(job) is not True:
+            return None
+        where = job.get("address") or (f"SLURM cluster {job.get('cluster')}" if job.get("kind") == "slurm" else "")
+        return f"job {sid} of the launch recorded in {snap} still running" + (f" on {where}" if where else "")
+    return None
+
+
+def _launch_holding(save_dir: str) -> Optional[str]:
     want = _real(save_dir)
     for rec in _others():
         if not any(_overlaps(want, d) for d in rec.save_dirs):

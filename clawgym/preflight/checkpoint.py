@@ -380,39 +380,6 @@ def check_checkpoint(ctx: Context) -> str:
     return f"{ckpt}: config.json agrees with model={m['name']} on {len(agree)} fields ({', '.join(agree)})"
 
 
-def save_dir_holder(save: str) -> Optional[str]:
-    """Who holds a save dir now: a live launch's ownership record (clawgym.ownership), or the
-    latest launch recorded in the save dir itself (``submitted.json`` without a recorded end)
-    whose job its cluster still reports running. None when nobody does."""
-    from clawgym import ownership
-    from clawgym.snapshot import ENDED_FILE, SUBMITTED_FILE, snapshot_dirs
-
-    who = ownership.save_dir_holder(save)
-    if who is not None:
-        return who
-    mine = ownership.current()
-    for snap in reversed(snapshot_dirs(save)):
-        if not (snap / SUBMITTED_FILE).is_file():
-            continue
-        if (snap / ENDED_FILE).is_file():
-            break  # the latest launch's end is recorded
-        try:
-            sub = json.loads((snap / SUBMITTED_FILE).read_text())
-        except (OSError, ValueError):
-            continue
-        job = sub.get("job") if isinstance(sub.get("job"), dict) else None
-        sid = str(sub.get("submission_id") or "")
-        if job is None:
-            job = {"kind": "ray", "address": str(sub.get("address") or ""), "submission_id": sid}
-        if mine is not None and any(j.get("submission_id") == sid for j in mine.jobs):
-            continue
-        if ownership.job_running(job) is True:
-            where = job.get("address") or (f"SLURM cluster {job.get('cluster')}" if job.get("kind") == "slurm" else "")
-            return f"job {sid} of the launch recorded in {snap} is still running" + (f" on {where}" if where else "")
-        break  # only the latest launch can still be writing
-    return None
-
-
 def check_save_dir(ctx: Context) -> str:
     """A fresh run must not write over the checkpoints of an earlier one.
 
@@ -426,6 +393,8 @@ def check_save_dir(ctx: Context) -> str:
     path = Path(save)
     if not path.is_dir():
         return f"{save} (new)"
+    from clawgym.ownership import save_dir_holder
+
     holder = save_dir_holder(str(path))
     if holder is not None:
         raise CheckFailed(
