@@ -889,8 +889,10 @@ class HeadStart:
         """Stop whatever this start began (by session and marker), remove its temp dir and
         record, release its ports. Returns the pids signalled."""
         pids: List[int] = []
-        if self.sid is not None:
-            pids = terminate(find_processes(sid=self.sid, marker=self.marker, since=self.start - 1.0), grace=3.0)
+        if self.sid is not None or self.proc is not None or self.record is not None:
+            # (By marker too: an interrupt may land between `ray start` being spawned and its sid noted.)
+            sid = self.sid if self.sid is not None else (self.proc.pid if self.proc is not None else None)
+            pids = terminate(find_processes(sid=sid, marker=self.marker, since=self.start - 1.0), grace=3.0)
             # Processes a still-running `ray start` spawned while we signalled.
             late = find_processes(sid=None, marker=self.marker, since=self.start - 1.0)
             if late:

@@ -112,10 +112,13 @@ def check_image(ctx: Context) -> str:
     except Exception as exc:
         raise CheckFailed(f"could not list the engine's containers: {_short(exc)}",
                           "check the engine (docker ps -a must work for this user)")
+    owned = [item for item in leftovers if owner_of(item, sb["container_prefix"], image) is not None]
     action = ("removed before launch" if sb["cleanup_leftovers"]
               else "kept: sandbox.cleanup_leftovers=false")
     short_id = found.id.split(":", 1)[-1][:12]
-    return f"{image} ({short_id}); {len(leftovers)} leftover {sb['container_prefix']}* container(s) ({action})"
+    kept = f"; {len(owned)} more of running launches, kept" if owned else ""
+    return (f"{image} ({short_id}); {len(leftovers) - len(owned)} leftover {sb['container_prefix']}* container(s) "
+            f"({action}){kept}")
 
 
 def find_leftovers(client: Any, prefix: str, image: str) -> List[Dict[str, Any]]:
