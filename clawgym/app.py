@@ -55,6 +55,18 @@ def fail(err: ConfigError) -> None:
     sys.exit(EXIT_REFUSED)
 
 
+#: Exit status after Ctrl-C / SIGTERM (128 + SIGINT).
+EXIT_INTERRUPTED = 130
+
+
+def interrupted() -> None:
+    """Interrupted before any job was submitted: what was begun for it is stopped (the head
+    through its record), nothing is left running; exit 130."""
+    say("\n[clawgym] interrupted; nothing was left running")
+    discard_own_output_dir()
+    sys.exit(EXIT_INTERRUPTED)
+
+
 def refuse(text: str) -> None:
     """Refuse the command before anything started: the report (if it can be printed), exit 2."""
     say(text)
@@ -222,6 +234,10 @@ class ClawGymCallback(Callback):
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
         try:
             self._run_start(config)
+        except KeyboardInterrupt:
+            # Ctrl-C, or SIGTERM/SIGHUP once a head was begun (ray_head.interrupt_on_signals): that
+            # head is stopped already (_run_start drops it).
+            interrupted()
         except Exception as exc:  # noqa: BLE001 - see above
             refuse(failed_check(exc))
 
@@ -359,6 +375,10 @@ def run(cfg: DictConfig) -> Any:
     """
     try:
         return _run(cfg)
+    except KeyboardInterrupt:
+        # Between validation and the pipeline (which handles its own): a head begun for this run
+        # is stopped at exit (clawgym.backends.local.drop, registered when it was begun).
+        interrupted()
     except SystemExit as exc:
         if exc.code == EXIT_REFUSED or (exc.code not in (0, None) and cfg.get("preflight_only")):
             if _single_run():

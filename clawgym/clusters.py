@@ -95,6 +95,13 @@ def head_state(rec: Any, patience: float) -> str:
     return _guarded(ray_head.head_state, rec, patience=patience)
 
 
+def live_users(rec: Any) -> List[Dict[str, float]]:
+    """The live clawgym launches a head's record names (also while it is being started)."""
+    from clawgym import ray_head
+
+    return _guarded(ray_head.live_users, rec)
+
+
 def head_owner(rec: Any) -> Tuple[str, List[Dict[str, float]]]:
     """Who holds the head (``in use``, ``kept`` or not), and the live launches using it."""
     from clawgym import ray_head

@@ -6,3 +6,7 @@ Validation asks whether a folder already is a run's save dir; it needs only thes
 
 #: Snapshots of a save dir, relative to it.
 SNAPSHOTS_RELPATH = "clawgym/snapshots"
+#: In a snapshot dir: the submission, once the job was submitted (written by the launcher).
+SUBMITTED_FILE = "submitted.json"
+#: In a snapshot dir: how the job ended, as the launcher that followed it saw it.
+ENDED_FILE = "ended.json"

@@ -45,6 +45,8 @@ from clawgym.snapshot import start_checkpoint_watcher
 from clawgym.text import fmt_duration
 
 QUEUED, RUNNING, SUCCEEDED, FAILED, STOPPED = "queued", "running", "succeeded", "failed", "stopped"
+#: A job handed over but not run by clawgym (``cluster=kuberay kuberay.apply=false``: manifest written).
+NOT_APPLIED = "not applied"
 #: Exit status of a launch refused before anything started (as a config error).
 EXIT_REFUSED = 2
 #: Exit status after Ctrl-C / SIGTERM (128 + SIGINT).
@@ -240,6 +242,36 @@ class Pipeline:
             return self._run()
         finally:
             self._discard_unsubmitted()
+            self._release()
+
+    def _release(self) -> None:
+        """This launch's ownership record goes with it, unless jobs it submitted run on
+        (detached, a lost terminal, a dashboard that stopped answering): then it holds their
+        save dirs and sandbox containers until they end (clawgym.ownership)."""
+        from clawgym import ownership
+        from clawgym.launch import EXIT_LOST_CONTACT
+
+        left = any(j.handle is not None and (j.status in ("submitted", "running on", RUNNING)
+                                             or j.exit_code == EXIT_LOST_CONTACT) for j in self.jobs)
+        ownership.release(jobs_left=left)
+
+    def _claim(self) -> None:
+        """One owner per save dir and per sandbox: recorded before preflight (clawgym.ownership),
+        refused when another live launch (its launcher, or a job it submitted) holds a save dir."""
+        from clawgym import ownership
+        from clawgym.preflight.sandbox import engine_address
+
+        sandboxes = [{"engine": engine_address(), "prefix": str(j.cfg.sandbox.container_prefix),
+                      "image": str(j.cfg.sandbox.image)} for j in self.jobs if j.cfg.sandbox.backend == "docker"]
+        try:
+            ownership.claim(runs=[j.plan.run_name for j in self.jobs],
+                            save_dirs=[str(j.plan.save_dir) for j in self.jobs if j.plan.save_dir],
+                            sandboxes=sandboxes)
+        except ownership.Held as err:
+            raise self._refuse("a save dir is in use by another launch", [
+                str(err), "  rule: one trainer per save dir (two would overwrite each other's iter_* checkpoints)",
+                "  fix:  wait for that run to end (or stop it: clawgym jobs stop <id>), or give this launch its "
+                "own save dir: run_name=<new name> or paths.save=<new dir>"]) from None
 
     def _discard_unsubmitted(self) -> None:
         from clawgym.snapshot import discard_unsubmitted
@@ -265,6 +297,11 @@ class Pipeline:
             self.backend.settle(secrets)
         except BackendError as err:
             raise self._refuse("the Ray cluster cannot be used", [str(err)]) from None
+        try:
+            self._claim()
+        except BaseException:
+            self.backend.abort()
+            raise
         if self.backend.answers():
             # A running cluster: refuse what cannot fit, before preflight and before any snapshot.
             self._check_capacity()
@@ -305,10 +342,18 @@ class Pipeline:
                     with launch.uninterruptible():
                         self._interrupt()
                 except launch.TerminalLost:
-                    self.hangup = True
                     launch.survive_lost_terminal()
-                    with launch.uninterruptible():
-                        self._lost_terminal()
+                    if not any(j.handle is not None for j in self.jobs):
+                        # Nothing was submitted yet: nothing can keep running; stop what was started.
+                        self.interrupted = True
+                        with launch.uninterruptible():
+                            sys.stderr.write("\n[clawgym] lost the terminal (SIGHUP) before any job was "
+                                             "submitted: nothing was submitted\n")
+                            self._interrupt(quiet=True)
+                    else:
+                        self.hangup = True
+                        with launch.uninterruptible():
+                            self._lost_terminal()
         finally:
             with launch.uninterruptible():
                 self._close()
@@ -539,9 +584,16 @@ class Pipeline:
         return j.submission_id
 
     def _submit(self, j: PipelineJob) -> None:
+        from clawgym import ownership
+
         j.handle = self.backend.submit(j.plan, j.cfg, j.snapshot, j.secrets)
         j.submission_id = j.handle.submission_id
         j.log_file = j.handle.log_file
+        # The job holds this launch's save dir and containers while it runs, also after the launcher.
+        job_record = getattr(j.handle, "job_record", None)
+        ownership.add_job(job_record() if callable(job_record) else
+                          {"kind": "ray", "address": getattr(j.handle, "address", "") or self.backend.address or "",
+                           "submission_id": j.submission_id})
         # The snapshot now belongs to a submitted job (bug 6: clawgym.snapshot marks it so).
         _mark_snapshot_submitted(j)
         if not self.detach:
@@ -592,6 +644,8 @@ class Pipeline:
                 ticker.stop()
         j.ended = time.monotonic()
         j.status = {0: SUCCEEDED, EXIT_INTERRUPTED: STOPPED}.get(j.exit_code, FAILED)
+        if j.status == SUCCEEDED and getattr(j.handle, "not_applied", False):
+            j.status = NOT_APPLIED  # a manifest for the user to apply: nothing ran, nothing succeeded
         if j.exit_code == EXIT_INTERRUPTED:
             self.interrupted = True
 
@@ -683,9 +737,11 @@ class Pipeline:
 
     # -------------------------------------------------------- signals
 
-    def _interrupt(self) -> None:
+    def _interrupt(self, quiet: bool = False) -> None:
         prefix = f"[sweep {self._elapsed()}]" if self._sweep else "[clawgym]"
-        say(f"\n{prefix} interrupted: stopping running jobs" + ("; queued jobs are not submitted" if self._sweep else ""))
+        if not quiet:
+            say(f"\n{prefix} interrupted: stopping running jobs"
+                + ("; queued jobs are not submitted" if self._sweep else ""))
         # Ask Ray to stop them all first, so they wind down together; then wait for each.
         for j in self.jobs:
             if j.status == RUNNING and j.handle is not None:
@@ -829,7 +885,9 @@ def _mark_snapshot_submitted(j: PipelineJob) -> None:
     from clawgym.snapshot import mark_submitted
 
     if j.snapshot:
-        mark_submitted(j.snapshot, j.submission_id, address=getattr(j.handle, "address", "") or "")
+        job_record = getattr(j.handle, "job_record", None)
+        mark_submitted(j.snapshot, j.submission_id, address=getattr(j.handle, "address", "") or "",
+                       job=job_record() if callable(job_record) else None)
 
 
 # ---------------------------------------------------------------- metrics (clawgym/runs)
@@ -859,7 +917,7 @@ def _record_endings(jobs: Sequence[PipelineJob]) -> None:
     from clawgym.snapshot import mark_ended
 
     for j in jobs:
-        if j.snapshot and j.submission_id and j.status in (SUCCEEDED, FAILED, STOPPED):
+        if j.snapshot and j.submission_id and j.status in (SUCCEEDED, FAILED, STOPPED, NOT_APPLIED):
             try:
                 mark_ended(j.snapshot, j.status, j.exit_code)
             except OSError:

@@ -54,6 +54,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple
 
+# (aliased: this module's own ``ownership(rec)`` answers who uses a head)
+from clawgym import ownership as owners
+
 #: Environment variable that marks every process of a head clawgym started.
 MARKER_ENV = "CLAWGYM_HEAD_ID"
 #: Overrides the state dir (default ``~/.cache/clawgym``).
@@ -83,7 +86,7 @@ def psutil_module():
 
 
 def state_dir() -> Path:
-    return Path(os.environ.get(STATE_DIR_ENV) or Path.home() / ".cache" / "clawgym")
+    return owners.state_dir()
 
 
 def heads_dir() -> Path:
@@ -151,7 +154,7 @@ class HeadRecord:
     temp_dir: str
     session_dir: Optional[str]
     # Session id shared by the head's daemons (``ray start`` ran under setsid).
-    sid: int
+    sid: Optional[int]
     # Value of CLAWGYM_HEAD_ID in every process of the head.
     marker: str
     # Wall-clock start; processes created before it are never ours.
@@ -173,6 +176,9 @@ class HeadRecord:
     kept: bool = False
     # Why it was kept, for ``clawgym jobs heads``.
     kept_reason: str = ""
+    # "starting": recorded before `ray start` ran (its processes are found by marker; the
+    # launcher starting it is ``users[0]``); "started" once its dashboard answered.
+    status: str = "started"
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2) + "\n"
@@ -594,6 +600,10 @@ class PortReservation:
     def __init__(self) -> None:
         self.sockets: Dict[int, socket.socket] = {}
         self.what: Dict[int, Tuple[str, str]] = {}
+        # Two never-listening SO_REUSEADDR sockets can share a port: each reserved port is also
+        # locked (clawgym.ownership.PortLock) until the head listens on it, so two launches
+        # started in the same second cannot both reserve it.
+        self.locks: Dict[int, "owners.PortLock"] = {}
 
     def hold(self, host: str, port: int, what: str, *, keep: bool = True) -> int:
         """Reserve ``host:port`` (port 0: a free one); returns the port. Raises HeadError when taken.
@@ -615,6 +625,13 @@ class PortReservation:
             raise HeadError(f"{what}={port} on {host}: {why}\n  fix: free the port (ss -ltnp 'sport = :{port}' "
                             f"shows who holds it) or choose another") from None
         got = int(sock.getsockname()[1])
+        if got not in self.locks:
+            try:
+                self.locks[got] = owners.PortLock(got, what)
+            except owners.Held as exc:
+                sock.close()
+                raise HeadError(f"{exc}\n  fix: wait for that launch (its head is then shared by launches with "
+                                f"the same ray.* settings) or choose another {what}") from None
         if keep:
             self.sockets[got] = sock
         else:
@@ -637,6 +654,9 @@ class PortReservation:
             for port in self.what:
                 _STARTING.pop(port, None)
         self.what.clear()
+        for lock in self.locks.values():
+            lock.release()
+        self.locks.clear()
 
 
 class HeadStart:
@@ -717,10 +737,15 @@ class HeadStart:
         if not self.quiet:
             print(f"[clawgym] starting a Ray head at {self.address} ...", flush=True)
         self.start = time.time()
+        # Recorded before `ray start` runs: a launcher killed from here on (SIGKILL included)
+        # leaves a head `clawgym jobs heads` lists (its processes carry the marker) and
+        # `clawgym jobs stop-head` stops, never an unrecorded one.
+        self._record(starting=True)
         with open(self.log_path, "wb") as log:
             self.proc = subprocess.Popen(full, env=head_env, stdin=subprocess.DEVNULL, stdout=log,
                                          stderr=subprocess.STDOUT, start_new_session=True)
         self.sid = self.proc.pid
+        self._record(starting=True)
 
     def dashboard_answers(self) -> bool:
         return dashboard_responds(self.address, timeout=1.0)
@@ -815,19 +840,27 @@ class HeadStart:
                   f"{self.temp_dir})", flush=True)
         return rec
 
-    def _record(self) -> HeadRecord:
+    def _record(self, *, starting: bool = False) -> HeadRecord:
         """Write (or bring up to date) the head's record: its processes as found now.
 
-        Written when the dashboard first answers and again once ``ray start`` is done; the
-        second write keeps what launches changed meanwhile (users joining, kept)."""
-        procs = find_processes(sid=self.sid, marker=self.marker, since=self.start)
-        session = os.path.join(self.temp_dir, "session_latest")
-        found = [ProcessId(p.pid, p.create_time(), _proc_name(p)) for p in procs.values()]
-        session_dir = os.path.realpath(session) if os.path.exists(session) else None
+        Written as "starting" before ``ray start`` runs (no processes yet: they are found by
+        the marker) and right after (its session id), then when the dashboard first answers
+        and again once ``ray start`` is done; later writes keep what launches changed
+        meanwhile (users joining, kept)."""
+        if starting:
+            found: List[ProcessId] = []
+            session_dir = None
+        else:
+            procs = find_processes(sid=self.sid, marker=self.marker, since=self.start)
+            session = os.path.join(self.temp_dir, "session_latest")
+            found = [ProcessId(p.pid, p.create_time(), _proc_name(p)) for p in procs.values()]
+            session_dir = os.path.realpath(session) if os.path.exists(session) else None
+        status = "starting" if starting else "started"
         with record_lock(self.port):
             current = load_record(self.port) if self.record is not None else None
             if current is not None and current.marker == self.marker:
-                rec = dataclasses.replace(current, processes=found, session_dir=session_dir)
+                rec = dataclasses.replace(current, processes=found, session_dir=session_dir, sid=self.sid,
+                                          status=status)
             else:
                 salt = _secrets.token_hex(16)
                 rec = HeadRecord(
@@ -846,6 +879,7 @@ class HeadStart:
                     processes=found,
                     owner_pid=os.getpid(),
                     users=[this_launch()],
+                    status=status,
                 )
             write_record(rec)
         self.record = rec
@@ -855,8 +889,10 @@ class HeadStart:
         """Stop whatever this start began (by session and marker), remove its temp dir and
         record, release its ports. Returns the pids signalled."""
         pids: List[int] = []
-        if self.sid is not None:
-            pids = terminate(find_processes(sid=self.sid, marker=self.marker, since=self.start - 1.0), grace=3.0)
+        if self.sid is not None or self.proc is not None or self.record is not None:
+            # (By marker too: an interrupt may land between `ray start` being spawned and its sid noted.)
+            sid = self.sid if self.sid is not None else (self.proc.pid if self.proc is not None else None)
+            pids = terminate(find_processes(sid=sid, marker=self.marker, since=self.start - 1.0), grace=3.0)
             # Processes a still-running `ray start` spawned while we signalled.
             late = find_processes(sid=None, marker=self.marker, since=self.start - 1.0)
             if late:
@@ -872,6 +908,40 @@ class HeadStart:
         shutil.rmtree(self.temp_dir, ignore_errors=True)
         self.ports.forget()
         return pids
+
+
+def interrupt_on_signals() -> None:
+    """From the moment a launch may start a head: SIGTERM and SIGHUP act as Ctrl-C (raise
+    KeyboardInterrupt in the main thread), so whatever runs then stops the head it began
+    through its record (the launch's ``except``/``atexit`` paths) instead of the process dying
+    with the head left behind. The pipeline's own handlers take over while jobs run
+    (:func:`clawgym.launch._sigterm_as_interrupt`) and give these back. Handlers someone else
+    installed are left alone."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+
+    def on_signal(signum, frame):  # noqa: ARG001
+        raise KeyboardInterrupt
+
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        if signal.getsignal(sig) in (signal.SIG_DFL, None):
+            signal.signal(sig, on_signal)
+    if signal.getsignal(signal.SIGINT) in (signal.SIG_DFL, None):
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+@contextlib.contextmanager
+def signals_deferred() -> Iterator[None]:
+    """While stopping a head: SIGINT/SIGTERM/SIGHUP wait until it is stopped (nothing half-stopped)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    old = {sig: signal.signal(sig, signal.SIG_IGN) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
 
 
 def begin_head(argv: Sequence[str], env: Mapping[str, str], *, secrets: Mapping[str, str],
@@ -949,6 +1019,10 @@ def settle(argv: Sequence[str], env: Mapping[str, str], secrets: Mapping[str, st
     rec = load_record(dashboard_port_of(argv))
     if rec is None:
         return None
+    if rec.status == "starting":
+        rec = _wait_while_starting(rec)
+        if rec is None:
+            return None
     state = head_state(rec)
     if state == "unresponsive":
         # Its jobs may still run: never stopped on a guess.
@@ -984,6 +1058,36 @@ def settle(argv: Sequence[str], env: Mapping[str, str], secrets: Mapping[str, st
           f"(it was started with other settings)", flush=True)
     stop_head(rec, quiet=True)
     return None
+
+
+def _wait_while_starting(rec: HeadRecord, timeout: float = 180.0) -> Optional[HeadRecord]:
+    """A head recorded as "starting": this launch's own (None: adopted later), another live
+    launch's (wait until its dashboard answers, then it is settled as any other), or one whose
+    launcher is gone before it came up (stopped through the record: None)."""
+    deadline = time.time() + timeout
+    while True:
+        starter = rec.users[0] if rec.users else {"pid": rec.owner_pid, "create_time": 0.0}
+        if int(starter.get("pid", 0)) == os.getpid():
+            return None
+        if not _user_alive(starter):
+            procs = record_processes(rec)
+            if procs:
+                print(f"[clawgym] stopping the Ray head at {rec.dashboard_address} whose launcher (pid "
+                      f"{int(starter.get('pid', 0))}) was killed while starting it ({len(procs)} processes)",
+                      flush=True)
+            stop_head(rec, grace=3.0, quiet=True)
+            return None
+        if time.time() > deadline:
+            raise HeadError(f"the Ray head at {rec.dashboard_address} is still being started by clawgym launch pid "
+                            f"{int(starter['pid'])} after {timeout:.0f}s\n  fix: wait for it, or pick another "
+                            f"ray.port/ray.dashboard_port")
+        time.sleep(0.3)
+        current = load_record(rec.dashboard_port)
+        if current is None:
+            return None  # it failed and was removed by its launcher: nothing is there any more
+        if current.status != "starting":
+            return current
+        rec = current
 
 
 @dataclass

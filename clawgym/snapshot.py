@@ -11,7 +11,8 @@ Layout (``<save>`` is ``paths.save``)::
         meta.json              versions, git commits, host, time, secret *names*,
                                and the checkpoints present at launch
         manifest.json          size and sha256 of every file above; written last
-        submitted.json         the Ray submission, added once the job was submitted
+        submitted.json         the submission, added once the job was submitted (a SLURM job
+                               names its cluster: ClusterName and controller)
     <save>/clawgym/wandb_config.yaml            the W&B run config of the latest launch
     <save>/iter_0000009/clawgym_snapshot/       copy of the snapshot of the run that wrote it
 
@@ -93,9 +94,9 @@ PLAN_FILE = "launch_plan.json"
 META_FILE = "meta.json"
 STAMP_FILE = "stamp.json"
 MANIFEST_FILE = "manifest.json"
-SUBMITTED_FILE = "submitted.json"
-#: How the job ended, as the launcher that followed it saw it (``clawgym runs`` once Ray is gone).
-ENDED_FILE = "ended.json"
+# submitted.json and ended.json (how the job ended, as the launcher that followed it saw it:
+# ``clawgym runs`` once Ray is gone); named in clawgym.layout, read by clawgym.ownership too.
+from clawgym.layout import ENDED_FILE, SUBMITTED_FILE  # noqa: E402
 #: Files a snapshot dir may hold beyond those its manifest lists (added after it was written).
 UNLISTED_FILES = (MANIFEST_FILE, SUBMITTED_FILE, STAMP_FILE, ENDED_FILE)
 
@@ -640,14 +641,18 @@ def is_submitted(path: str | os.PathLike) -> bool:
     return (Path(path) / SUBMITTED_FILE).is_file() or is_legacy_snapshot(path)
 
 
-def mark_submitted(snapshot_dir: str | os.PathLike, submission_id: str, *, address: str = "") -> None:
+def mark_submitted(snapshot_dir: str | os.PathLike, submission_id: str, *, address: str = "",
+                   job: Optional[Mapping[str, Any]] = None) -> None:
     """Record that the job of this snapshot's launch was submitted; call right after Ray
-    accepted it. Until then the snapshot is not listed as a launch."""
+    accepted it. Until then the snapshot is not listed as a launch. ``job``: where the job
+    runs, as :mod:`clawgym.ownership` asks about it (a SLURM job names its cluster: ``cluster``
+    and ``controller`` of ``scontrol show config``)."""
     if not snapshot_dir:
         return
-    atomic_write_text(Path(snapshot_dir) / SUBMITTED_FILE,
-                      json.dumps({"submission_id": submission_id, "address": address,
-                                  "submitted_unix": time.time()}) + "\n")
+    record: Dict[str, Any] = {"submission_id": submission_id, "address": address, "submitted_unix": time.time()}
+    if job:
+        record["job"] = dict(job)
+    atomic_write_text(Path(snapshot_dir) / SUBMITTED_FILE, json.dumps(record) + "\n")
 
 
 def mark_ended(snapshot_dir: Optional[str | os.PathLike], status: str, exit_code: Optional[int]) -> None:

@@ -319,3 +319,21 @@ def test_kuberay_values_kuberay_would_reject_are_refused_before_a_manifest(overr
     assert violations(ok) == []
     assert manifest(build_plan_from_dict(to_plain(ok), environ={}, timestamp=TS), to_plain(ok))["spec"][
         "activeDeadlineSeconds"] == 1
+
+
+def test_a_manifest_not_applied_is_recorded_as_not_applied_never_as_succeeded(clawgym_checkout, tmp_path):
+    """kuberay.apply=false writes a manifest for the user to apply: nothing ran, so the launch's
+    recorded end and `clawgym runs` say "not applied" (issue 28, finding 13)."""
+    import json
+
+    from clawgym.runs.discover import find_runs
+    from clawgym.runs.status import resolve
+    from clawgym.snapshot import list_snapshots
+
+    res = _launch(clawgym_checkout, tmp_path)
+    assert res.returncode == 0, res.stdout + res.stderr
+    (snap,) = list_snapshots(tmp_path / "save")
+    assert json.loads((snap.path / "ended.json").read_text())["status"] == "not applied"
+    (run,) = find_runs([tmp_path / "save"])
+    assert resolve(run).status == "not applied"
+    assert "succeeded" not in res.stdout.lower()

@@ -604,17 +604,21 @@ def test_existing_cluster_gets_the_complete_job_env(seed_checkout, seed_text, tm
 
 
 @pytest.mark.parametrize("env, code", [
-    ({"ACTOR_GPUS": "6"}, "split-gpus-fit"),
-    ({"NUM_GPUS": "4"}, "split-gpus-fit"),
+    ({"ACTOR_GPUS": "6"}, "local-head-gpus-fit"),
+    ({"NUM_GPUS": "4"}, "local-head-gpus-fit"),
 ])
 def test_layouts_the_seed_refuses_are_reported(env, code, seed_checkout, tmp_path):
-    """The seed refuses a layout over one node's GPUs; slime starts it (Ray places it over several
-    nodes), so clawgym warns and leaves the GPU count to the preflight's capacity check."""
+    """The seed refuses a layout over one node's GPUs, and so does clawgym on the one node of a
+    head it starts (cluster=local); on a cluster of several nodes slime starts it (Ray places it
+    over them), so there clawgym only warns and leaves the GPU count to the capacity check."""
     from clawgym.config import compose
     from clawgym.validate import check
 
     seed = run_seed(seed_checkout, env, tmp_path)
     assert seed.returncode == 1 and "must be <= NUM_GPUS" in seed.output
     assert not seed.calls_of("ray") or all(c["argv"][:1] == ["stop"] for c in seed.calls_of("ray"))
-    _, warned = check(compose([f"paths.root={seed_checkout}", *overrides_for(env, seed_checkout)]))
-    assert code in [v.code for v in warned]
+    overrides = [f"paths.root={seed_checkout}", *overrides_for(env, seed_checkout)]
+    errors, _ = check(compose(overrides))
+    assert code in [v.code for v in errors]
+    _, warned = check(compose([*overrides, "ray.address=http://10.0.0.1:8265"]))
+    assert "split-gpus-fit" in [v.code for v in warned]

@@ -32,10 +32,11 @@ class Case(NamedTuple):
 #: Rule code -> a config breaking it. Codes are those of clawgym/validate/.
 CASES: Dict[str, Case] = {
     # --- issue 2 §6 rules
-    "split-gpus-fit": Case(["gpu_layout.actor_gpus=6"],
+    # Over one node's GPUs is a warning on a cluster of several nodes (existing, SLURM, KubeRay) ...
+    "split-gpus-fit": Case(["gpu_layout.actor_gpus=6", "ray.address=http://10.0.0.1:8265"],
                            ["gpu_layout.actor_gpus", "gpu_layout.rollout_gpus", "gpu_layout.num_gpus"],
                            {"gpu_layout.actor_gpus": 6, "gpu_layout.rollout_gpus": 4, "gpu_layout.num_gpus": 8}),
-    "colocated-gpus-fit": Case(["gpu_layout=colocate_8", "gpu_layout.actor_gpus=16"],
+    "colocated-gpus-fit": Case(["gpu_layout=colocate_8", "gpu_layout.actor_gpus=16", "ray.address=http://10.0.0.1:8265"],
                                ["gpu_layout.actor_gpus", "gpu_layout.num_gpus"],
                                {"gpu_layout.actor_gpus": 16, "gpu_layout.num_gpus": 8}),
     "sglang-context-holds-rollout-context": Case(["sglang.context_length=32768"],
@@ -241,6 +242,18 @@ def rule_codes_in_source(*, trainer: bool = False) -> set:
 #: --sglang-config engine groups (sglang.models), checked as slime reads them.
 _GROUPS = "sglang.models=[{name: default, server_groups: [{worker_type: %s, num_gpus: %d}]}]"
 CASES.update({
+    # ... and an error on the one node of a head clawgym starts (issue 28, finding 13).
+    "local-head-gpus-fit": Case(["gpu_layout=colocate_8", "gpu_layout.colocate=false"],
+                                ["gpu_layout.actor_gpus", "gpu_layout.rollout_gpus", "gpu_layout.num_gpus",
+                                 "gpu_layout.colocate"],
+                                {"gpu_layout.actor_gpus": 8, "gpu_layout.rollout_gpus": 8, "gpu_layout.num_gpus": 8,
+                                 "gpu_layout.colocate": False}),
+    "ray-lost-contact-positive": Case(["ray.lost_contact_s=0"], ["ray.lost_contact_s"], {"ray.lost_contact_s": 0.0}),
+    # sbatch splits a directive at a newline and expands '%' (issue 28, finding 9).
+    "slurm-values-plain": Case(["cluster=slurm", "slurm.partition='gpu\n#SBATCH --x'"], ["slurm.partition"],
+                               {"slurm.partition": "gpu\n#SBATCH --x"}),
+    "slurm-output-path-plain": Case(["cluster=slurm", "exp_name='sl%u'"], ["paths.save", "exp_name"],
+                                    {"exp_name": "sl%u"}),
     "sglang-config-worker-type": Case([_GROUPS % ("prefil", 4)],
                                       ["sglang.models[0].server_groups[0].worker_type"],
                                       {"sglang.models[0].server_groups[0].worker_type": "prefil"}),
@@ -358,3 +371,14 @@ def test_a_save_dir_that_is_or_holds_an_input_or_a_system_folder_is_refused_with
 def test_resuming_from_the_save_dir_itself_is_not_an_input_clash(tmp_path):
     over = [f"paths.root={tmp_path}", "run_name=r", f"checkpoint.load={tmp_path}/exp/r"]
     assert "save-dir-not-an-input" not in {v.code for v in violations(compose(over))}
+
+
+@pytest.mark.parametrize("name", ["run\x1b[2J", "run\rx", "a\x7fb", "tab\there"])
+def test_control_characters_in_a_name_are_refused_and_never_reach_the_terminal(name):
+    """ESC and other control characters would become folder names and, printed, drive the
+    terminal (issue 28, finding 13): refused, and the report shows them escaped."""
+    errors, _ = check(compose([f"exp_name='{name}'"]))
+    mine = [v for v in errors if v.code == "names-are-folder-names" and v.keys == ["exp_name"]]
+    assert mine and "control character" in mine[0].rule
+    report = ConfigError(errors).report()
+    assert "\x1b" not in report and "\r" not in report and "\x7f" not in report

@@ -233,6 +233,11 @@ class NotAppliedHandle:
         self.submission_id = plan.submission_id
         self.log_file: Optional[str] = None
         self.address = ""
+        # The pipeline records it as "not applied", never as a job that succeeded.
+        self.not_applied = True
+
+    def job_record(self) -> dict:
+        return {"kind": "manifest", "path": str(self.path), "applied": False}
 
     def lines(self) -> List[str]:
         return [f"[clawgym] not applied (kuberay.apply=false); apply it with:\n  {self.how}",

@@ -109,11 +109,14 @@ def speculate(c: Mapping[str, Any], environ: Mapping[str, str]) -> None:
     env = plan.head_env(c)
     names = plan.secret_env(c, use_wandb=plan.wandb_enabled(c, environ))
     secrets = launch.resolve_secrets(SimpleNamespace(secret_env=names), environ)
+    # The head is this launch's from its first process: a SIGTERM or SIGHUP from here on stops
+    # it (drop, through its record) instead of killing the launcher around it.
+    ray_head.interrupt_on_signals()
+    atexit.register(drop)
     try:
         _SPECULATIVE = ray_head.begin_head(argv, env, secrets=secrets, quiet=True)
     except ray_head.HeadError:
         return  # e.g. a port in use: the launch reports it (preflight), or validation refuses first
-    atexit.register(drop)
 
 
 def adopt(argv: Sequence[str], env: Mapping[str, str], secrets: Mapping[str, str]) -> Any:
@@ -132,9 +135,12 @@ def adopt(argv: Sequence[str], env: Mapping[str, str], secrets: Mapping[str, str
 def drop() -> None:
     """Stop the head :func:`speculate` began and nobody adopted (nothing is left of it)."""
     global _SPECULATIVE
-    head, _SPECULATIVE = _SPECULATIVE, None
-    if head is not None:
-        head.abort()
+    from clawgym import ray_head
+
+    with ray_head.signals_deferred():
+        head, _SPECULATIVE = _SPECULATIVE, None
+        if head is not None:
+            head.abort()
 
 
 class LocalHead(RayJobsBackend):
@@ -275,7 +281,8 @@ class LocalHead(RayJobsBackend):
         declared = ray_head.declared_gpus(self.argv)
         if self._fresh() and declared is not None:
             return declared
-        return ray_head.cluster_gpus(self.address, wait_for_node=self._fresh())
+        # A head another launch just started (joined while it came up) may not list its node yet either.
+        return ray_head.cluster_gpus(self.address, wait_for_node=True)
 
     def free_gpus(self) -> Optional[float]:
         return self.total_gpus() if self._fresh() else super().free_gpus()

@@ -452,6 +452,14 @@ class SlurmHandle:
         # The batch job's output (the Ray job's output is in it, and in plan.log_file).
         self.log_file = job.output
         self._info: Dict[str, str] = {}
+        # The cluster it was submitted to (job ids repeat across clusters and controller resets).
+        from clawgym.ownership import slurm_cluster
+
+        self.cluster = slurm_cluster()
+
+    def job_record(self) -> Dict[str, Any]:
+        """Where the job runs, for submitted.json and the launch's ownership record."""
+        return {"kind": "slurm", "job_id": self.job.job_id, **self.cluster}
 
     def status(self) -> str:
         """PENDING/RUNNING while SLURM has it, then SUCCEEDED, STOPPED (cancelled) or FAILED;

@@ -142,8 +142,13 @@ def _cmd_heads(args) -> int:
         print("no Ray heads started by clawgym are recorded")
         return 0
     for r in records:
-        state = {"alive": "alive", "unresponsive": "running, dashboard not answering",
-                 "dead": "dead (cleaned up at the next launch on its port)"}[clusters.head_state(r, patience=2.0)]
+        if r.status == "starting":
+            # Recorded before `ray start` ran: its processes carry the record's marker.
+            state = "starting" if clusters.live_users(r) else \
+                "left half-started (its launcher was killed while starting it)"
+        else:
+            state = {"alive": "alive", "unresponsive": "running, dashboard not answering",
+                     "dead": "dead (cleaned up at the next launch on its port)"}[clusters.head_state(r, patience=2.0)]
         started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r.start_time))
         owner, users = clusters.head_owner(r)
         if owner == "in use":
@@ -163,7 +168,11 @@ def _cmd_stop_head(args) -> int:
     if rec is None:
         raise _UserError(f"no Ray head started by clawgym is recorded at {address}; clawgym stops only heads it "
                          f"started\n  fix: see clawgym jobs heads")
-    state = "dead" if args.force else clusters.head_state(rec, patience=5.0)
+    if rec.status == "starting" and clusters.live_users(rec) and not args.force:
+        raise _UserError(f"the head at {address} is being started by clawgym launch pid "
+                         f"{int(clusters.live_users(rec)[0]['pid'])}\n  fix: stop that launch (Ctrl-C stops its head), "
+                         f"or pass --force")
+    state = "dead" if args.force or rec.status == "starting" else clusters.head_state(rec, patience=5.0)
     if state == "unresponsive":
         raise _UserError(f"the head at {address} runs but its dashboard does not answer, so its jobs are unknown\n"
                          f"  fix: pass --force to stop it anyway")

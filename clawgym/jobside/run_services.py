@@ -10,7 +10,9 @@ answers 200), ``timeout_s``, ``log`` (its output). Each service is started in it
 process group before the trainer and health-checked; the trainer then runs; when it exits,
 or this process is sent SIGTERM/SIGINT (a stopped Ray job), every service this process
 started, and only those, is stopped: SIGTERM to its group, SIGKILL after a grace period.
-The exit status is the trainer's (1 when a service never became healthy).
+The exit status is the trainer's (1 when a service never became healthy, when something
+else already listened on its address before it started, or when it exited while the
+trainer ran: every service is watched for the trainer's whole life).
 
 Standard library only: this file is copied next to SPEC.json and run by the job's Python.
 """
@@ -25,6 +27,8 @@ import urllib.error
 import urllib.request
 
 GRACE_S = 30.0
+#: Seconds between looks at the services while the trainer runs.
+WATCH_S = 2.0
 
 
 def _healthy(url: str) -> bool:
@@ -33,6 +37,31 @@ def _healthy(url: str) -> bool:
             return resp.status == 200
     except (urllib.error.URLError, OSError, ValueError):
         return False
+
+
+def _listening(url: str) -> bool:
+    """Something accepts connections at the url's host and port (before we started anything there)."""
+    import socket
+    from urllib.parse import urlparse
+
+    u = urlparse(url)
+    if not u.hostname or not u.port:
+        return False
+    try:
+        with socket.create_connection((u.hostname, u.port), timeout=2):
+            return True
+    except OSError:
+        return False
+
+
+def _stop_trainer(trainer, signum=signal.SIGTERM) -> None:
+    if trainer is not None and trainer.poll() is None:
+        trainer.send_signal(signum)
+        try:
+            trainer.wait(timeout=GRACE_S)
+        except subprocess.TimeoutExpired:
+            trainer.kill()
+            trainer.wait()
 
 
 def _stop(procs: list) -> None:
@@ -73,6 +102,13 @@ def main(argv: list) -> int:
     trainer = None
     try:
         for svc in spec.get("services", []):
+            if _listening(svc["health_url"]):
+                # Someone else's server: its health check would pass for ours, and the trainer
+                # would talk to it.
+                print(f"[clawgym services] {svc['name']}: something already listens at {svc['health_url']} "
+                      f"before {svc['name']} was started; refusing to take it for {svc['name']} (free the port "
+                      f"or set services.{svc['name']}.port to a free one)", flush=True)
+                return 1
             env = {**os.environ, **{str(k): str(v) for k, v in (svc.get("env") or {}).items()}}
             log_path = svc.get("log")
             if log_path:
@@ -83,11 +119,14 @@ def main(argv: list) -> int:
                                     start_new_session=True)
             procs.append((svc["name"], proc))
             deadline = time.monotonic() + float(svc.get("timeout_s") or 1800)
-            while not _healthy(svc["health_url"]):
+            while True:
+                # Ours first: a server that died cannot be the one answering.
                 if proc.poll() is not None:
                     print(f"[clawgym services] {svc['name']} exited with status {proc.returncode} before it "
                           f"answered {svc['health_url']}" + (f"; see {log_path}" if log_path else ""), flush=True)
                     return 1
+                if _healthy(svc["health_url"]) and proc.poll() is None:
+                    break
                 if time.monotonic() > deadline:
                     print(f"[clawgym services] {svc['name']} did not answer {svc['health_url']} within "
                           f"{svc.get('timeout_s')} s", flush=True)
@@ -95,15 +134,21 @@ def main(argv: list) -> int:
                 time.sleep(2)
             print(f"[clawgym services] {svc['name']} is up at {svc['health_url']}", flush=True)
         trainer = subprocess.Popen(command)
-        return trainer.wait()
-    except KeyboardInterrupt:
-        if trainer is not None and trainer.poll() is None:
-            trainer.send_signal(stopping["signal"] or signal.SIGTERM)
+        # Every service is watched for the trainer's whole life: one that dies fails the job.
+        while True:
             try:
-                trainer.wait(timeout=GRACE_S)
+                return trainer.wait(timeout=WATCH_S)
             except subprocess.TimeoutExpired:
-                trainer.kill()
-                trainer.wait()
+                pass
+            dead = [(name, proc) for name, proc in procs if proc.poll() is not None]
+            if dead:
+                name, proc = dead[0]
+                print(f"[clawgym services] {name} exited with status {proc.returncode} while the trainer ran; "
+                      f"stopping the trainer (the job fails)", flush=True)
+                _stop_trainer(trainer)
+                return 1
+    except KeyboardInterrupt:
+        _stop_trainer(trainer, stopping["signal"] or signal.SIGTERM)
         return 128 + int(stopping["signal"] or signal.SIGINT)
     finally:
         _stop(procs)

@@ -393,6 +393,14 @@ def check_save_dir(ctx: Context) -> str:
     path = Path(save)
     if not path.is_dir():
         return f"{save} (new)"
+    from clawgym.ownership import save_dir_holder
+
+    holder = save_dir_holder(str(path))
+    if holder is not None:
+        raise CheckFailed(
+            f"paths.save={save} is in use: {holder}; a second trainer there would overwrite its iter_* checkpoints",
+            "wait for that run to end (or stop it: clawgym jobs stop <id>), or give this run its own save dir: "
+            "run_name=<new name> or paths.save=<new dir>")
     iters = sorted(d.name for d in path.glob("iter_*") if d.is_dir())
     tracker = path / "latest_checkpointed_iteration.txt"
     if not iters and not tracker.is_file():

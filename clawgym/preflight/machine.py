@@ -183,6 +183,11 @@ def check_ports(ctx: Context) -> str:
     if c["sandbox"]["backend"] == "none":
         # No ClawGymRL API server runs without a sandbox.
         wanted = wanted[1:]
+    teacher = (c.get("services") or {}).get("teacher") or {}
+    if teacher.get("enabled"):
+        # The OPD teacher listens beside the trainer: another server answering there would be
+        # taken for it (its health check passes, the trainer talks to the wrong model).
+        wanted.append(("services.teacher.port", str(teacher.get("host") or "127.0.0.1"), int(teacher["port"])))
     seen = {}
     for key, _host, port in wanted:
         if port in seen:
@@ -195,10 +200,17 @@ def check_ports(ctx: Context) -> str:
 
     reserved = starting_ports()
     held = [key for key, _host, port in wanted if key.startswith("ray.") and port in reserved]
+    from clawgym.ownership import port_holder
+
     for key, host, port in wanted:
         if key in held:
             continue
         reason = port_free(host, port)
+        if reason is None and port not in reserved:
+            holder = port_holder(port)
+            if holder is not None:
+                # Reserved (not yet listened on) by another launch starting its head right now.
+                reason = f"reserved by {holder} for the Ray head it is starting"
         if reason is not None:
             raise CheckFailed(
                 f"{key}={port} on {host}: {reason}",

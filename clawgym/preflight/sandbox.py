@@ -112,10 +112,13 @@ def check_image(ctx: Context) -> str:
     except Exception as exc:
         raise CheckFailed(f"could not list the engine's containers: {_short(exc)}",
                           "check the engine (docker ps -a must work for this user)")
+    owned = [item for item in leftovers if owner_of(item, sb["container_prefix"], image) is not None]
     action = ("removed before launch" if sb["cleanup_leftovers"]
               else "kept: sandbox.cleanup_leftovers=false")
     short_id = found.id.split(":", 1)[-1][:12]
-    return f"{image} ({short_id}); {len(leftovers)} leftover {sb['container_prefix']}* container(s) ({action})"
+    kept = f"; {len(owned)} more of running launches, kept" if owned else ""
+    return (f"{image} ({short_id}); {len(leftovers) - len(owned)} leftover {sb['container_prefix']}* container(s) "
+            f"({action}){kept}")
 
 
 def find_leftovers(client: Any, prefix: str, image: str) -> List[Dict[str, Any]]:
@@ -149,15 +152,40 @@ def find_leftovers(client: Any, prefix: str, image: str) -> List[Dict[str, Any]]
                 continue
             matches = normalize_image(configured) == want
         if matches:
-            out.append({"id": entry["Id"], "name": name, "state": entry.get("State", "?"), "image": listed})
+            from clawgym.ownership import LAUNCH_LABEL
+
+            out.append({"id": entry["Id"], "name": name, "state": entry.get("State", "?"), "image": listed,
+                        "launch": (entry.get("Labels") or {}).get(LAUNCH_LABEL, "")})
     return out
+
+
+def owner_of(item: Dict[str, Any], prefix: str, image: str) -> Optional[str]:
+    """Who still owns a leftover container (None: its launch has ended, it may be removed).
+
+    A container labelled with a launch (``io.clawgym.launch``) belongs to that launch while it
+    is live (clawgym.ownership: its launcher runs, or a job it submitted does); an unlabelled one
+    to every live launch whose jobs run containers of this prefix and image on this engine."""
+    from clawgym import ownership
+
+    mine = ownership.current()
+    if item.get("launch"):
+        if mine is not None and item["launch"] == mine.id:
+            return "this launch"
+        if ownership.launch_ended(item["launch"]):
+            return None
+        rec = next((r for r in ownership.launches() if r.id == item["launch"]), None)
+        return rec.describe() if rec is not None else f"launch {item['launch']}"
+    owners = ownership.sandbox_owners(engine_address(), prefix, image)
+    return "; ".join(r.describe() for r in owners) or None
 
 
 def cleanup_leftovers(cfg: Any, *, echo: Optional[Callable[[str], None]] = print) -> List[str]:
     """Remove leftover gateway containers of an earlier run; return their names.
 
     Only containers whose name starts with ``sandbox.container_prefix`` AND whose image
-    is ``sandbox.image`` are removed (force, also when running); every other container
+    is ``sandbox.image`` AND whose launch has ended (:func:`owner_of`: the launch named by
+    its ``io.clawgym.launch`` label, or for an unlabelled one every live launch using that
+    prefix and image) are removed (force, also when running); every other container
     is left alone. Each removal is printed as it happens. Any failure (engine
     unreachable, a container that cannot be removed) raises :class:`PreflightError`
     naming what failed, after trying the rest. The chroot backend contacts no engine.
@@ -189,6 +217,11 @@ def cleanup_leftovers(cfg: Any, *, echo: Optional[Callable[[str], None]] = print
             leftovers = []
         for item in leftovers:
             short = item["id"][:12]
+            owner = owner_of(item, prefix, image)
+            if owner is not None:
+                # Another launch's sandbox (it may be running a rollout now): never removed.
+                say(f"kept container {item['name']} ({short}, {item['state']}): it belongs to {owner}")
+                continue
             try:
                 client.api.remove_container(item["id"], force=True, v=True)
             except docker.errors.NotFound:
@@ -208,7 +241,7 @@ def cleanup_leftovers(cfg: Any, *, echo: Optional[Callable[[str], None]] = print
             f"{len(failures)} leftover container(s) could not be removed: " + "; ".join(failures),
             "remove them by hand (docker rm -f <name>) and retry, or launch with sandbox.cleanup_leftovers=false "
             "if they belong to a run that is still going")], heading="leftover cleanup"))
-    if not removed:
+    if not removed and not leftovers:
         say(f"no leftover {prefix}* containers of {image}")
     return removed
 

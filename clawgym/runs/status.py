@@ -11,13 +11,15 @@ from __future__ import annotations
 import json
 import shutil
 import socket
-from typing import Dict, Optional, Tuple
+from typing import Any, Dict, Optional, Tuple
 from urllib.parse import urlparse
 
 from clawgym.runs.discover import Run
 
 RUNNING, SUCCEEDED, FAILED, STOPPED, UNKNOWN = "running", "succeeded", "failed", "stopped", "unknown"
-STATUSES = (RUNNING, SUCCEEDED, FAILED, STOPPED, UNKNOWN)
+#: A KubeRay manifest written for the user to apply (kuberay.apply=false): nothing ran.
+NOT_APPLIED = "not applied"
+STATUSES = (RUNNING, SUCCEEDED, FAILED, STOPPED, UNKNOWN, NOT_APPLIED)
 
 _RAY = {"PENDING": RUNNING, "RUNNING": RUNNING, "SUCCEEDED": SUCCEEDED, "FAILED": FAILED, "STOPPED": STOPPED}
 _SLURM = {"PENDING": RUNNING, "CONFIGURING": RUNNING, "RUNNING": RUNNING, "COMPLETING": RUNNING,
@@ -84,6 +86,19 @@ def resolve(run: Run, cache: Optional[StatusCache] = None) -> Run:
     sub = _submitted(run)
     sid, address = str(sub.get("submission_id") or ""), str(sub.get("address") or "")
     if sid.startswith("slurm:"):
+        # SLURM job ids repeat (another cluster, a controller reset): the end the launcher
+        # recorded wins, and only the cluster the run was submitted to is asked.
+        if _recorded_end(run) is not None:
+            _from_launcher(run, "recorded by its launcher")
+            return run
+        from clawgym.ownership import same_slurm_cluster
+
+        job = sub.get("job") if isinstance(sub.get("job"), dict) else {}
+        if same_slurm_cluster(job) is False:
+            run.status = UNKNOWN
+            run.status_detail = (f"submitted to SLURM cluster {job.get('cluster')} ({job.get('controller')}); "
+                                 f"scontrol here answers for another cluster")
+            return run
         if shutil.which("scontrol") is None:
             run.status, run.status_detail = UNKNOWN, "scontrol is not installed here, so SLURM cannot be asked"
             return run
@@ -94,6 +109,7 @@ def resolve(run: Run, cache: Optional[StatusCache] = None) -> Run:
         return run
     if not sid or not address or not address.startswith(("http://", "https://")):
         run.status, run.status_detail = UNKNOWN, "the launch recorded no Ray dashboard to ask"
+        _from_launcher(run, run.status_detail)
         return run
     status, detail, job = cache.ray_job(address, sid)
     run.status, run.status_detail, run.job = status or UNKNOWN, detail, job
@@ -102,11 +118,22 @@ def resolve(run: Run, cache: Optional[StatusCache] = None) -> Run:
     return run
 
 
-def _from_launcher(run: Run, why: str) -> None:
-    """The end the launcher recorded (``ended.json``) when the cluster cannot say any more."""
+def _recorded_end(run: Run) -> Optional[Dict[str, Any]]:
     try:
         ended = json.loads((run.latest.path / "ended.json").read_text())
     except (OSError, ValueError, AttributeError):
+        return None
+    return ended if isinstance(ended, dict) and ended.get("status") in (SUCCEEDED, FAILED, STOPPED,
+                                                                        NOT_APPLIED) else None
+
+
+def _from_launcher(run: Run, why: str) -> None:
+    """The end the launcher recorded (``ended.json``) when the cluster cannot say any more."""
+    ended = _recorded_end(run)
+    if ended is None:
+        return
+    if ended.get("status") == NOT_APPLIED:
+        run.status, run.status_detail = NOT_APPLIED, "manifest written, not applied (kuberay.apply=false)"
         return
     if ended.get("status") in (SUCCEEDED, FAILED, STOPPED):
         run.status = str(ended["status"])

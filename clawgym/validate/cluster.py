@@ -15,6 +15,46 @@ def rule_ray(v: Collector) -> None:
     if r["num_gpus"] is not None and r["num_gpus"] < 0:
         v.add("ray-gpus-nonnegative", ["ray.num_gpus"], "a head cannot declare negative GPUs",
               "set ray.num_gpus to the node's GPU count, or null to detect it")
+    if r.get("lost_contact_s") is not None and not r["lost_contact_s"] > 0:
+        # 0 or less would give up on a followed job at its first unanswered poll.
+        v.add("ray-lost-contact-positive", ["ray.lost_contact_s"],
+              "the seconds a followed job's cluster may stay silent before the launcher gives up must be > 0",
+              "set ray.lost_contact_s=300 (the default)")
+
+
+#: Characters sbatch treats specially in a batch script's #SBATCH values: '%' starts a filename
+#: pattern (%j, %u, ... in --output), whitespace ends the option's value, a newline ends the line
+#: (and the first non-#SBATCH line ends every later directive).
+_SBATCH_SPECIAL = re.compile(r"[%\s]")
+
+
+def _sbatch_fix(value: str) -> str:
+    return re.sub(r"[%\s]+", "_", value).strip("_") or "x"
+
+
+def _rule_sbatch_values(v: _Collector, s) -> None:
+    """Every value written into an #SBATCH line holds none of sbatch's special characters."""
+    for key in ("partition", "account", "qos", "gpu_type", "time", "mem_per_node"):
+        value = s[key]
+        if value in (None, "") or not _SBATCH_SPECIAL.search(str(value)):
+            continue
+        v.add("slurm-values-plain", [f"slurm.{key}"],
+              f"slurm.{key} is written into the batch script's '#SBATCH --{key.replace('_', '-')}=' line: a newline "
+              f"there ends the directives (sbatch ignores every later #SBATCH), a space ends the value, and '%' is a "
+              f"pattern sbatch expands", f"set slurm.{key}={_sbatch_fix(str(value))}")
+    save = v.c["paths"]["save"]
+    if save and _SBATCH_SPECIAL.search(str(save)):
+        # The name the save dir derives from: run_name (exp_name when run_name is derived from it).
+        derived = "exp_name" if v.c.get("run_name") == v.c.get("exp_name") else "run_name"
+        keys = ["paths.save"] + ([derived] if v.c.get(derived) and _SBATCH_SPECIAL.search(str(v.c[derived]))
+                                 and str(v.c[derived]) in str(save) else [])
+        name = keys[-1]
+        v.add("slurm-output-path-plain", keys,
+              "SLURM writes the job's output to '#SBATCH --output=<paths.save>/clawgym/slurm/<launch>/slurm-%j.out': "
+              "sbatch expands '%' patterns there (%u, %x, ...: the output file would be elsewhere than clawgym "
+              "looks) and a space or newline breaks the directive",
+              f"set {name}={_sbatch_fix(str(v.c[name]) if name != 'paths.save' else str(save))}" +
+              ("" if name == "paths.save" else " (paths.save derives from it)"))
 
 
 _DNS1123 = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
@@ -62,11 +102,12 @@ def rule_cluster(v: Collector) -> None:
             v.add("slurm-mem-format", ["slurm.mem_per_node"],
                   "sbatch --mem takes a size with an optional K, M, G or T suffix (0 = all of the node's memory)",
                   "set slurm.mem_per_node e.g. to 480G, or null for the partition's default")
+        _rule_sbatch_values(v, s)
         name = str(s["job_name"] or "")
-        if not name or re.search(r"\s", name):
+        if not name or re.search(r"[\s%]", name):
             # The name is an #SBATCH --job-name=... line: sbatch reads one word there.
             v.add("slurm-job-name-one-word", ["slurm.job_name"],
-                  "sbatch --job-name is one word (no spaces, tabs or newlines), and not empty",
+                  "sbatch --job-name is one word (no spaces, tabs, newlines or '%' patterns), and not empty",
                   f"set slurm.job_name={re.sub(r'[^A-Za-z0-9_.-]+', '_', name).strip('_') or 'clawgym'}, or leave it "
                   f"unset (the run name)")
         bad = [str(x) for x in s["extra_sbatch"] if not str(x).startswith("-") or "\n" in str(x)]

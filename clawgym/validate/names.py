@@ -52,6 +52,10 @@ def name_problem(name: Any) -> Optional[str]:
         return "it contains '/', which would make it several nested folders"
     if "\0" in name:
         return "it contains a NUL character, which no path can hold"
+    control = next((ch for ch in name if ord(ch) < 0x20 or 0x7f <= ord(ch) < 0xa0), None)
+    if control is not None:
+        # ESC and friends would reach folder names and, printed, drive the terminal.
+        return f"it contains the control character {control!r}, which folder names and terminals must not get"
     if name.strip() != name:
         return "it has surrounding spaces"
     return None

@@ -33,6 +33,20 @@ def rule_gpus_fit_node(v: Collector) -> None:
     g = v.c["gpu_layout"]
     if min(g["num_gpus"], g["actor_gpus"], g["rollout_gpus"]) <= 0:
         return
+    if str((v.c.get("cluster") or {}).get("backend", "local")) == "local" and not v.c["ray"]["address"]:
+        # A head clawgym starts (cluster=local) is this one node: no other node can take the rest.
+        need = max(g["actor_gpus"], g["rollout_gpus"]) if g["colocate"] else g["actor_gpus"] + g["rollout_gpus"]
+        need = max(need, g["actor_gpus"] * g["actor_num_nodes"])
+        if need > g["num_gpus"]:
+            what = (f"colocated actor and rollout share {need}" if g["colocate"] else
+                    f"actor + rollout GPUs ({g['actor_gpus']} + {g['rollout_gpus']})")
+            v.add("local-head-gpus-fit", ["gpu_layout.actor_gpus", "gpu_layout.rollout_gpus", "gpu_layout.num_gpus",
+                                          "gpu_layout.colocate"],
+                  f"cluster=local starts a Ray head on this one node: {what} exceed its gpu_layout.num_gpus="
+                  f"{g['num_gpus']}, and there is no other node for Ray to place the rest on",
+                  "choose a layout that fits the node (e.g. gpu_layout=split_4_4 or gpu_layout=colocate_8 on 8 GPUs), "
+                  "or run on a cluster with more nodes: ray.address=<dashboard> or cluster=slurm")
+        return
     if g["colocate"]:
         for k in ("actor_gpus", "rollout_gpus"):
             if g[k] > g["num_gpus"] * (g["actor_num_nodes"] if k == "rollout_gpus" else 1):
