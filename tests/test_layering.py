@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parents[1]
 FLOORS: List[Tuple[str, Tuple[str, ...]]] = [
     (
         "face",
-        ("train", "clawgym.cli", "clawgym.__main__", "clawgym.commands", "clawgym.app"),
+        ("train", "clawgym.cli", "clawgym.__main__", "clawgym.commands", "clawgym.app", "clawgym.demo"),
     ),
     (
         "sweep/tuner",
@@ -77,6 +77,7 @@ FLOORS: List[Tuple[str, Tuple[str, ...]]] = [
             "clawgym.text",
             "clawgym.console",
             "clawgym.overrides",
+            "clawgym.ownership",
         ),
     ),
 ]
