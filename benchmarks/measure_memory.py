@@ -35,6 +35,10 @@ of wall time on the device, ~12 minutes of device time with the machines' starts
     python3 benchmarks/measure_memory.py --assemble-times times.jsonl times2.jsonl \
         --out benchmarks/step_time_reference.json
 
+After ``run_point`` was split into ``_Built`` for the timing runs, q06_t4k_full and q30l2_t8k_full
+were measured again (2026-12-03): the same allocated static and peaks to the 4th decimal, reserved
+within 0.04 GiB.
+
 The committed memory reference was made so on 2026-12-01/02 (three device calls, 21 configurations,
 ~12 minutes of device time; each configuration's process takes 20-35 s, most of it imports and
 the first step's torch.compile of slime's loss helpers).

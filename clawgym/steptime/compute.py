@@ -31,8 +31,9 @@ The fraction is a harmonic mix of two rates, scaled by how full the GPU is kept:
 
 Fitted how: the 5 constants by least squares on log(predicted / measured) of both passes of every
 point (52 residuals), then refined to the minimax of the relative error (p-norm continuation, p up
-to 128, Nelder-Mead), and rounded; max |error| 15.0 % (``q06_none_t4k`` train, ``q4_full_t32k``
-log-prob), RMS 8.4 %. Repeating one point on a second machine moved it by 0.2 %.
+to 128, Nelder-Mead), and rounded to the values below; with them, max |error| 15.1 % over the
+train passes (RMS 8.0 %) and 15.0 % over the log-prob passes (RMS 8.8 %). Repeating one point on a
+second machine moved it by 0.2 %.
 
 Without ``attention_share`` (``None``) the share is guessed from the micro-batch alone,
 ``s = T / (T + T_ATTENTION_HALF)``, a Qwen3-like shape's: within 24 % of the points (RMS 14 %),
