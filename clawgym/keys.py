@@ -10,6 +10,7 @@ is below them is not checked against the schema.
 from __future__ import annotations
 
 import ast
+import re
 import dataclasses
 import difflib
 import functools
@@ -171,3 +172,39 @@ def unknown_keys(data: Mapping[str, Any], prefix: str = "") -> Iterable[str]:
         info = keys().get(path)
         if isinstance(v, Mapping) and info is not None and not info.open:
             yield from unknown_keys(v, f"{path}.")
+
+
+_NOT_IN_STRUCT = re.compile(r"Key '([^']+)' (?:is )?not in")
+_FULL_KEY = re.compile(r"full_key:\s*(\S+)")
+_COULD_NOT = re.compile(r"Could not (?:override|append to|delete from config\.) '?([^'.\s]+(?:\.[^'\s]+)*)'?")
+
+
+def composition_report(exc: BaseException) -> str:
+    """Hydra's composition error, worded for clawgym: a key the schema does not define is named with
+    the closest one (Hydra's own hint, "To append to your config use +KEY=VALUE", would make the typo
+    a new key next to the real one, so it is left out)."""
+    text = str(exc)
+    cause = exc.__cause__
+    if cause is not None and str(cause) and str(cause) not in text:
+        text += "\n" + str(cause)
+    full = _FULL_KEY.search(text)
+    could = _COULD_NOT.search(text)
+    key = full.group(1) if full else (could.group(1) if could else None)
+    if key and _NOT_IN_STRUCT.search(text) and not is_known(key):
+        near = closest(key)
+        fix = f"did you mean {near[0]}?" if near else "python train.py --cfg job lists every key"
+        return (f"clawgym: {key} is not a config key; {fix}\n"
+                f"  rule: every key is defined by the typed schema (clawgym/schema.py); a misspelled key is refused,"
+                f" never added\n"
+                f"  fix:  {near[0] + '=' + _value_of(text, key) if near else 'use a key of the schema'}"
+                f"  (clawgym explain {near[0] if near else key} says what it is)")
+    # Hydra lists the ``base_<group>`` schema entries as options; they are not options a user picks.
+    unknown = key is not None and not is_known(key)
+    lines = [ln for ln in text.splitlines() if not (unknown and ln.startswith("To append to your config use"))
+             and not re.match(r"^\s+base_\w+$", ln)]
+    return "\n".join(lines).rstrip() + "\n(a composition error: nothing was started or written)"
+
+
+def _value_of(text: str, key: str) -> str:
+    found = re.search(r"use \+" + re.escape(key) + r"=(\S+)", text)
+    return found.group(1) if found else "VALUE"
