@@ -191,9 +191,11 @@ def composition_report(exc: BaseException) -> str:
     could = _COULD_NOT.search(text)
     key = full.group(1) if full else (could.group(1) if could else None)
     if key and _NOT_IN_STRUCT.search(text) and not is_known(key):
+        from clawgym.secrets import redact
+
         near = closest(key)
         fix = f"did you mean {near[0]}?" if near else "python train.py --cfg job lists every key"
-        return (f"clawgym: {key} is not a config key; {fix}\n"
+        return redact(f"clawgym: {key} is not a config key; {fix}\n"
                 f"  rule: every key is defined by the typed schema (clawgym/schema.py); a misspelled key is refused,"
                 f" never added\n"
                 f"  fix:  {near[0] + '=' + _value_of(text, key) if near else 'use a key of the schema'}"
@@ -202,7 +204,9 @@ def composition_report(exc: BaseException) -> str:
     unknown = key is not None and not is_known(key)
     lines = [ln for ln in text.splitlines() if not (unknown and ln.startswith("To append to your config use"))
              and not re.match(r"^\s+base_\w+$", ln)]
-    return "\n".join(lines).rstrip() + "\n(a composition error: nothing was started or written)"
+    from clawgym.secrets import redact
+
+    return redact("\n".join(lines).rstrip() + "\n(a composition error: nothing was started or written)")
 
 
 def _value_of(text: str, key: str) -> str:

@@ -184,15 +184,21 @@ def compose(overrides: Sequence[str] = ()) -> Provenance:
 def _compose(overrides: List[str], compose_config: Any, run_mode: Any) -> Provenance:
     from hydra.core.global_hydra import GlobalHydra
 
+    from hydra._internal.defaults_list import create_defaults_list
+
     cfg = compose_config(overrides)
     loader = GlobalHydra.instance().config_loader()
-    defaults = loader.compute_defaults_list(CONFIG_NAME, overrides, run_mode.RUN)
+    # As Hydra's own compose does (ConfigLoaderImpl._load_configuration_impl): the repository with the
+    # overrides' hydra.searchpath, where an imported experiment lives.
+    parsed, repo = loader._parse_overrides_and_create_caching_repo(CONFIG_NAME, overrides)
+    defaults = create_defaults_list(repo=repo, config_name=CONFIG_NAME, overrides_list=parsed, prepend_hydra=True,
+                                    skip_missing=False)
     layers: List[Layer] = []
     for d in defaults.defaults:
         path = d.config_path
         if path is None or path.startswith("hydra/") or path == "hydra/config" or (d.package or "").startswith("hydra"):
             continue
-        loaded = loader.repository.load_config(path)
+        loaded = repo.load_config(path)
         if loaded is None:
             continue
         content = OmegaConf.to_container(loaded.config, resolve=False)

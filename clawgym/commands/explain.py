@@ -50,7 +50,9 @@ def _secret(key: str) -> bool:
     from clawgym.secrets import is_secret_name, names_secret
 
     last = key.rpartition(".")[2]
-    return names_secret(last) or (is_secret_name(last) and not last.endswith(("_env", "_path", "_file")))
+    if key.startswith(("extra_env.", "sandbox.env.")):
+        return is_secret_name(last)  # a variable: named like a key, token or password
+    return names_secret(last) and not last.endswith("_name")  # a flag's dest (kuberay.secret_name is a name)
 
 
 def _unknown(key: str) -> str:
