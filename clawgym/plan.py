@@ -220,7 +220,8 @@ def job_env(c: Mapping[str, Any]) -> Dict[str, str]:
         "PYTHONUNBUFFERED": "1",
         "PYTHONFAULTHANDLER": "1",
         "MASTER_ADDR": node_ip,
-        "no_proxy": f"127.0.0.1,{node_ip}",
+        # Loopback and the head node, each once (a loopback head is 127.0.0.1 itself).
+        "no_proxy": ",".join(dict.fromkeys(["127.0.0.1", str(node_ip)])),
     }
     if not (c.get("trainer") or {}).get("agent_env", True) or sb["backend"] == "none":
         # No agent sandbox, or upstream slime: no OpenClaw gateways and no ClawGymRL API server
