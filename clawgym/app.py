@@ -22,9 +22,9 @@ from clawgym.registry import RegistryError
 from clawgym.secrets import env_secrets, redact
 from clawgym.validate import ConfigError, Violation
 
+from clawgym.exit_codes import REFUSED as EXIT_REFUSED
+
 PLAN_FILE = "launch_plan.json"
-#: Exit status of a command refused before anything started (config errors, preflight).
-EXIT_REFUSED = 2
 #: Files Hydra writes into an output dir by itself (and clawgym's plan): what a refused
 #: command may remove from an output dir it created.
 _HYDRA_FILES = {".hydra/config.yaml", ".hydra/hydra.yaml", ".hydra/overrides.yaml", "multirun.yaml", PLAN_FILE}
@@ -517,9 +517,16 @@ def _run(cfg: DictConfig) -> Any:
         # stdout ends the dry run quietly (say() silences it) instead of with a BrokenPipeError.
         out = output_dir()
         written = write_plan(plan, out) if out is not None else None
-        if say(format_plan(plan), out=True) and written is not None:
-            say(f"\nplan written to {written}", out=True)
+        single = _single_run() or out is None
+        # A sweep's job prints a short block (the sweep prints every job's verdict in one table at its end).
+        if say(format_plan(plan) if single else format_plan_brief(plan), out=True) and written is not None:
+            say(f"{'' if not single else chr(10)}plan written to {written}", out=True)
         dry_run_artefact(plan, cfg, out, plain)
+        banner = memory_banner(plan, cfg)
+        if banner and single:
+            # Refused as the launch would be (preflight check memory): exit 2, with the plan kept to read why.
+            say(banner)
+            sys.exit(EXIT_REFUSED)
         return plan.to_dict()
     if cfg.preflight_only:
         from clawgym.preflight import preflight_only
@@ -529,6 +536,42 @@ def _run(cfg: DictConfig) -> Any:
 
     # Every backend (local head, existing cluster, SLURM, KubeRay) goes through the one pipeline.
     return launch_single(cfg, plan)
+
+
+def memory_banner(plan: LaunchPlan, cfg: Any) -> Optional[str]:
+    """The banner of a dry run whose memory plan does not fit (None when it fits, has no plan, or the
+    ``memory`` check is skipped): a launch of it would be refused by the preflight check ``memory``."""
+    mem = plan.memory
+    if not mem or mem.get("fits", True):
+        return None
+    try:
+        skipped = "memory" in [str(x) for x in (cfg.get("skip_checks") or [])]
+    except AttributeError:
+        skipped = False
+    if skipped:
+        return None
+    advice = mem.get("advice") or []
+    bar = "=" * 78
+    return "\n".join([bar, f"clawgym: DOES NOT FIT: the memory plan of {plan.run_name} does not fit "
+                            f"{mem.get('gpu')} ({mem.get('gpu_memory_gib')} GiB per GPU)",
+                       *[f"  problem: {p}" for p in mem.get("problems") or []],
+                       *[f"  advice:  {a}" for a in advice[:3]],
+                       "  a launch would be refused by the preflight check memory; this dry run exits 2 "
+                       "(skip_checks=[memory] launches anyway)", bar])
+
+
+def format_plan_brief(plan: LaunchPlan) -> str:
+    """A sweep job's dry run in a few lines: run, save dir, GPUs, trainer, memory verdict."""
+    mem = plan.memory or {}
+    ph = mem.get("phases") or {}
+    verdict = ("fits" if mem.get("fits") else "DOES NOT FIT: " + "; ".join(mem.get("problems") or [])) if mem else \
+        "no memory plan"
+    return "\n".join([f"run:            {plan.run_name}",
+                      f"save dir:       {plan.save_dir}",
+                      f"GPUs held:      {plan.gpus_required}",
+                      f"trainer:        {' '.join(plan.entrypoint[:2])} ({len(plan.entrypoint) - 2} arguments)",
+                      f"memory:         GPU peak {ph.get('peak_gib', 0):.1f} of {mem.get('gpu_memory_gib', 0):.1f} GiB "
+                      f"({mem.get('gpu', '?')}): {verdict}" if mem else f"memory:         {verdict}"])
 
 
 def attach_memory(plan: LaunchPlan, cfg: Any) -> LaunchPlan:
