@@ -33,6 +33,8 @@ _HYDRA_FILES = {".hydra/config.yaml", ".hydra/hydra.yaml", ".hydra/overrides.yam
 _CREATED_OUTPUT_DIR: Optional[Path] = None
 # True once ClawGymCallback validated this single run's config (the task function need not again).
 _VALIDATED_RUN = False
+# A dry run refused for its memory plan keeps its output dir: launch_plan.json says why.
+_KEEP_OUTPUT_DIR = False
 
 
 def timestamp() -> str:
@@ -462,7 +464,7 @@ def run(cfg: DictConfig) -> Any:
         return _run(cfg)
     except SystemExit as exc:
         if exc.code == EXIT_REFUSED or (exc.code not in (0, None) and cfg.get("preflight_only")):
-            if _single_run():
+            if _single_run() and not _KEEP_OUTPUT_DIR:
                 discard_own_output_dir()
         raise
 
@@ -524,7 +526,10 @@ def _run(cfg: DictConfig) -> Any:
         dry_run_artefact(plan, cfg, out, plain)
         banner = memory_banner(plan, cfg)
         if banner and single:
-            # Refused as the launch would be (preflight check memory): exit 2, with the plan kept to read why.
+            # Refused as the launch would be (preflight check memory): exit 2, with the plan kept to read why
+            # (a dry run's plan is what it was asked for; nothing was started).
+            global _KEEP_OUTPUT_DIR
+            _KEEP_OUTPUT_DIR = True
             say(banner)
             sys.exit(EXIT_REFUSED)
         return plan.to_dict()

@@ -173,6 +173,8 @@ def test_failed_job_shows_the_trainer_exit_code_and_last_lines_not_rays_long_tai
     assert proc.returncode == 1, proc.stdout + proc.stderr
     log = list((clawgym_checkout / "exp" / run / "logs").glob("train_*.log"))[0]
     assert "FAILED: the trainer exited with code 3" in proc.stderr
+    # One exit code for a failed job (1, above); the trainer's own is in the last line.
+    assert "clawgym: the job failed (trainer exited 3)" in proc.stderr
     assert "last available logs" not in proc.stderr  # Ray's own tail is not repeated
     assert "  | " in proc.stderr and "simulated failure: exit code 3" in proc.stderr
     assert f"[clawgym] log: {log}" in proc.stderr

@@ -14,6 +14,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Sequence, Tuple
+from clawgym.exit_codes import REFUSED
 
 #: Shown for a key or flag one side does not have.
 ABSENT = "(absent)"
@@ -179,10 +180,10 @@ def run(args: argparse.Namespace) -> int:
         a, b = resolve_side(args.a), resolve_side(args.b)
     except SnapshotError as exc:
         print(str(exc), file=sys.stderr)
-        return 2
+        return REFUSED
     except (HydraException, OmegaConfBaseException) as exc:
         print(f"clawgym diff: cannot compose the override set: {exc}", file=sys.stderr)
-        return 2
+        return REFUSED
     print(format_diff(a, b))
     return 0
 

@@ -20,6 +20,7 @@ import os
 import sys
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
+from clawgym.exit_codes import REFUSED
 
 #: Passes of pinning drifted values before giving up on the unresolved form.
 MAX_PIN_PASSES = 5
@@ -179,10 +180,10 @@ def run(args: argparse.Namespace) -> int:
         snap, cfg, plan, record = build_resume(args.save_dir, args.overrides)
     except ResumeError as exc:
         print(str(exc), file=sys.stderr)
-        return 2
+        return REFUSED
     except ConfigError as err:
         print(err.report(), file=sys.stderr)
-        return 2
+        return REFUSED
     before = Side(label=f"snapshot {snap.id}", source=str(snap.path), config=snap.config,
                   entrypoint=list(snap.plan.get("entrypoint") or []),
                   env=dict((snap.plan.get("runtime_env") or {}).get("env_vars") or {}))

@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from clawgym.exit_codes import FAILED, REFUSED
 
 
 def add_common(p: argparse.ArgumentParser) -> None:
@@ -87,7 +88,7 @@ def run(args) -> int:
         runs, rows, columns = collect(args, "runs")
     except _Bad as exc:
         print(f"clawgym runs: {exc}", file=sys.stderr)
-        return 2
+        return REFUSED
     if args.json:
         sys.stdout.write(to_json(rows))
     elif not rows:
@@ -103,5 +104,5 @@ def run(args) -> int:
         for metric in missing:
             print(f"clawgym runs: no run logged {metric} (yet); no picture for it", file=sys.stderr)
         if not written:
-            return 1
+            return FAILED
     return 0

@@ -13,6 +13,7 @@ import sys
 from typing import Any, List
 
 from clawgym.commands.diff import render_table
+from clawgym.exit_codes import REFUSED
 
 
 def _git_line(name: str, info: dict) -> str:
@@ -122,7 +123,7 @@ def run(args: argparse.Namespace) -> int:
         print(format_show(args.target, config=config))
     except SnapshotError as exc:
         print(str(exc), file=sys.stderr)
-        return 2
+        return REFUSED
     return 0
 
 

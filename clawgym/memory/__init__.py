@@ -114,7 +114,7 @@ def memory_plan(c: Mapping[str, Any], gpu: Any = None) -> MemoryPlan:
     return plan
 
 
-def _trajectories(r: Mapping[str, Any]) -> str:
+def trajectories_text(r: Mapping[str, Any]) -> str:
     """How many of the concurrent trajectories the KV cache holds at full context, in words that
     never read "48 of 32 fit"."""
     fit, want = r["trajectories_fit"], r["concurrent_trajectories"]
@@ -122,6 +122,8 @@ def _trajectories(r: Mapping[str, Any]) -> str:
         return "no rollout engine: nothing is generated"
     if fit >= want:
         return f"all {want} concurrent fit at full context (room for {fit})"
+    if fit == 0:
+        return f"none of {want} concurrent fits at full context (one is larger than an engine's KV cache)"
     return f"{fit} of {want} concurrent fit at full context (SGLang queues the rest)"
 
 
@@ -152,7 +154,7 @@ def format_memory(d: Mapping[str, Any]) -> str:
              f"{r['engines']} engines)",
              f"  rollout KV pool    {gib(r['kv_pool_gib'])}  {r['kv_tokens_per_engine']:,} tokens/engine; needed "
              f"{r['kv_tokens_needed']:,} ({r['concurrent_trajectories']} x {r['context_len']})",
-             f"  trajectories       {_trajectories(r)}",
+             f"  trajectories       {trajectories_text(r)}",
              f"  host RAM per node  {h['ram_gib_per_node']:7.1f} GiB",
              f"  GPU peak           {gib(ph['peak_gib'])}  of {d['gpu_memory_gib']:.1f} ({ph.get('phase')})  "
              f"{_verdict(d)}"]
