@@ -33,8 +33,8 @@ from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 from omegaconf.errors import OmegaConfBaseException
 
-from clawgym.pipeline import (EXIT_INTERRUPTED, EXIT_REFUSED, FAILED, QUEUED, RUNNING, STOPPED, SUCCEEDED, Pipeline,
-                              PipelineJob, PipelineOptions, Refused, fmt_duration, say, summary_table)
+from clawgym.pipeline import (EXIT_FAILED, EXIT_INTERRUPTED, EXIT_REFUSED, FAILED, QUEUED, RUNNING, STOPPED, SUCCEEDED,
+                              Pipeline, PipelineJob, PipelineOptions, Refused, fmt_duration, say, summary_table)
 from clawgym.plan import LaunchPlan, build_plan_from_dict
 from clawgym.validate import ConfigError, check
 
@@ -586,5 +586,5 @@ def run_sweep(*, hydra_context: HydraContext, task_function: TaskFunction, confi
                   + (f"; submission {j.submission_id}" if j.submission_id else "")
                   + (f"; log: {j.log_file}" if j.log_file else ""), file=sys.stderr, flush=True)
         print(f"clawgym: {len(failed)} of {len(session.jobs)} sweep jobs failed", file=sys.stderr, flush=True)
-        sys.exit(1)
+        sys.exit(EXIT_FAILED)
     return returns
