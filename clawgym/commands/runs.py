@@ -79,6 +79,18 @@ class _Bad(Exception):
     pass
 
 
+def nothing_found(args) -> str:
+    """"no runs found", saying where it looked (and that --where left them all out, when it did)."""
+    from clawgym.runs.discover import MAX_DEPTH, default_paths
+
+    where = [str(Path(p).expanduser().resolve()) for p in args.paths] or [str(p) for p in default_paths()]
+    if args.where:
+        return f"no runs match --where {' '.join(args.where)} (under {', '.join(where)})"
+    looked = ", ".join(where) if where else f"{Path.cwd()} (no exp/ folder there, and $CLAWGYM_RL_ROOT is unset)"
+    return (f"no runs found under {looked} (searched {MAX_DEPTH} folders deep)\n"
+            f"  a run is a save dir with clawgym snapshots (<save>/clawgym/snapshots/); give its path or a folder "
+            f"above it: clawgym runs <paths.root>/exp")
+
 def run(args) -> int:
     from clawgym.runs.table import format_table, to_json
 
@@ -92,7 +104,7 @@ def run(args) -> int:
     if args.json:
         sys.stdout.write(to_json(rows))
     elif not rows:
-        print("no runs found (a run is a save dir with clawgym snapshots: <save>/clawgym/snapshots/)")
+        print(nothing_found(args))
     else:
         print(format_table(rows, columns))
     if args.plot:
