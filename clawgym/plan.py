@@ -362,6 +362,15 @@ def submission_id(run_name: str, timestamp: str) -> str:
     return f"{slug}-{timestamp}" if slug.startswith("clawgym") else f"clawgym-{slug}-{timestamp}"
 
 
+def tidy_path(value: Any) -> Any:
+    """A path as the plan writes it: no doubled or trailing ``/`` (``paths.save=/ckpt/run/`` would make
+    ``/ckpt/run//logs``); anything that is not a path is kept."""
+    if not isinstance(value, str) or "/" not in value or "://" in value:
+        return value
+    tidy = re.sub(r"/{2,}", "/", value)
+    return tidy.rstrip("/") or "/"
+
+
 def build_plan_from_dict(c: Mapping[str, Any], *, environ: Mapping[str, str], timestamp: str) -> LaunchPlan:
     """The plan for a resolved plain config.
 
@@ -370,6 +379,7 @@ def build_plan_from_dict(c: Mapping[str, Any], *, environ: Mapping[str, str], ti
     """
     from clawgym.generated import generated_files
 
+    c = {**c, "paths": {k: tidy_path(v) for k, v in c["paths"].items()}}
     use_wandb = wandb_enabled(c, environ)
     save = c["paths"]["save"]
     sid = submission_id(c["run_name"], timestamp)

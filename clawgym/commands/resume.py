@@ -193,7 +193,16 @@ def run(args: argparse.Namespace) -> int:
     print(format_diff(before, after, names=("was", "now")))
     print()
     if args.dry_run:
+        from clawgym.app import attach_memory, memory_banner
+
+        # The memory plan too (format_plan prints it), as a dry run of train.py does; refused as its
+        # launch would be when it does not fit.
+        attach_memory(plan, to_plain(cfg))
         print(format_plan(plan))
+        banner = memory_banner(plan, cfg)
+        if banner:
+            print(banner, file=sys.stderr)
+            return REFUSED
         return 0
     from clawgym.pipeline import launch_single  # heavy imports (ray) only for real launches
 
