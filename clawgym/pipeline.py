@@ -198,12 +198,9 @@ def say(text: str) -> None:
 
 def _quiet_ray_sdk() -> None:
     """Ray's job SDK logs each package upload and websocket close at INFO; keep progress readable."""
-    import importlib
-    import logging
+    from clawgym.launch import quiet_ray_sdk
 
-    for name in ("ray.dashboard.modules.dashboard_sdk", "ray.dashboard.modules.job.sdk"):
-        importlib.import_module(name)  # they set their level to INFO when imported
-        logging.getLogger(name).setLevel(logging.WARNING)
+    quiet_ray_sdk()
 
 
 # ---------------------------------------------------------------- the pipeline

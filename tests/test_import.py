@@ -229,11 +229,13 @@ def test_seed_import_reproduces_todays_clawgym_defaults(seed_checkout, tmp_path)
     assert result.flavour == "clawgym"
     assert {g: o for g, o in result.choices.items() if g != "trainer"} == {
         "model": "qwen3_4b", "gpu_layout": "split_4_4", "sandbox": "docker"}
-    # Nearly empty: where the checkout is, and no TensorBoard events (the seed keeps none; an import
-    # reproduces the script's argv exactly, so metrics.tensorboard's default is turned off).
-    assert result.body == {"paths": {"root": str(seed_checkout)}, "metrics": {"tensorboard": False}}
-    # The seed binds 0.0.0.0; clawgym keeps loopback and says so.
-    assert [d.name for d in result.deliberate] == ["HOST"]
+    # Nearly empty: where the checkout is. TensorBoard events stay on (the seed keeps none), so
+    # clawgym runs / clawgym report show the imported run's curves; the import says so.
+    assert result.body == {"paths": {"root": str(seed_checkout)}}
+    # The seed binds 0.0.0.0; clawgym keeps loopback and says so; and the events, with their folder.
+    assert sorted(d.name for d in result.deliberate) == ["--use-tensorboard (use_tensorboard)", "HOST",
+                                                         "TENSORBOARD_DIR"]
+    assert any("clawgym runs / report show its curves" in d.note for d in result.deliberate)
 
 
 @needs_registry

@@ -141,6 +141,9 @@ def test_job_runs_exactly_the_plan_entrypoint_and_environment(clawgym_checkout, 
     assert (Path(rec["cwd"]) / "train_async.py").read_bytes() == (clawgym_checkout / "slime" / "train_async.py").read_bytes()
     # The output went to the console and to <save>/logs/train_<timestamp>.log.
     assert "[standin] train_async.py started" in proc.stdout
+    # Ray's own INFO lines (package upload, "Submitted job") stay out of clawgym's output.
+    for chatty in ("packaging.py:", "dashboard_sdk.py:", " sdk.py:"):
+        assert chatty not in proc.stdout + proc.stderr, chatty
     logs = list((clawgym_checkout / "exp" / run / "logs").glob("train_*.log"))
     assert len(logs) == 1 and "[standin] exiting with 0" in logs[0].read_text()
     sid = submission_id_of(proc.stdout)

@@ -50,6 +50,10 @@ class StatusCache:
                 return None, f"no Ray dashboard answers at {address}", {}
             from ray.job_submission import JobSubmissionClient
 
+            from clawgym.launch import quiet_ray_sdk
+
+            quiet_ray_sdk()
+
             try:
                 client = self._clients[address] = JobSubmissionClient(address)
             except Exception as exc:  # noqa: BLE001 - Ray raises several kinds; the cluster just does not say
