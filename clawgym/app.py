@@ -522,7 +522,7 @@ def _run(cfg: DictConfig) -> Any:
         single = _single_run() or out is None
         # A sweep's job prints a short block (the sweep prints every job's verdict in one table at its end).
         if say(format_plan(plan) if single else format_plan_brief(plan), out=True) and written is not None:
-            say(f"{'' if not single else chr(10)}plan written to {written}", out=True)
+            say(f"{chr(10) if single else ''}plan written to {written}", out=True)
         dry_run_artefact(plan, cfg, out, plain)
         banner = memory_banner(plan, cfg)
         if banner and single:

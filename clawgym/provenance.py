@@ -166,25 +166,23 @@ def compose(overrides: Sequence[str] = ()) -> Provenance:
     """Compose as ``train.py`` does (``clawgym.config.compose``) and keep what each layer set."""
     from hydra import initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
-    from hydra.types import RunMode
     from hydra.version import VersionBase
-
-    from clawgym.config import compose as compose_config
 
     version_base = VersionBase.instance().getbase()
     if GlobalHydra.instance().is_initialized():
-        return _compose(list(overrides), compose_config, RunMode)
+        return _compose(list(overrides))
     try:
         with initialize_config_dir(config_dir=str(config_dir()), version_base="1.3"):
-            return _compose(list(overrides), compose_config, RunMode)
+            return _compose(list(overrides))
     finally:
         VersionBase.instance().version_base = version_base
 
 
-def _compose(overrides: List[str], compose_config: Any, run_mode: Any) -> Provenance:
+def _compose(overrides: List[str]) -> Provenance:
+    from hydra._internal.defaults_list import create_defaults_list
     from hydra.core.global_hydra import GlobalHydra
 
-    from hydra._internal.defaults_list import create_defaults_list
+    from clawgym.config import compose as compose_config
 
     cfg = compose_config(overrides)
     loader = GlobalHydra.instance().config_loader()
@@ -196,7 +194,7 @@ def _compose(overrides: List[str], compose_config: Any, run_mode: Any) -> Proven
     layers: List[Layer] = []
     for d in defaults.defaults:
         path = d.config_path
-        if path is None or path.startswith("hydra/") or path == "hydra/config" or (d.package or "").startswith("hydra"):
+        if path is None or path.startswith("hydra/") or (d.package or "").startswith("hydra"):
             continue
         loaded = repo.load_config(path)
         if loaded is None:
