@@ -329,11 +329,11 @@ def secret_env(c: Mapping[str, Any], *, use_wandb: bool) -> Dict[str, List[str]]
 
 def supervisor_path(save_dir: Optional[str]) -> str:
     """Where the pipeline copies clawgym/jobside/run_services.py for the job."""
-    return f"{save_dir}/clawgym/run_services.py"
+    return under(str(save_dir), "clawgym", "run_services.py")
 
 
 def services_spec_path(save_dir: Optional[str]) -> str:
-    return f"{save_dir}/clawgym/services.json"
+    return under(str(save_dir), "clawgym", "services.json")
 
 
 def services(c: Mapping[str, Any]) -> List[Dict[str, Any]]:
@@ -352,7 +352,7 @@ def services(c: Mapping[str, Any]) -> List[Dict[str, Any]]:
                     "env": {"CUDA_VISIBLE_DEVICES": str(t["gpus"])} if t.get("gpus") else {},
                     "health_url": f"http://{host}:{t['port']}{t['health_path']}",
                     "timeout_s": float(t["startup_timeout_s"]),
-                    "log": f"{save}/logs/teacher.log" if save else None})
+                    "log": under(save, "logs", "teacher.log") if save else None})
     return out
 
 
@@ -362,13 +362,10 @@ def submission_id(run_name: str, timestamp: str) -> str:
     return f"{slug}-{timestamp}" if slug.startswith("clawgym") else f"clawgym-{slug}-{timestamp}"
 
 
-def tidy_path(value: Any) -> Any:
-    """A path as the plan writes it: no doubled or trailing ``/`` (``paths.save=/ckpt/run/`` would make
-    ``/ckpt/run//logs``); anything that is not a path is kept."""
-    if not isinstance(value, str) or "/" not in value or "://" in value:
-        return value
-    tidy = re.sub(r"/{2,}", "/", value)
-    return tidy.rstrip("/") or "/"
+def under(folder: str, *parts: str) -> str:
+    """``folder/part/...`` without a doubled ``/`` when the folder was typed with a trailing one
+    (``--save /ckpt/run/`` as a launch script writes it: the flag keeps it, the log path is ``/ckpt/run/logs``)."""
+    return "/".join([str(folder).rstrip("/") or "", *parts]) if str(folder) != "/" else "/" + "/".join(parts)
 
 
 def build_plan_from_dict(c: Mapping[str, Any], *, environ: Mapping[str, str], timestamp: str) -> LaunchPlan:
@@ -379,7 +376,6 @@ def build_plan_from_dict(c: Mapping[str, Any], *, environ: Mapping[str, str], ti
     """
     from clawgym.generated import generated_files
 
-    c = {**c, "paths": {k: tidy_path(v) for k, v in c["paths"].items()}}
     use_wandb = wandb_enabled(c, environ)
     save = c["paths"]["save"]
     sid = submission_id(c["run_name"], timestamp)
@@ -397,7 +393,7 @@ def build_plan_from_dict(c: Mapping[str, Any], *, environ: Mapping[str, str], ti
         submission_id=sid,
         address=dashboard_address(c),
         secret_env=secret_env(c, use_wandb=use_wandb),
-        log_file=f"{save}/logs/train_{timestamp}.log" if save else None,
+        log_file=under(save, "logs", f"train_{timestamp}.log") if save else None,
         save_dir=save,
         gpus_required=gpus_required(c),
         run_name=c["run_name"],

@@ -18,11 +18,15 @@ def test_no_proxy_names_each_host_once():
     assert plan.runtime_env["env_vars"]["no_proxy"] == "127.0.0.1,10.0.0.5"
 
 
-def test_a_path_typed_with_a_trailing_slash_makes_no_double_slash():
-    plan = build_plan(compose(["paths.save=/ckpt/Qwen3-4B_slime/", "paths.root=/r/"]), environ={}, timestamp="t")
-    text = plan.to_json()
-    assert "//" not in text.replace("http://", "").replace("file://", "")
+def test_a_save_dir_typed_with_a_trailing_slash_makes_no_double_slash():
+    # As launch scripts write it (--save /ckpt/run/): the flag keeps the user's text, the paths clawgym
+    # derives from it do not double the slash.
+    plan = build_plan(compose(["paths.save=/ckpt/Qwen3-4B_slime/", "services=opd_teacher"]), environ={},
+                      timestamp="t")
     assert plan.log_file == "/ckpt/Qwen3-4B_slime/logs/train_t.log"
+    assert plan.runtime_env["env_vars"]["TENSORBOARD_DIR"].startswith("/ckpt/Qwen3-4B_slime/tensorboard/")
+    derived = [plan.log_file, *plan.files, *(s.get("log") or "" for s in plan.services)]
+    assert derived and not [p for p in derived if "//" in p]
 
 
 def test_help_pages_carry_no_restructuredtext_backticks():

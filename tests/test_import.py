@@ -262,7 +262,8 @@ def test_a_changed_experiment_prints_the_difference_table(imported, slime_checko
     code, out = run_cli([script, "--out", str(out_dir), "--name", "colo", "--check"], capsys)
     assert code == 1, out
     assert "differences (1):" in out
-    (row,) = [line for line in out.splitlines() if line.startswith("flag ")]
+    # The differences table (the deliberate one above it lists --use-tensorboard, kept on on purpose).
+    (row,) = [line for line in out.split("differences (1):")[1].splitlines() if line.startswith("flag ")]
     assert row.split()[1:5] == ["--rollout-batch-size", "(rollout_batch_size)", "16", "3"]
 
 
@@ -307,4 +308,5 @@ def test_imported_experiment_dry_runs_through_train_py(imported, slime_checkout,
     ours = parse_argv(parser, reg, plan["entrypoint"][2:]).values
     theirs = parse_argv(parser, reg, sub.entrypoint[2:]).values
     assert plan["entrypoint"][1] == "train.py"
-    assert {k: (theirs[k], v) for k, v in ours.items() if v != theirs[k]} == {}
+    # The one deliberate difference: TensorBoard events stay on, so clawgym runs / report show curves.
+    assert {k: (theirs[k], v) for k, v in ours.items() if v != theirs[k]} == {"use_tensorboard": (False, True)}
