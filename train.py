@@ -2,7 +2,18 @@
 
     python train.py model=qwen3_4b gpu_layout=split_4_4
     python train.py -m gpu_layout=split_4_4,colocate_8 rollout.train_num_workers=32,64
+    python train.py --explain rollout.temperature model=qwen3_4b rollout.temperature=0.8
 """
+
+import sys
+
+if __name__ == "__main__" and any(a == "--explain" or a.startswith("--explain=") for a in sys.argv[1:]):
+    # What a key means and where its value comes from, for the overrides of this run: answered
+    # before Hydra launches anything (no output dir, no callback, no head).
+    from clawgym.commands.explain import main as explain
+
+    items = [a.split("=", 1)[1] if a.startswith("--explain=") else a for a in sys.argv[1:] if a != "--explain"]
+    sys.exit(explain(items))
 
 import hydra
 from omegaconf import DictConfig

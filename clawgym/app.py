@@ -17,16 +17,17 @@ from hydra.experimental.callback import Callback
 from clawgym.config import to_plain
 from clawgym.console import say
 from clawgym.plan import LaunchPlan, build_plan_from_dict, format_plan
-from clawgym.prepare import (PLAN_FILE, attach_memory, discard_own_output_dir, failed_check, prepared_plan,
-                             record_created_output_dir, timestamp)
+from clawgym.prepare import (PLAN_FILE, attach_memory, discard_own_output_dir, failed_check, format_plan_brief,
+                             memory_banner, prepared_plan, record_created_output_dir, timestamp)
 from clawgym.registry import RegistryError
 from clawgym.secrets import env_secrets
 from clawgym.validate import ConfigError, Violation
 
-#: Exit status of a command refused before anything started (config errors, preflight).
-EXIT_REFUSED = 2
+from clawgym.exit_codes import INTERRUPTED as EXIT_INTERRUPTED, REFUSED as EXIT_REFUSED
 # True once ClawGymCallback validated this single run's config (the task function need not again).
 _VALIDATED_RUN = False
+# A dry run refused for its memory plan keeps its output dir: launch_plan.json says why.
+_KEEP_OUTPUT_DIR = False
 
 
 def output_dir() -> Optional[Path]:
@@ -53,10 +54,6 @@ def fail(err: ConfigError) -> None:
     say(err.report())
     discard_own_output_dir()
     sys.exit(EXIT_REFUSED)
-
-
-#: Exit status after Ctrl-C / SIGTERM (128 + SIGINT).
-EXIT_INTERRUPTED = 130
 
 
 def interrupted() -> None:
@@ -381,7 +378,7 @@ def run(cfg: DictConfig) -> Any:
         interrupted()
     except SystemExit as exc:
         if exc.code == EXIT_REFUSED or (exc.code not in (0, None) and cfg.get("preflight_only")):
-            if _single_run():
+            if _single_run() and not _KEEP_OUTPUT_DIR:
                 discard_own_output_dir()
         raise
 
@@ -436,9 +433,19 @@ def _run(cfg: DictConfig) -> Any:
         # stdout ends the dry run quietly (say() silences it) instead of with a BrokenPipeError.
         out = output_dir()
         written = write_plan(plan, out) if out is not None else None
-        if say(format_plan(plan), out=True) and written is not None:
-            say(f"\nplan written to {written}", out=True)
+        single = _single_run() or out is None
+        # A sweep's job prints a short block (the sweep prints every job's verdict in one table at its end).
+        if say(format_plan(plan) if single else format_plan_brief(plan), out=True) and written is not None:
+            say(f"{chr(10) if single else ''}plan written to {written}", out=True)
         dry_run_artefact(plan, cfg, out, plain)
+        banner = memory_banner(plan, cfg)
+        if banner and single:
+            # Refused as the launch would be (preflight check memory): exit 2, with the plan kept to read why
+            # (a dry run's plan is what it was asked for; nothing was started).
+            global _KEEP_OUTPUT_DIR
+            _KEEP_OUTPUT_DIR = True
+            say(banner)
+            sys.exit(EXIT_REFUSED)
         return plan.to_dict()
     if cfg.preflight_only:
         from clawgym.preflight import preflight_only

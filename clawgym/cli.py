@@ -12,8 +12,11 @@ import importlib
 import sys
 from typing import List, Optional
 
+from clawgym.exit_codes import INTERRUPTED
+
 #: Subcommand modules under clawgym.commands, in help order.
-COMMANDS = ["show", "diff", "resume", "stamp", "preflight", "jobs", "runs", "report", "flags", "import_", "demo"]
+COMMANDS = ["explain", "show", "diff", "resume", "stamp", "preflight", "jobs", "runs", "report", "flags", "import_",
+            "demo"]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -28,7 +31,24 @@ def build_parser() -> argparse.ArgumentParser:
                 continue
             raise
         module.add_parser(sub)
+    _plain_text(parser)
     return parser
+
+
+def _plain_text(parser: argparse.ArgumentParser) -> None:
+    """Help as a terminal shows it: the modules' docstrings are reStructuredText (``KEY``); --help
+    prints them without the backticks."""
+    parser.description = _unquote(parser.description)
+    parser.epilog = _unquote(parser.epilog)
+    for action in parser._actions:
+        action.help = _unquote(action.help)
+        if isinstance(action, argparse._SubParsersAction):  # clawgym jobs logs / stop / ...
+            for sub in action.choices.values():
+                _plain_text(sub)
+
+
+def _unquote(text: Optional[str]) -> Optional[str]:
+    return text.replace("``", "") if isinstance(text, str) else text
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -42,7 +62,11 @@ def main(argv: Optional[List[str]] = None) -> int:
         if dest is None or any(e.startswith("-") for e in extra):
             parser.error(f"unrecognized arguments: {' '.join(extra)}")
         getattr(args, dest).extend(extra)
-    return int(args.func(args) or 0)
+    try:
+        return int(args.func(args) or 0)
+    except KeyboardInterrupt:
+        print("\nclawgym: interrupted", file=sys.stderr)
+        return INTERRUPTED
 
 
 if __name__ == "__main__":

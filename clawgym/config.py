@@ -46,7 +46,7 @@ def help_groups(choices: object = None) -> str:
     lines = []
     for group, schema in GROUPS.items():
         # The docstring's first paragraph says what the group decides.
-        doc = " ".join((schema.__doc__ or "").strip().split("\n\n")[0].split())
+        doc = " ".join((schema.__doc__ or "").strip().split("\n\n")[0].split()).replace("``", "")
         options = [f"{o}*" if o == chosen.get(group) else o for o in group_options(group)]
         lines.append(f"{group}: {doc}")
         lines.append(f"    {', '.join(options) or '(set its keys directly)'}")

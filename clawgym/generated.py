@@ -40,7 +40,7 @@ def generated_path(c: Mapping[str, Any], key: str) -> Optional[str]:
     save = (c.get("paths") or {}).get("save")
     if not content or not save:
         return None
-    return f"{save}/{SUBDIR}/{FILES[key][0]}"
+    return f"{str(save).rstrip('/')}/{SUBDIR}/{FILES[key][0]}"
 
 
 def _drop_none(value: Any) -> Any:

@@ -78,6 +78,43 @@ def install(primary: str = "config") -> None:
     get_mode._clawgym = True  # type: ignore[attr-defined]
     Hydra.get_mode = get_mode  # type: ignore[method-assign]
     _install_readable_yaml_errors()
+    _install_composition_exit()
+
+
+def _install_composition_exit() -> None:
+    """A composition error (a misspelled key, an unknown option, an override that does not parse)
+    exits 2, refused before anything started (clawgym/exit_codes.py), not Hydra's 1, which a failed
+    job also exits with; a key the schema does not define names the closest one instead of Hydra's
+    hint to add it with ``+``."""
+    import hydra._internal.utils as hydra_utils
+
+    original = hydra_utils.run_and_report
+    if getattr(original, "_clawgym", False):
+        return
+
+    def run_and_report(func: Any) -> Any:
+        from hydra.errors import HydraException
+        from omegaconf.errors import OmegaConfBaseException
+
+        def guarded() -> Any:
+            try:
+                return func()
+            except (HydraException, OmegaConfBaseException) as exc:
+                import os
+                import sys
+
+                from clawgym.exit_codes import REFUSED
+                from clawgym.keys import composition_report
+
+                if os.environ.get("HYDRA_FULL_ERROR") == "1":
+                    raise
+                sys.stderr.write(composition_report(exc) + "\n")
+                sys.exit(REFUSED)
+
+        return original(guarded)
+
+    run_and_report._clawgym = True  # type: ignore[attr-defined]
+    hydra_utils.run_and_report = run_and_report
 
 
 def _install_readable_yaml_errors() -> None:

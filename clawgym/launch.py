@@ -151,8 +151,30 @@ def warm_ray_import() -> None:
     import ray.job_submission  # noqa: F401
 
 
+#: Ray's loggers that print INFO lines of their own (package uploads, websocket closes, "Submitted job")
+#: into clawgym's output: packaging.py, dashboard_sdk.py, sdk.py.
+RAY_CHATTY_LOGGERS = ("ray._private.runtime_env.packaging", "ray.dashboard.modules.dashboard_sdk",
+                      "ray.dashboard.modules.job.sdk")
+
+
+def quiet_ray_sdk() -> None:
+    """Keep Ray's job SDK INFO lines out of clawgym's output (warnings still show). The SDK modules set
+    their own level to INFO when imported, so they are imported first."""
+    import importlib
+    import logging
+
+    for name in RAY_CHATTY_LOGGERS:
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            continue
+        logging.getLogger(name).setLevel(logging.WARNING)
+
+
 def jobs_client(address: str):
     from ray.job_submission import JobSubmissionClient
+
+    quiet_ray_sdk()
 
     try:
         return JobSubmissionClient(address)

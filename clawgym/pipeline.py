@@ -44,13 +44,11 @@ from clawgym.plan import LaunchPlan
 from clawgym.snapshot import start_checkpoint_watcher
 from clawgym.text import fmt_duration
 
+from clawgym.exit_codes import FAILED as EXIT_FAILED, INTERRUPTED as EXIT_INTERRUPTED, REFUSED as EXIT_REFUSED
+
 QUEUED, RUNNING, SUCCEEDED, FAILED, STOPPED = "queued", "running", "succeeded", "failed", "stopped"
 #: A job handed over but not run by clawgym (``cluster=kuberay kuberay.apply=false``: manifest written).
 NOT_APPLIED = "not applied"
-#: Exit status of a launch refused before anything started (as a config error).
-EXIT_REFUSED = 2
-#: Exit status after Ctrl-C / SIGTERM (128 + SIGINT).
-EXIT_INTERRUPTED = 130
 
 
 class Refused(Exception):
@@ -145,9 +143,30 @@ def launch_single(cfg: Any, plan: LaunchPlan) -> Any:
         # Before a cluster or job existed (later interrupts are handled where they can stop things).
         print("\n[clawgym] interrupted; nothing was left running", file=sys.stderr, flush=True)
         sys.exit(EXIT_INTERRUPTED)
+    if rc == EXIT_FAILED:
+        # One exit code for a failed job (1); the trainer's own is in the message.
+        print(f"clawgym: {failure_message(job)}", file=sys.stderr, flush=True)
     if rc:
         sys.exit(rc)
     return 0
+
+
+def failure_message(j: PipelineJob) -> str:
+    """"the job failed (trainer exited 3)", or why the launcher cannot say how it ended."""
+    from clawgym.exit_codes import job_failed
+    from clawgym.launch import EXIT_LOST_CONTACT, trainer_exit_code
+
+    if j.exit_code == EXIT_LOST_CONTACT:
+        return "the launcher lost contact with the job (the Ray dashboard stopped answering); it may still run"
+    code = None
+    if j.handle is not None:
+        try:
+            code = trainer_exit_code(j.handle.message())
+        except Exception:  # noqa: BLE001 - the cluster may be gone: the message just has no code
+            code = None
+    if j.error is not None and j.handle is None:
+        return f"the job failed ({type(j.error).__name__}: {j.error})"
+    return job_failed(code)
 
 
 # ---------------------------------------------------------------- formatting
@@ -173,12 +192,9 @@ def say(text: str) -> None:
 
 def _quiet_ray_sdk() -> None:
     """Ray's job SDK logs each package upload and websocket close at INFO; keep progress readable."""
-    import importlib
-    import logging
+    from clawgym.launch import quiet_ray_sdk
 
-    for name in ("ray.dashboard.modules.dashboard_sdk", "ray.dashboard.modules.job.sdk"):
-        importlib.import_module(name)  # they set their level to INFO when imported
-        logging.getLogger(name).setLevel(logging.WARNING)
+    quiet_ray_sdk()
 
 
 # ---------------------------------------------------------------- the pipeline
@@ -835,8 +851,8 @@ class Pipeline:
         failed = [j for j in self.jobs if j.status == FAILED]
         if not failed:
             return 0
-        codes = {j.exit_code for j in failed if j.exit_code}
-        return codes.pop() if len(codes) == 1 and not self._sweep else 1
+        # 1 whatever the trainer exited with (clawgym/exit_codes.py); the message names its code.
+        return EXIT_FAILED
 
     # -------------------------------------------------------- progress
 

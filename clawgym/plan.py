@@ -220,7 +220,8 @@ def job_env(c: Mapping[str, Any]) -> Dict[str, str]:
         "PYTHONUNBUFFERED": "1",
         "PYTHONFAULTHANDLER": "1",
         "MASTER_ADDR": node_ip,
-        "no_proxy": f"127.0.0.1,{node_ip}",
+        # Loopback and the head node, each once (a loopback head is 127.0.0.1 itself).
+        "no_proxy": ",".join(dict.fromkeys(["127.0.0.1", str(node_ip)])),
     }
     if not (c.get("trainer") or {}).get("agent_env", True) or sb["backend"] == "none":
         # No agent sandbox, or upstream slime: no OpenClaw gateways and no ClawGymRL API server
@@ -328,11 +329,11 @@ def secret_env(c: Mapping[str, Any], *, use_wandb: bool) -> Dict[str, List[str]]
 
 def supervisor_path(save_dir: Optional[str]) -> str:
     """Where the pipeline copies clawgym/jobside/run_services.py for the job."""
-    return f"{save_dir}/clawgym/run_services.py"
+    return under(str(save_dir), "clawgym", "run_services.py")
 
 
 def services_spec_path(save_dir: Optional[str]) -> str:
-    return f"{save_dir}/clawgym/services.json"
+    return under(str(save_dir), "clawgym", "services.json")
 
 
 def services(c: Mapping[str, Any]) -> List[Dict[str, Any]]:
@@ -351,7 +352,7 @@ def services(c: Mapping[str, Any]) -> List[Dict[str, Any]]:
                     "env": {"CUDA_VISIBLE_DEVICES": str(t["gpus"])} if t.get("gpus") else {},
                     "health_url": f"http://{host}:{t['port']}{t['health_path']}",
                     "timeout_s": float(t["startup_timeout_s"]),
-                    "log": f"{save}/logs/teacher.log" if save else None})
+                    "log": under(save, "logs", "teacher.log") if save else None})
     return out
 
 
@@ -359,6 +360,12 @@ def submission_id(run_name: str, timestamp: str) -> str:
     slug = re.sub(r"[^A-Za-z0-9_.-]+", "-", run_name).strip("-") or "run"
     # The prefix marks jobs as clawgym's on a shared cluster.
     return f"{slug}-{timestamp}" if slug.startswith("clawgym") else f"clawgym-{slug}-{timestamp}"
+
+
+def under(folder: str, *parts: str) -> str:
+    """``folder/part/...`` without a doubled ``/`` when the folder was typed with a trailing one
+    (``--save /ckpt/run/`` as a launch script writes it: the flag keeps it, the log path is ``/ckpt/run/logs``)."""
+    return "/".join([str(folder).rstrip("/") or "", *parts]) if str(folder) != "/" else "/" + "/".join(parts)
 
 
 def build_plan_from_dict(c: Mapping[str, Any], *, environ: Mapping[str, str], timestamp: str) -> LaunchPlan:
@@ -386,7 +393,7 @@ def build_plan_from_dict(c: Mapping[str, Any], *, environ: Mapping[str, str], ti
         submission_id=sid,
         address=dashboard_address(c),
         secret_env=secret_env(c, use_wandb=use_wandb),
-        log_file=f"{save}/logs/train_{timestamp}.log" if save else None,
+        log_file=under(save, "logs", f"train_{timestamp}.log") if save else None,
         save_dir=save,
         gpus_required=gpus_required(c),
         run_name=c["run_name"],

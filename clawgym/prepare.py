@@ -114,3 +114,39 @@ def attach_memory(plan: LaunchPlan, cfg: Any) -> LaunchPlan:
         # A config the estimator cannot model (validation passed it) is a gap, not a launch blocker.
         print(f"clawgym: no memory plan for this config ({type(exc).__name__}: {exc})", file=sys.stderr)
     return plan
+
+
+def memory_banner(plan: LaunchPlan, cfg: Any) -> Optional[str]:
+    """The banner of a dry run whose memory plan does not fit (None when it fits, has no plan, or the
+    ``memory`` check is skipped): a launch of it would be refused by the preflight check ``memory``."""
+    mem = plan.memory
+    if not mem or mem.get("fits", True):
+        return None
+    try:
+        skipped = "memory" in [str(x) for x in (cfg.get("skip_checks") or [])]
+    except AttributeError:
+        skipped = False
+    if skipped:
+        return None
+    advice = mem.get("advice") or []
+    bar = "=" * 78
+    return "\n".join([bar, f"clawgym: DOES NOT FIT: the memory plan of {plan.run_name} does not fit "
+                            f"{mem.get('gpu')} ({mem.get('gpu_memory_gib')} GiB per GPU)",
+                       *[f"  problem: {p}" for p in mem.get("problems") or []],
+                       *[f"  advice:  {a}" for a in advice[:3]],
+                       "  a launch would be refused by the preflight check memory; this dry run exits 2 "
+                       "(skip_checks=[memory] launches anyway)", bar])
+
+
+def format_plan_brief(plan: LaunchPlan) -> str:
+    """A sweep job's dry run in a few lines: run, save dir, GPUs, trainer, memory verdict."""
+    mem = plan.memory or {}
+    ph = mem.get("phases") or {}
+    verdict = ("fits" if mem.get("fits") else "DOES NOT FIT: " + "; ".join(mem.get("problems") or [])) if mem else \
+        "no memory plan"
+    return "\n".join([f"run:            {plan.run_name}",
+                      f"save dir:       {plan.save_dir}",
+                      f"GPUs held:      {plan.gpus_required}",
+                      f"trainer:        {' '.join(plan.entrypoint[:2])} ({len(plan.entrypoint) - 2} arguments)",
+                      f"memory:         GPU peak {ph.get('peak_gib', 0):.1f} of {mem.get('gpu_memory_gib', 0):.1f} GiB "
+                      f"({mem.get('gpu', '?')}): {verdict}" if mem else f"memory:         {verdict}"])

@@ -33,7 +33,7 @@ from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 from omegaconf.errors import OmegaConfBaseException
 
-from clawgym.pipeline import (EXIT_INTERRUPTED, EXIT_REFUSED, FAILED, QUEUED, RUNNING, STOPPED, SUCCEEDED, Pipeline,
+from clawgym.pipeline import (EXIT_FAILED, EXIT_INTERRUPTED, EXIT_REFUSED, FAILED, QUEUED, RUNNING, STOPPED, SUCCEEDED, Pipeline,
                               PipelineJob, PipelineOptions, Refused, say, summary_table)
 from clawgym.overrides import differing_overrides, split_override
 from clawgym.plan import LaunchPlan, build_plan_from_dict
@@ -193,6 +193,38 @@ def _sanitize(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9._=,+-]+", "_", text).strip("_")
 
 
+def typed_overrides(job: Sequence[str], typed: Sequence[str]) -> List[str]:
+    """A job's overrides with each swept value as the user typed it (``false``, ``1e-6``), where the
+    sweeper wrote it back as Python prints it (``False``, ``1e-06``); the parsed value is the same.
+    Only plain values and comma lists are mapped (no quotes, brackets or functions)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    choices: Dict[str, List[str]] = {}
+    for t in typed:
+        key, sep, value = str(t).partition("=")
+        if sep and value and not any(ch in value for ch in "[]{}()'\"\\$ "):
+            choices[key] = value.split(",")
+    if not choices:
+        return list(job)
+    parser = OverridesParser.create()
+    out = []
+    for o in job:
+        key, _, value = o.partition("=")
+        texts = choices.get(key)
+        if texts and value not in texts:
+            try:
+                want = parser.parse_override(o).value()
+                for text in texts:
+                    got = parser.parse_override(f"{key}={text}").value()
+                    if type(got) is type(want) and got == want:
+                        o = f"{key}={text}"
+                        break
+            except Exception:  # noqa: BLE001 - Hydra parsed it once already; keep its spelling
+                pass
+        out.append(o)
+    return out
+
+
 def default_run_name(exp_name: str, differing: Sequence[str]) -> str:
     """``<exp_name>_<k=v,k2=v2>`` from the overrides that tell this job apart."""
     tag = _sanitize(",".join(f"{k}={v}" for k, v in (split_override(o) for o in differing)))
@@ -282,7 +314,9 @@ class SweepSession:
 
     def compose_all(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> None:
         """Compose every job, adding default names (and API ports) that tell jobs apart."""
-        user = [list(o) for o in job_overrides]
+        # As typed: Hydra's sweeper writes each swept value back as Python prints it (False, 1e-06).
+        typed = list(OmegaConf.select(self.config, "hydra.overrides.task", default=[]) or [])
+        user = [typed_overrides(o, typed) for o in job_overrides]
         configs = compose_jobs(self.hydra_context.config_loader, self.config, user)
         for i, cfg in enumerate(configs):
             with open_dict(cfg):
@@ -389,6 +423,7 @@ class SweepSession:
         for j in self.jobs:
             if j.kind != "launch" or self.options.inline:
                 self._run_inline(j)
+        self._dry_run_summary([j for j in self.jobs if j.kind == "dry_run"])
         launched = [j for j in self.jobs if j.kind == "launch" and not self.options.inline]
         if launched:
             from clawgym.snapshot import LaunchRecord
@@ -410,6 +445,20 @@ class SweepSession:
                 sys.exit(rc)
             self._finish_returns(launched)
         return [j.job_return for j in self.jobs if j.job_return is not None]
+
+    def _dry_run_summary(self, jobs: Sequence[SweepJob]) -> None:
+        """A dry-run sweep ends with one table: every job's GPUs and memory verdict and its plan file;
+        a job whose memory plan does not fit makes the sweep exit 2, as its launch would be refused."""
+        if not jobs:
+            return
+        from clawgym.console import say
+        from clawgym.prepare import memory_banner
+
+        say(dry_run_table(jobs), out=True)
+        banners = [b for b in (memory_banner(j.plan, j.task_cfg) for j in jobs if j.plan is not None) if b]
+        if banners:
+            say("\n".join(banners))
+            sys.exit(EXIT_REFUSED)
 
     def _run_hydra_job(self, j: SweepJob) -> JobReturn:
         ret = run_job(hydra_context=self.hydra_context, task_function=self.task_function, config=j.config,
@@ -459,6 +508,30 @@ class SweepSession:
                                     "log_file": j.log_file, "run_name": j.plan.run_name}
 
 
+def dry_run_table(jobs: Sequence[SweepJob]) -> str:
+    """The summary of a dry-run sweep: one row per job."""
+    rows = [("#", "overrides", "run_name", "GPUs", "GPU peak", "memory", "plan")]
+    for j in jobs:
+        mem = (j.plan.memory if j.plan is not None else None) or {}
+        peak = (mem.get("phases") or {}).get("peak_gib")
+        out_dir = None
+        if j.job_return is not None and getattr(j.job_return, "hydra_cfg", None) is not None:
+            out_dir = OmegaConf.select(j.job_return.hydra_cfg, "hydra.runtime.output_dir", default=None)
+        rows.append((str(j.num), j.short_label or j.label, j.plan.run_name if j.plan else "-",
+                     str(j.plan.gpus_required) if j.plan else "-",
+                     f"{peak:.1f} of {mem.get('gpu_memory_gib', 0):.1f} GiB" if peak is not None else "-",
+                     ("fits" if mem.get("fits") else "DOES NOT FIT") if mem else "-",
+                     f"{out_dir}/launch_plan.json" if out_dir else "-"))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
+    out = [f"\nsweep dry run: {len(jobs)} job{'s' if len(jobs) != 1 else ''}, "
+           f"{sum(1 for r in rows[1:] if r[5] == 'fits')} fit, nothing was started"]
+    for n, r in enumerate(rows):
+        out.append("  ".join(c.ljust(w) for c, w in zip(r, widths)) + "  " + r[-1])
+        if n == 0:
+            out.append("  ".join("-" * w for w in widths) + "  " + "-" * 4)
+    return "\n".join(out)
+
+
 def run_sweep(*, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig,
               job_overrides: Sequence[Sequence[str]], initial_job_idx: int,
               options: LauncherOptions) -> List[JobReturn]:
@@ -502,5 +575,5 @@ def run_sweep(*, hydra_context: HydraContext, task_function: TaskFunction, confi
                   + (f"; submission {j.submission_id}" if j.submission_id else "")
                   + (f"; log: {j.log_file}" if j.log_file else ""), file=sys.stderr, flush=True)
         print(f"clawgym: {len(failed)} of {len(session.jobs)} sweep jobs failed", file=sys.stderr, flush=True)
-        sys.exit(1)
+        sys.exit(EXIT_FAILED)
     return returns

@@ -229,11 +229,13 @@ def test_seed_import_reproduces_todays_clawgym_defaults(seed_checkout, tmp_path)
     assert result.flavour == "clawgym"
     assert {g: o for g, o in result.choices.items() if g != "trainer"} == {
         "model": "qwen3_4b", "gpu_layout": "split_4_4", "sandbox": "docker"}
-    # Nearly empty: where the checkout is, and no TensorBoard events (the seed keeps none; an import
-    # reproduces the script's argv exactly, so metrics.tensorboard's default is turned off).
-    assert result.body == {"paths": {"root": str(seed_checkout)}, "metrics": {"tensorboard": False}}
-    # The seed binds 0.0.0.0; clawgym keeps loopback and says so.
-    assert [d.name for d in result.deliberate] == ["HOST"]
+    # Nearly empty: where the checkout is. TensorBoard events stay on (the seed keeps none), so
+    # clawgym runs / clawgym report show the imported run's curves; the import says so.
+    assert result.body == {"paths": {"root": str(seed_checkout)}}
+    # The seed binds 0.0.0.0; clawgym keeps loopback and says so; and the events, with their folder.
+    assert sorted(d.name for d in result.deliberate) == ["--use-tensorboard (use_tensorboard)", "HOST",
+                                                         "TENSORBOARD_DIR"]
+    assert any("clawgym runs / report show its curves" in d.note for d in result.deliberate)
 
 
 @needs_registry
@@ -260,7 +262,8 @@ def test_a_changed_experiment_prints_the_difference_table(imported, slime_checko
     code, out = run_cli([script, "--out", str(out_dir), "--name", "colo", "--check"], capsys)
     assert code == 1, out
     assert "differences (1):" in out
-    (row,) = [line for line in out.splitlines() if line.startswith("flag ")]
+    # The differences table (the deliberate one above it lists --use-tensorboard, kept on on purpose).
+    (row,) = [line for line in out.split("differences (1):")[1].splitlines() if line.startswith("flag ")]
     assert row.split()[1:5] == ["--rollout-batch-size", "(rollout_batch_size)", "16", "3"]
 
 
@@ -305,4 +308,5 @@ def test_imported_experiment_dry_runs_through_train_py(imported, slime_checkout,
     ours = parse_argv(parser, reg, plan["entrypoint"][2:]).values
     theirs = parse_argv(parser, reg, sub.entrypoint[2:]).values
     assert plan["entrypoint"][1] == "train.py"
-    assert {k: (theirs[k], v) for k, v in ours.items() if v != theirs[k]} == {}
+    # The one deliberate difference: TensorBoard events stay on, so clawgym runs / report show curves.
+    assert {k: (theirs[k], v) for k, v in ours.items() if v != theirs[k]} == {"use_tensorboard": (False, True)}

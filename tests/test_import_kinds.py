@@ -104,7 +104,8 @@ def test_generated_sglang_config_is_a_typed_key_compared_by_content(kinds, check
     assert [g["worker_type"] for g in model["server_groups"]] == ["prefill", "decode"]
     _, plan = _plan(result)
     path = plan.entrypoint[plan.entrypoint.index("--sglang-config") + 1]
-    assert path == f"{plan.save_dir}/clawgym/sglang_config.yaml"
+    # The script's --save ends with "/": the generated file's path has no doubled slash.
+    assert path == f"{plan.save_dir.rstrip('/')}/clawgym/sglang_config.yaml"
     assert "max_running_requests: 256" in plan.files[path]
     # A changed engine group is a difference, found by content (the paths always differ).
     out_dir = tmp_path / "conf"

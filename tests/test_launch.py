@@ -141,6 +141,9 @@ def test_job_runs_exactly_the_plan_entrypoint_and_environment(clawgym_checkout, 
     assert (Path(rec["cwd"]) / "train_async.py").read_bytes() == (clawgym_checkout / "slime" / "train_async.py").read_bytes()
     # The output went to the console and to <save>/logs/train_<timestamp>.log.
     assert "[standin] train_async.py started" in proc.stdout
+    # Ray's own INFO lines (package upload, "Submitted job") stay out of clawgym's output.
+    for chatty in ("packaging.py:", "dashboard_sdk.py:", " sdk.py:"):
+        assert chatty not in proc.stdout + proc.stderr, chatty
     logs = list((clawgym_checkout / "exp" / run / "logs").glob("train_*.log"))
     assert len(logs) == 1 and "[standin] exiting with 0" in logs[0].read_text()
     sid = submission_id_of(proc.stdout)
@@ -173,6 +176,8 @@ def test_failed_job_shows_the_trainer_exit_code_and_last_lines_not_rays_long_tai
     assert proc.returncode == 1, proc.stdout + proc.stderr
     log = list((clawgym_checkout / "exp" / run / "logs").glob("train_*.log"))[0]
     assert "FAILED: the trainer exited with code 3" in proc.stderr
+    # One exit code for a failed job (1, above); the trainer's own is in the last line.
+    assert "clawgym: the job failed (trainer exited 3)" in proc.stderr
     assert "last available logs" not in proc.stderr  # Ray's own tail is not repeated
     assert "  | " in proc.stderr and "simulated failure: exit code 3" in proc.stderr
     assert f"[clawgym] log: {log}" in proc.stderr

@@ -54,7 +54,7 @@ def test_the_memory_check_passes_the_seed_run_and_says_how_many_trajectories_fit
     report, _ = preflight("memory.gpu=h100_80gb")
     assert not isinstance(report, PreflightError)
     detail = report.by_name()["memory"].detail
-    assert "of 79.2 GiB per GPU on h100_80gb" in detail and "of 64 trajectories fit" in detail
+    assert "of 79.2 GiB per GPU on h100_80gb" in detail and "24 of 64 concurrent fit at full context" in detail
 
 
 def test_the_memory_check_is_skipped_by_name():
@@ -81,12 +81,56 @@ def test_a_dry_run_prints_the_table_and_writes_the_plan_into_launch_plan_json(tm
     assert mem["fits"] is True and mem["advice"] == []
 
 
-def test_a_sweep_prints_each_jobs_memory_plan(tmp_path):
+def test_a_sweep_dry_run_prints_a_short_block_per_job_and_one_summary_table(tmp_path):
     proc = train("-m", "dry_run=true", "memory.gpu=h100_80gb", "model=qwen3_4b,qwen3_1_7b",
                  f"hydra.sweep.dir={tmp_path}/sweep", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.count("memory plan per GPU (h100_80gb") == 2
-    assert "4,022,468,096 total" in proc.stdout and "1,720,574,976 total" in proc.stdout
+    # Each job: a few lines with its memory verdict (the whole plan is in its launch_plan.json).
+    assert proc.stdout.count("memory:         GPU peak") == 2 and "(h100_80gb): fits" in proc.stdout
+    assert "sweep dry run: 2 jobs, 2 fit, nothing was started" in proc.stdout
+    assert f"{tmp_path}/sweep/1/launch_plan.json" in proc.stdout
+    mems = [json.loads((tmp_path / "sweep" / str(n) / "launch_plan.json").read_text())["memory"] for n in (0, 1)]
+    assert [m["actor"]["params_total"] for m in mems] == [4_022_468_096, 1_720_574_976]
+    # Not 140 lines per job (566 for 4 jobs before).
+    assert len(proc.stdout.splitlines()) < 30
+
+
+def test_a_dry_run_whose_memory_plan_does_not_fit_exits_2_with_a_banner(tmp_path):
+    proc = train("dry_run=true", "memory.gpu=h100_80gb", "gpu_layout=split_1_1", f"hydra.run.dir={tmp_path}/run",
+                 cwd=tmp_path)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "clawgym: DOES NOT FIT: the memory plan" in proc.stderr and "advice:" in proc.stderr
+    # The plan is printed and kept: it is what says why.
+    assert "DOES NOT FIT" in proc.stdout and (tmp_path / "run" / "launch_plan.json").is_file()
+    skipped = train("dry_run=true", "memory.gpu=h100_80gb", "gpu_layout=split_1_1", "skip_checks=[memory]",
+                    f"hydra.run.dir={tmp_path}/run2", cwd=tmp_path)
+    assert skipped.returncode == 0 and "DOES NOT FIT:" not in skipped.stderr
+    sweep = train("-m", "dry_run=true", "memory.gpu=h100_80gb", "gpu_layout=split_1_1,split_4_4",
+                  f"hydra.sweep.dir={tmp_path}/sweep", cwd=tmp_path)
+    assert sweep.returncode == 2 and "1 fit" in sweep.stdout and "clawgym: DOES NOT FIT" in sweep.stderr
+
+
+def test_the_memory_table_says_the_kv_cache_is_why_a_plan_whose_peak_fits_does_not_fit():
+    from clawgym.memory import format_memory
+
+    # SGLang keeps too little for its KV cache; the actor's peak (41 GiB) is well within the GPU.
+    cfg = compose(["memory.gpu=h100_80gb", "sglang.mem_fraction_static=0.12"])
+    from clawgym.config import to_plain
+    from clawgym.memory import memory_plan
+
+    plan = memory_plan(to_plain(cfg)).to_dict()
+    text = format_memory(plan)
+    assert not plan["fits"] and plan["phases"]["peak_gib"] <= plan["gpu_memory_gib"], text
+    assert "within the GPU, but the plan DOES NOT FIT: the KV cache is too small" in text
+
+
+def test_the_memory_table_never_says_more_trajectories_fit_than_run():
+    from clawgym.memory import trajectories_text
+
+    assert trajectories_text({"trajectories_fit": 48, "concurrent_trajectories": 32, "engines": 4}) == \
+        "all 32 concurrent fit at full context (room for 48)"
+    assert trajectories_text({"trajectories_fit": 6, "concurrent_trajectories": 64, "engines": 1}).startswith(
+        "6 of 64 concurrent fit")
 
 
 def test_show_prints_a_runs_memory_plan(tmp_path, capsys):

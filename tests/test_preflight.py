@@ -399,13 +399,14 @@ def test_preflight_only_prints_the_checklist_and_exits_zero(clawgym_checkout, tm
     assert "Traceback" not in out.stderr
 
 
-def test_preflight_only_failure_exits_nonzero_with_the_fix(checkout, tmp_path):
+def test_preflight_only_failure_exits_2_like_a_preflight_failure_during_a_launch(checkout, tmp_path):
     write_config(checkout, "Qwen3-4B-Instruct-2507", {**QWEN3_4B_INSTRUCT_2507_CONFIG, "rope_theta": 1000000})
     out = subprocess.run(
         [sys.executable, str(ROOT / "train.py"), "preflight_only=true", f"paths.root={checkout}",
          "skip_checks=[docker,image,gpus]", f"hydra.run.dir={tmp_path}/run", *_ports()],
         cwd=tmp_path, env=_cli_env(), capture_output=True, text=True, timeout=120)
-    assert out.returncode == 1, out.stdout + out.stderr
+    # Refused before anything started (clawgym/exit_codes.py): 2, as the same failure during a launch.
+    assert out.returncode == 2, out.stdout + out.stderr
     assert "✗ checkpoint" in out.stdout and "set model.rotary_base=1000000" in out.stdout
     assert "preflight failed at 'checkpoint' (1 check)" in out.stderr and "Traceback" not in out.stderr
     # Refused before anything started: the output dir this command created is gone again.
@@ -421,7 +422,7 @@ def test_clawgym_preflight_subcommand_composes_overrides(clawgym_checkout, tmp_p
     four_b = clawgym_checkout / "local" / "models" / "Qwen3-4B-Instruct-2507"
     bad = subprocess.run(base + ["model=qwen3_8b", f"paths.hf_checkpoint={four_b}"], cwd=tmp_path, env=_cli_env(), capture_output=True,
                          text=True, timeout=120)
-    assert bad.returncode == 1
+    assert bad.returncode == 2
     assert "model.hidden_size=4096 but config.json hidden_size=2560" in bad.stdout
     typo = subprocess.run(base + ["model=qwen3_9b"], cwd=tmp_path, env=_cli_env(), capture_output=True,
                           text=True, timeout=120)

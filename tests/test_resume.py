@@ -79,20 +79,28 @@ def test_resume_group_override_switches_the_option(launched):
 
 def test_resume_dry_run_shows_the_diff_then_the_plan(launched, capsys):
     save, *_ = launched
-    assert cli(["resume", str(save), "rollout.temperature=0.5", "--dry-run"]) == 0
-    out = capsys.readouterr().out
+    # split_2_2 holds Qwen3-4B at 64k context on 2 actor GPUs of 80 GB: its memory plan does not fit, so the
+    # dry run exits 2 as train.py's does (a launch would be refused by the preflight check memory).
+    assert cli(["resume", str(save), "rollout.temperature=0.5", "--dry-run"]) == 2
+    captured = capsys.readouterr()
+    out = captured.out
+    assert "clawgym: DOES NOT FIT: the memory plan" in captured.err
     config_part, flags_part = out.split("trainer flags that differ")
     assert "config keys that differ (2)" in config_part
     assert "rollout.temperature" in config_part and "0.9" in config_part and "0.5" in config_part
     assert "checkpoint.load" in config_part
     assert "--rollout-temperature" in flags_part and f"--load {save}" in out
     assert "equivalent command:" in out  # the plan follows the diff
+    # ... with its memory plan, as a dry run of train.py shows it.
+    assert "memory plan per GPU" in out and "GPU peak" in out
+    assert cli(["resume", str(save), "--dry-run", "skip_checks=[memory]"]) == 0
 
 
 def test_resume_takes_options_and_overrides_in_any_order(launched, capsys):
     save, *_ = launched
     # The order the refusal's own fix text suggests: options first, then overrides, mixed.
-    assert cli(["resume", str(save), "--dry-run", "rollout.temperature=0.5", "+extra_env.BAR=baz"]) == 0
+    assert cli(["resume", str(save), "--dry-run", "rollout.temperature=0.5", "+extra_env.BAR=baz",
+                "skip_checks=[memory]"]) == 0
     out = capsys.readouterr().out
     assert "rollout.temperature" in out and "0.5" in out and "extra_env.BAR" in out
     # An unknown option is still refused by argparse.

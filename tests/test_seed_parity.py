@@ -236,6 +236,13 @@ def norm_pythonpath(value: str) -> List[str]:
     return [norm_path(p) for p in value.split(":") if p]
 
 
+def norm_no_proxy(env: Dict[str, str]) -> None:
+    """Deliberate: clawgym names each no_proxy host once (the seed writes ``127.0.0.1,$HEAD_IP``, twice
+    the same host for a loopback head); the same hosts either way."""
+    if "no_proxy" in env:
+        env["no_proxy"] = ",".join(dict.fromkeys(env["no_proxy"].split(",")))
+
+
 def overrides_for(env: Mapping[str, str], root: Path) -> List[str]:
     """clawgym overrides replacing a seed environment, from the migration table."""
     out: List[str] = []
@@ -419,6 +426,7 @@ def assert_parity(seed: SeedRun, cfg, plan, environ: Mapping[str, str], exported
     assert "TENSORBOARD_DIR" not in seed_job
     tb_dir = ours.pop("TENSORBOARD_DIR", None)
     assert tb_dir == (f"{c['paths']['save']}/tensorboard/{plan.submission_id}" if c["metrics"]["tensorboard"] else None)
+    norm_no_proxy(seed_job)
     assert ours == seed_job
 
     # The local head: same options, except where it listens.
@@ -600,6 +608,7 @@ def test_existing_cluster_gets_the_complete_job_env(seed_checkout, seed_text, tm
     # Deliberate (see assert_parity): the TensorBoard events folder; the seed keeps no events.
     assert ours.pop("TENSORBOARD_DIR").endswith(f"/tensorboard/{plan.submission_id}")
     # PYTHONUNBUFFERED, MASTER_ADDR, no_proxy... reach the job through the runtime env.
+    norm_no_proxy(seed_job)
     assert ours == seed_job
 
 

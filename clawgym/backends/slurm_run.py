@@ -207,7 +207,7 @@ def cmd_run(args) -> int:
     # The trainer's rendezvous address is the head node, known only now.
     if "MASTER_ADDR" in env:
         env["MASTER_ADDR"] = args.head_ip
-        env["no_proxy"] = f"127.0.0.1,{args.head_ip}"
+        env["no_proxy"] = ",".join(dict.fromkeys(["127.0.0.1", str(args.head_ip)]))
     plan.runtime_env = {**plan.runtime_env, "env_vars": env}
     plan.address = args.address
     secrets = L.resolve_secrets(plan, os.environ)

@@ -55,8 +55,11 @@ class Packages:
 
             from ray._private import ray_constants
             from ray._private.runtime_env.packaging import create_package
+
+            from clawgym.launch import quiet_ray_sdk
         except ImportError:
             return None
+        quiet_ray_sdk()  # packaging.py logs each package it creates at INFO
         target = Path(self.root) / f"working_dir_{index}.zip"
         include_gitignore = os.environ.get(getattr(ray_constants, "RAY_RUNTIME_ENV_IGNORE_GITIGNORE",
                                                    "RAY_RUNTIME_ENV_IGNORE_GITIGNORE"), "0") != "1"

@@ -14,6 +14,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Sequence, Tuple
+from clawgym.exit_codes import REFUSED
 
 #: Shown for a key or flag one side does not have.
 ABSENT = "(absent)"
@@ -204,10 +205,10 @@ def run(args: argparse.Namespace) -> int:
         return 2
     except SnapshotError as exc:
         print(redact(str(exc)), file=sys.stderr)
-        return 2
+        return REFUSED
     except (HydraException, OmegaConfBaseException) as exc:
         print(redact(f"clawgym diff: cannot compose the override set: {exc}"), file=sys.stderr)
-        return 2
+        return REFUSED
     # Masked as the launch masks its reports: the secrets of both sides and of the environment.
     values = sorted({*config_secret_values(a.config), *config_secret_values(b.config)}, key=len, reverse=True)
     values = [v for v in values if len(v) >= MIN_SECRET_LEN]

@@ -20,6 +20,7 @@ import sys
 from typing import Any, Dict, List, Optional
 
 from clawgym.registry import FLAVOURS, Flag, Registry, RegistryError, load_registry
+from clawgym.exit_codes import REFUSED
 
 #: Longest help text shown in the table (the JSON has it whole).
 MAX_HELP = 60
@@ -115,7 +116,7 @@ def run(args: argparse.Namespace) -> int:
         reg = load_registry(args.trainer)
     except RegistryError as exc:
         print(f"clawgym flags: {exc}", file=sys.stderr)
-        return 2
+        return REFUSED
     records = flag_records(reg, args.pattern)
     text = json.dumps(records, indent=1) if args.json else format_table(reg, records)
     try:

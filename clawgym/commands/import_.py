@@ -19,6 +19,7 @@ import argparse
 import sys
 from pathlib import Path
 from typing import Any, Dict, List
+from clawgym.exit_codes import REFUSED
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -84,6 +85,6 @@ def run(args: argparse.Namespace) -> int:
                                gpus_per_node=args.gpus_per_node, nvlink=args.nvlink)
     except (ImportFailure, RegistryError, ValueError) as exc:
         print(f"clawgym import: {secrets.redact(str(exc))}", file=sys.stderr)
-        return 2
+        return REFUSED
     print(format_result(result))
     return 0 if result.ok else 1

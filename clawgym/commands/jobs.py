@@ -21,6 +21,7 @@ import os
 import sys
 import time
 from typing import List, Optional
+from clawgym.exit_codes import REFUSED
 
 from clawgym import clusters
 
@@ -208,4 +209,4 @@ def run(args) -> int:
         return _COMMANDS[args.jobs_command](args)
     except (_UserError, LaunchError, clusters.ClusterError) as err:
         print(f"clawgym jobs {args.jobs_command}: {err}", file=sys.stderr)
-        return 2
+        return REFUSED

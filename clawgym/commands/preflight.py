@@ -6,13 +6,15 @@ import argparse
 import os
 import sys
 from typing import Any, List, Optional, Tuple
+from clawgym.exit_codes import REFUSED
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser = subparsers.add_parser(
         "preflight", help="check sandbox, checkpoint, GPUs, ports and checkout for a config; start nothing",
         description="Compose the config as train.py would (same Hydra overrides), validate it, and run the "
-                    "preflight checklist without launching. Exit status 1 when a check fails, 2 for a bad config.")
+                    "preflight checklist without launching. Exit status 2 when a check fails or the config is refused "
+                    "(refused before anything started: docs/reference/exit-codes.md).")
     head = parser.add_mutually_exclusive_group()
     head.add_argument("--local-head", dest="local_head", action="store_true", default=None,
                       help="check GPUs and ports as for a head started here (default when ray.address is unset)")
@@ -58,17 +60,19 @@ def run(args: argparse.Namespace) -> int:
         local_head = args.local_head if local_head is None else local_head
     except ValueError as exc:
         print(f"clawgym preflight: {exc}", file=sys.stderr)
-        return 2
+        return REFUSED
     try:
         cfg = compose(overrides)
     except (HydraException, OmegaConfBaseException, ValueError) as exc:
-        print(f"clawgym preflight: cannot compose the config: {exc}", file=sys.stderr)
-        return 2
+        from clawgym.keys import composition_report
+
+        print(f"clawgym preflight: cannot compose the config: {composition_report(exc)}", file=sys.stderr)
+        return REFUSED
     try:
         validate(cfg)
     except ConfigError as err:
         print(err.report(), file=sys.stderr)
-        return 2
+        return REFUSED
     plan = build_plan(cfg, environ=os.environ, timestamp=timestamp())
-    # Exits 1 on a failed check.
+    # Exits 2 on a failed check (refused before anything started).
     return preflight_only(cfg, plan, local_head=local_head)

@@ -15,6 +15,8 @@ import os
 import sys
 from pathlib import Path
 
+from clawgym.exit_codes import REFUSED
+
 
 def add_parser(subparsers) -> None:
     from clawgym.commands.runs import add_common
@@ -55,10 +57,10 @@ def run(args) -> int:
         runs, rows, columns = collect(args, "report", found)
     except BadArgs as exc:
         print(f"clawgym report: {exc}", file=sys.stderr)
-        return 2
+        return REFUSED
     if not runs:
         print(f"clawgym report: {no_rows(found, args)}; nothing written", file=sys.stderr)
-        return 2
+        return REFUSED
     page = render(runs, rows, columns, metrics=metric_tags(runs, parse_metrics(args.metric) or None),
                   weight=args.smooth, title=args.title)
     # The snapshots were masked by collect(); the environment's secrets are masked anywhere in the page,
@@ -77,6 +79,6 @@ def run(args) -> int:
         write_exclusive(out, page.encode())
     except OSError as exc:
         print(f"clawgym report: --out {args.out}: cannot write the page ({exc.strerror or exc})", file=sys.stderr)
-        return 2
+        return REFUSED
     print(f"wrote {out} ({len(runs)} runs)")
     return 0

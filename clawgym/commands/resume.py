@@ -20,6 +20,7 @@ import os
 import sys
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
+from clawgym.exit_codes import REFUSED
 
 #: Passes of pinning drifted values before giving up on the unresolved form.
 MAX_PIN_PASSES = 5
@@ -179,10 +180,10 @@ def run(args: argparse.Namespace) -> int:
         snap, cfg, plan, record = build_resume(args.save_dir, args.overrides)
     except ResumeError as exc:
         print(str(exc), file=sys.stderr)
-        return 2
+        return REFUSED
     except ConfigError as err:
         print(err.report(), file=sys.stderr)
-        return 2
+        return REFUSED
     before = Side(label=f"snapshot {snap.id}", source=str(snap.path), config=snap.config,
                   entrypoint=list(snap.plan.get("entrypoint") or []),
                   env=dict((snap.plan.get("runtime_env") or {}).get("env_vars") or {}))
@@ -192,7 +193,16 @@ def run(args: argparse.Namespace) -> int:
     print(format_diff(before, after, names=("was", "now")))
     print()
     if args.dry_run:
+        from clawgym.app import attach_memory, memory_banner
+
+        # The memory plan too (format_plan prints it), as a dry run of train.py does; refused as its
+        # launch would be when it does not fit.
+        attach_memory(plan, to_plain(cfg))
         print(format_plan(plan))
+        banner = memory_banner(plan, cfg)
+        if banner:
+            print(banner, file=sys.stderr)
+            return REFUSED
         return 0
     from clawgym.pipeline import launch_single  # heavy imports (ray) only for real launches
 

@@ -24,6 +24,8 @@ import sys
 from pathlib import Path
 from typing import Optional
 
+from clawgym.exit_codes import FAILED, REFUSED
+
 
 def add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("paths", nargs="*", metavar="PATH", help="save dirs or folders above them (default: see above)")
@@ -132,6 +134,19 @@ def mask_secrets(runs) -> list:
     return sorted((v for v in values if len(v) >= MIN_SECRET_LEN), key=len, reverse=True)
 
 
+def nothing_found(args) -> str:
+    """"no runs found", saying where it looked (and that --where left them all out, when it did)."""
+    from clawgym.runs.discover import MAX_DEPTH, default_paths
+
+    where = [str(Path(p).expanduser().resolve()) for p in args.paths] or [str(p) for p in default_paths()]
+    if args.where:
+        return f"no runs match --where {' '.join(args.where)} (under {', '.join(where)})"
+    looked = ", ".join(where) if where else f"{Path.cwd()} (no exp/ folder there, and $CLAWGYM_RL_ROOT is unset)"
+    return (f"no runs found under {looked} (searched {MAX_DEPTH} folders deep)\n"
+            f"  a run is a save dir with clawgym snapshots (<save>/clawgym/snapshots/); give its path or a folder "
+            f"above it: clawgym runs <paths.root>/exp")
+
+
 def run(args) -> int:
     from clawgym.runs.table import format_table, to_json
 
@@ -143,7 +158,7 @@ def run(args) -> int:
         out = out_folder(args.out) if args.plot else None
     except BadArgs as exc:
         print(f"clawgym runs: {exc}", file=sys.stderr)
-        return 2
+        return REFUSED
     from clawgym.secrets import config_secret_values, redact
 
     # The snapshots are masked (collect); this pass catches the environment's secrets anywhere else.
@@ -151,7 +166,7 @@ def run(args) -> int:
     if args.json:
         sys.stdout.write(redact(to_json(rows), values))
     elif not rows:
-        print(no_rows(found, args))
+        print(no_rows(found, args) if found else nothing_found(args))
     else:
         print(redact(format_table(rows, columns), values))
     for note in read_notes(runs):
@@ -164,11 +179,11 @@ def run(args) -> int:
         except OSError as exc:
             print(f"clawgym runs: --out {args.out}: cannot write the pictures ({exc.strerror or exc})",
                   file=sys.stderr)
-            return 2
+            return REFUSED
         for path in written:
             print(f"wrote {path}", file=sys.stderr if args.json else sys.stdout)
         for metric in missing:
             print(f"clawgym runs: no run logged {metric} (yet); no picture for it", file=sys.stderr)
         if not written:
-            return 1
+            return FAILED
     return 0

@@ -14,6 +14,7 @@ from typing import Any, List
 
 from clawgym.commands.diff import render_table
 from clawgym.secrets import config_secret_values, redact_argv, redact_config, redact_overrides, redact_text
+from clawgym.exit_codes import REFUSED
 
 
 def _git_line(name: str, info: dict) -> str:
@@ -132,7 +133,7 @@ def run(args: argparse.Namespace) -> int:
         print(format_show(args.target, config=config))
     except SnapshotError as exc:
         print(str(exc), file=sys.stderr)
-        return 2
+        return REFUSED
     return 0
 
 

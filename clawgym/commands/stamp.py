@@ -13,6 +13,7 @@ import argparse
 import sys
 import time
 from typing import Any
+from clawgym.exit_codes import REFUSED
 
 
 def run(args: argparse.Namespace) -> int:
@@ -22,10 +23,10 @@ def run(args: argparse.Namespace) -> int:
         snap, save = find_snapshot(args.save_dir)
     except SnapshotError as exc:
         print(str(exc), file=sys.stderr)
-        return 2
+        return REFUSED
     if save is None:
         print(f"clawgym stamp: {args.save_dir} is a snapshot, not a save dir", file=sys.stderr)
-        return 2
+        return REFUSED
     placed = stamp_save_dir(save)
     for it, sid in placed:
         print(f"iter_{it:07d}: placed snapshot {sid}", flush=True)

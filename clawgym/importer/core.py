@@ -362,16 +362,26 @@ def compare(script: Launch, ours: Launch, reg: Any, secret_targets: Sequence[str
                                 "gpu_layout.trainer_script"))
     if ours.parsed.error:
         diffs.append(Difference("parse", "experiment argv", "", ours.parsed.error))
-    diffs += parity.compare_values(script.parsed.values, ours.parsed.values, reg, script.parsed.written)
+    events = ours.parsed.values.get("use_tensorboard") is True and bool(ours.env.get("TENSORBOARD_DIR"))
+    for d in parity.compare_values(script.parsed.values, ours.parsed.values, reg, script.parsed.written):
+        if events and d.name.endswith("(use_tensorboard)") and d.script in (False, None, MISSING_VALUE):
+            # Kept on (metrics.tensorboard): without events clawgym runs / clawgym report show no curves.
+            d.note = ("clawgym keeps TensorBoard events in the run's save dir so clawgym runs / report show its "
+                      "curves (metrics.tensorboard=false turns them off)")
+            deliberate.append(d)
+        else:
+            diffs.append(d)
     for d in parity.compare_env(script.env, ours.env):
+        if d.name.lower() == "no_proxy" and isinstance(d.script, str) and isinstance(d.experiment, str) and \
+                set(d.script.split(",")) == set(d.experiment.split(",")):
+            continue  # the same hosts (clawgym names each once: 127.0.0.1,127.0.0.1 is 127.0.0.1)
         if d.script is MISSING_VALUE and d.name in ADDED_ENV:
             d.note = ADDED_ENV[d.name]
             deliberate.append(d)
         elif d.script is MISSING_VALUE and d.name in ADDED_WANDB_ENV:
             d.note = "clawgym's W&B run metadata"
             deliberate.append(d)
-        elif d.name == "TENSORBOARD_DIR" and d.script is MISSING_VALUE and \
-                script.parsed.values.get("use_tensorboard") is True:
+        elif d.name == "TENSORBOARD_DIR" and d.script is MISSING_VALUE and events:
             # Both write events (--use-tensorboard); clawgym names the folder: the run's save dir.
             d.note = "clawgym keeps the TensorBoard events in the run's save dir (metrics.tensorboard)"
             deliberate.append(d)

@@ -152,6 +152,31 @@ def memory_plan(c: Mapping[str, Any], gpu: Any = None) -> MemoryPlan:
     return plan
 
 
+def trajectories_text(r: Mapping[str, Any]) -> str:
+    """How many of the concurrent trajectories the KV cache holds at full context, in words that
+    never read "48 of 32 fit"."""
+    fit, want = r["trajectories_fit"], r["concurrent_trajectories"]
+    if not r.get("engines"):
+        return "no rollout engine: nothing is generated"
+    if fit >= want:
+        return f"all {want} concurrent fit at full context (room for {fit})"
+    if fit == 0:
+        return f"none of {want} concurrent fits at full context (one is larger than an engine's KV cache)"
+    return f"{fit} of {want} concurrent fit at full context (SGLang queues the rest)"
+
+
+def _verdict(d: Mapping[str, Any]) -> str:
+    """fits / DOES NOT FIT, saying what does not fit when the GPU peak itself is within the GPU
+    (the KV cache is then the reason)."""
+    if d["fits"]:
+        return "fits"
+    if d["phases"]["peak_gib"] <= d["gpu_memory_gib"]:
+        kv = any("KV cache" in p for p in d.get("problems") or [])
+        return ("within the GPU, but the plan DOES NOT FIT: " +
+                ("the KV cache is too small (problem below)" if kv else "see the problem below"))
+    return "DOES NOT FIT"
+
+
 def format_memory(d: Mapping[str, Any]) -> str:
     """A short table of a plan dict, for the console."""
     a, r, h, ph = d["actor"], d["rollout"], d["host"], d["phases"]
@@ -167,10 +192,10 @@ def format_memory(d: Mapping[str, Any]) -> str:
              f"{r['engines']} engines)",
              f"  rollout KV pool    {gib(r['kv_pool_gib'])}  {r['kv_tokens_per_engine']:,} tokens/engine; needed "
              f"{r['kv_tokens_needed']:,} ({r['concurrent_trajectories']} x {r['context_len']})",
-             f"  trajectories       {r['trajectories_fit']} of {r['concurrent_trajectories']} fit at full context",
+             f"  trajectories       {trajectories_text(r)}",
              f"  host RAM per node  {h['ram_gib_per_node']:7.1f} GiB",
-             f"  GPU peak           {gib(ph['peak_gib'])}  ({ph.get('phase')})  "
-             f"{'fits' if d['fits'] else 'DOES NOT FIT'}"]
+             f"  GPU peak           {gib(ph['peak_gib'])}  of {d['gpu_memory_gib']:.1f} ({ph.get('phase')})  "
+             f"{_verdict(d)}"]
     lines += [f"  problem: {p}" for p in d.get("problems") or []]
     lines += [f"  advice:  {x}" for x in d.get("advice") or []]
     return "\n".join(lines)

@@ -18,10 +18,11 @@ def check_memory(ctx: Context) -> str:
         from clawgym.memory import memory_plan, this_node_gpu
 
         plan = memory_plan(ctx.c, this_node_gpu(ctx.c)).to_dict()
+    from clawgym.memory import trajectories_text
+
     r, ph = plan["rollout"], plan["phases"]
     detail = (f"{ph['peak_gib']:.1f} of {plan['gpu_memory_gib']:.1f} GiB per GPU on {plan['gpu']} "
-              f"({plan['gpu_source']}); {r['trajectories_fit']} of {r['concurrent_trajectories']} trajectories fit "
-              f"in the KV cache at full context")
+              f"({plan['gpu_source']}); trajectories in the KV cache: {trajectories_text(r)}")
     if plan["fits"]:
         return detail
     advice = plan.get("advice") or []

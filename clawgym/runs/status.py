@@ -52,6 +52,10 @@ class StatusCache:
                 return None, f"no Ray dashboard answers at {address}", {}
             from ray.job_submission import JobSubmissionClient
 
+            from clawgym.launch import quiet_ray_sdk
+
+            quiet_ray_sdk()
+
             try:
                 client = self._clients[address] = JobSubmissionClient(address)
             except Exception as exc:  # noqa: BLE001 - Ray raises several kinds; the cluster just does not say
@@ -75,6 +79,33 @@ def _submitted(run: Run) -> Dict[str, str]:
         # A format-1 snapshot recorded no submission: its meta and plan still name the job.
         return {"submission_id": snap.meta.get("submission_id") or snap.plan.get("submission_id") or "",
                 "address": snap.plan.get("address") or ""}
+
+
+def _read(path: Any) -> Dict[str, Any]:
+    try:
+        data = json.loads(path.read_text())
+        return data if isinstance(data, dict) else {}
+    except (OSError, ValueError, AttributeError):
+        return {}
+
+
+def recorded_times(run: Run) -> Tuple[Optional[float], Optional[float], Optional[str]]:
+    """(started, ended, status) as clawgym recorded them, whoever answers now: the first launch's
+    submission (``submitted.json``, else its snapshot's creation) and the latest launch's end
+    (``ended.json``, written when the followed job ended). A run's duration is read from these, so it
+    does not change with whether the Ray dashboard still answers."""
+    started: Optional[float] = None
+    for snap in run.snapshots:
+        sub = _read(snap.path / "submitted.json")
+        if sub.get("submitted_unix"):
+            started = float(sub["submitted_unix"])
+            break
+    if started is None and run.snapshots:
+        started = getattr(run.snapshots[0], "created", None) or None
+    ended = _read(run.latest.path / "ended.json") if run.latest is not None else {}
+    end = float(ended["ended_unix"]) if ended.get("ended_unix") else None
+    status = str(ended["status"]) if ended.get("status") in (SUCCEEDED, FAILED, STOPPED) else None
+    return started, end, status
 
 
 def resolve(run: Run, cache: Optional[StatusCache] = None) -> Run:

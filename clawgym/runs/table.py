@@ -38,16 +38,31 @@ TIME_LABELS = {"rollout_s": "rollout", "log_probs_s": "log-probs", "train_s": "t
 _STAMP = re.compile(r"(\d{8}_\d{6})$")
 
 
+#: Overrides that say where and how a run ran, not what it trained: left out of the overrides column
+#: (a sweep's per-job API ports, the checkout, the Ray head's ports, the GPU the memory plan assumed).
+PLUMBING = ("hydra.", "paths.", "ray.", "cluster.", "slurm.", "kuberay.", "memory.", "wandb.", "metrics.",
+            "sglang.api_port", "sglang.api_host", "services.teacher.port", "run_name", "exp_name", "skip_checks",
+            "dry_run", "preflight_only")
+#: Widest cell of the overrides column in the text table (--json keeps them whole).
+OVERRIDES_WIDTH = 48
+
+
+def is_plumbing(key: str) -> bool:
+    return any(key == p.rstrip(".") or (p.endswith(".") and key.startswith(p)) for p in PLUMBING)
+
+
 @dataclass(frozen=True)
 class Column:
     key: str
     header: str
     kind: str = "text"  # text | num | time | duration | secs
+    width: int = 0  # widest cell in the text table; 0: unbounded
 
 
 BASE_COLUMNS: Tuple[Column, ...] = (
     Column("name", "run"), Column("status", "status"), Column("flavour", "flavour"), Column("model", "model"),
-    Column("layout", "layout"), Column("sweep", "sweep"), Column("overrides", "overrides"),
+    Column("layout", "layout"), Column("sweep", "sweep"),
+    Column("overrides", "overrides", width=OVERRIDES_WIDTH),
     Column("started", "started", "time"), Column("duration", "duration", "duration"),
     Column("steps", "steps", "num"),
 )
@@ -89,7 +104,7 @@ def _user_overrides(run: Run) -> List[str]:
     out = []
     for o in snap.overrides or []:
         key = o.split("=", 1)[0].lstrip("+~")
-        if key.startswith("hydra.") or key == "run_name" and "run_name" not in typed:
+        if is_plumbing(key):
             continue
         if typed and key not in typed:
             continue
@@ -136,7 +151,7 @@ def _sum_parts(s: Mapping[str, List[ev.Point]], tags: Sequence[str], last: int) 
 def build_rows(runs: Sequence[Run], *, metrics: Optional[Sequence[str]] = None, last: int = 5,
                resolve_status: bool = True, now: Optional[float] = None) -> Tuple[List[Dict[str, Any]], List[Column]]:
     """(rows, columns): one dict per run (raw values; ``None`` = not known), and the columns to show."""
-    from clawgym.runs.status import StatusCache, resolve
+    from clawgym.runs.status import StatusCache, recorded_times, resolve
 
     now = time.time() if now is None else now
     cache = StatusCache()
@@ -149,14 +164,20 @@ def build_rows(runs: Sequence[Run], *, metrics: Optional[Sequence[str]] = None, 
         s = r.scalars()
         c = r.config
         n_steps, last_step = steps_done(s)
-        first = r.snapshots[0] if r.snapshots else None
-        started = (r.job.get("start_time") or (first.created if first else None)) or None
-        end = r.job.get("end_time")
+        # What clawgym recorded comes first (the first launch's submission, the latest launch's end):
+        # the duration does not change with whether the Ray dashboard still answers.
+        started, end, ended_as = recorded_times(r)
+        started = started or r.job.get("start_time") or None
         if r.status == "running":
             end = now
+        elif end is None:
+            end = r.job.get("end_time")
         if end is None:
             walls = [p.wall_time for pts in s.values() for p in pts]
             end = max(walls) if walls else None
+        if r.status in (None, "unknown") and ended_as:
+            # The cluster is gone (or never asked): the end the launcher saw.
+            r.status = ended_as
         row: Dict[str, Any] = {
             "name": r.name,
             "status": r.status or "unknown",
@@ -272,10 +293,14 @@ def fmt(value: Any, kind: str) -> str:
     return str(value)
 
 
+def _bounded(text: str, width: int) -> str:
+    return text if not width or len(text) <= width else text[: width - 3] + "..."
+
+
 def format_table(rows: Sequence[Mapping[str, Any]], columns: Sequence[Column]) -> str:
     """A plain-text table; columns no row has a value for are left out."""
     shown = [c for c in columns if c.key in ("name", "status") or any(r.get(c.key) not in (None, "-") for r in rows)]
-    cells = [[c.header for c in shown]] + [[fmt(r.get(c.key), c.kind) for c in shown] for r in rows]
+    cells = [[c.header for c in shown]] + [[_bounded(fmt(r.get(c.key), c.kind), c.width) for c in shown] for r in rows]
     widths = [max(len(row[i]) for row in cells) for i in range(len(shown))]
     lines = []
     for n, row in enumerate(cells):

@@ -22,12 +22,12 @@ from omegaconf.errors import OmegaConfBaseException
 from clawgym.config import to_plain
 from clawgym.secrets import argv_secrets, known_secrets, named_secrets, redact_value, remember
 from clawgym.validate.core import Collector, ConfigError, Rule, Violation, format_warnings, run_rule
-from clawgym.validate import (batches, cluster, flags, memory, model, names, rollout, secrets, topology, trainer_rules,
-                              values)
+from clawgym.validate import (batches, cluster, flags, memory, model, names, rollout, schema_keys, secrets, topology,
+                              trainer_rules, values)
 from clawgym.validate.names import NAME_MAX, longest_derived_name, name_problem, runs_below
 
 LOCAL_RULES: List[Rule] = [
-    values.rule_numbers_sane, topology.rule_gpu_counts_positive, model.rule_model_sizes_positive,
+    schema_keys.rule_known_keys, values.rule_numbers_sane, topology.rule_gpu_counts_positive, model.rule_model_sizes_positive,
     model.rule_model_sizes_sane,
     model.rule_query_groups_divide_heads, model.rule_moe_complete, model.rule_model_family_fields,
     batches.rule_rollout_sizes_positive, batches.rule_temperature_positive, batches.rule_context_exceeds_response,

@@ -32,7 +32,7 @@ def _sbatch_fix(value: str) -> str:
     return re.sub(r"[%\s]+", "_", value).strip("_") or "x"
 
 
-def _rule_sbatch_values(v: _Collector, s) -> None:
+def _rule_sbatch_values(v: Collector, s) -> None:
     """Every value written into an #SBATCH line holds none of sbatch's special characters."""
     for key in ("partition", "account", "qos", "gpu_type", "time", "mem_per_node"):
         value = s[key]

@@ -67,7 +67,7 @@ MODEL_BOUNDS = {"num_layers": 1024, "hidden_size": 131072, "ffn_hidden_size": 52
                 "qk_pos_emb_head_dim": 4096, "v_head_dim": 4096}
 
 
-def rule_model_sizes_sane(v: _Collector) -> None:
+def rule_model_sizes_sane(v: Collector) -> None:
     """clawgym's own bounds (not the trainer's): no model has these sizes, and the memory plan would
     run for minutes or exhaust memory on them before the launch could say so."""
     m = v.c["model"]

@@ -245,7 +245,7 @@ def _inside_or_same(path: Path, folder: Path) -> bool:
     return path == folder or folder in path.parents
 
 
-def _working_save(v: _Collector) -> str:
+def _working_save(v: Collector) -> str:
     """A save dir that holds no input and is no system folder: <paths.root>/exp/<run_name>, else one under HOME."""
     run = str(v.c.get("run_name") or "run")
     root = v.c["paths"].get("root")
@@ -257,7 +257,7 @@ def _working_save(v: _Collector) -> str:
     return str(candidates[-1])
 
 
-def _inputs_clash(v: _Collector, s: Path) -> List[tuple]:
+def _inputs_clash(v: Collector, s: Path) -> List[tuple]:
     """(key, what, resolved path) of each input of the run that ``s`` is or holds."""
     out = []
     for key, what in RUN_INPUTS:
@@ -276,7 +276,7 @@ def _inputs_clash(v: _Collector, s: Path) -> List[tuple]:
     return out
 
 
-def rule_save_dir_not_an_input(v: _Collector) -> None:
+def rule_save_dir_not_an_input(v: Collector) -> None:
     """clawgym's own rule: the save dir (``--save``; the trainer writes iter_*/, the tracker file, and
     clawgym its logs/, tensorboard/ and clawgym/ snapshots there) is no input of the run and no system
     folder. The trainer would start and write among its own tasks, checkpoint or checkout."""

@@ -1,0 +1,71 @@
+"""``clawgym runs`` answers the same whoever still answers: where it looked when it finds nothing, a
+duration from what the launcher recorded, a stopped run shown as stopped, an overrides column without
+plumbing and of bounded width."""
+
+from __future__ import annotations
+
+import json
+import time
+
+from clawgym.cli import main as cli
+from clawgym.runs import find_runs
+from clawgym.runs.table import OVERRIDES_WIDTH, build_rows, format_table
+from clawgym.snapshot import LaunchRecord, mark_ended
+from tests.test_snapshot import launch_snapshot
+
+
+def _record_times(snap, submitted: float, ended: float, status: str) -> None:
+    sub = json.loads((snap / "submitted.json").read_text())
+    (snap / "submitted.json").write_text(json.dumps({**sub, "submitted_unix": submitted}))
+    mark_ended(snap, status, 130 if status == "stopped" else 0)
+    data = json.loads((snap / "ended.json").read_text())
+    (snap / "ended.json").write_text(json.dumps({**data, "ended_unix": ended}))
+
+
+def test_nothing_found_says_where_it_looked(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("CLAWGYM_RL_ROOT", raising=False)
+    assert cli(["runs"]) == 0
+    out = capsys.readouterr().out
+    assert f"no runs found under {tmp_path}" in out and "clawgym/snapshots" in out
+    assert cli(["runs", str(tmp_path)]) == 0 and str(tmp_path) in capsys.readouterr().out
+
+
+def test_a_finished_runs_duration_is_the_recorded_one_whether_or_not_ray_answers(tmp_path):
+    _, _, snap = launch_snapshot(tmp_path / "run")
+    t0 = time.time() - 3600
+    _record_times(snap, t0, t0 + 42, "succeeded")
+    # Ray gone: nobody to ask.
+    rows, _ = build_rows(find_runs([tmp_path]))
+    assert rows[0]["duration"] == 42 and rows[0]["status"] == "succeeded"
+    # Ray answers (as status.resolve fills run.job): its later view of the job does not move the duration.
+    run = find_runs([tmp_path])[0]
+    run.status, run.job = "succeeded", {"start_time": t0 + 3, "end_time": t0 + 60}
+    rows, _ = build_rows([run], resolve_status=False)
+    assert rows[0]["duration"] == 42
+
+
+def test_a_stopped_run_is_stopped_not_unknown(tmp_path, capsys):
+    _, _, snap = launch_snapshot(tmp_path / "run")
+    t0 = time.time() - 100
+    _record_times(snap, t0, t0 + 5, "stopped")
+    rows, _ = build_rows(find_runs([tmp_path]))
+    assert rows[0]["status"] == "stopped"
+
+
+def test_the_overrides_column_leaves_out_plumbing_and_is_width_bounded(tmp_path):
+    long_value = "x" * 200
+    for n, temp in enumerate(("0.5", "0.9")):
+        save = tmp_path / f"run{n}"
+        ov = [f"rollout.temperature={temp}", f"paths.root=/ckpt/{n}", f"ray.port={6379 + n}",
+              f"sglang.api_port={30001 + n}", f"exp_name=e{n}{long_value}"]
+        record = LaunchRecord(overrides=[f"paths.save={save}", *ov], choices={"model": "qwen3_4b"})
+        launch_snapshot(save, ov, record=record)
+    rows, columns = build_rows(find_runs([tmp_path]), resolve_status=False)
+    assert sorted(r["overrides"] for r in rows) == ["rollout.temperature=0.5", "rollout.temperature=0.9"]
+    # A long override is cut in the text table (--json keeps it whole).
+    rows[0]["overrides"] = "rollout.temperature=0.5 " + "model.name=" + long_value
+    header = format_table(rows, columns).splitlines()[0]
+    start = header.index("overrides")
+    cell = format_table(rows, columns).splitlines()[2][start:start + OVERRIDES_WIDTH + 5]
+    assert "..." in cell and len(max(format_table(rows, columns).splitlines(), key=len)) < 400
