@@ -78,6 +78,9 @@ FLOORS: List[Tuple[str, Tuple[str, ...]]] = [
             "clawgym.console",
             "clawgym.overrides",
             "clawgym.ownership",
+            "clawgym.exit_codes",
+            "clawgym.keys",
+            "clawgym.provenance",
         ),
     ),
 ]

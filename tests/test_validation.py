@@ -242,6 +242,8 @@ def rule_codes_in_source(*, trainer: bool = False) -> set:
 #: --sglang-config engine groups (sglang.models), checked as slime reads them.
 _GROUPS = "sglang.models=[{name: default, server_groups: [{worker_type: %s, num_gpus: %d}]}]"
 CASES.update({
+    # A + override the typed schema does not define (issue 27): refused with the closest key.
+    "unknown-key": Case(["+rollout.temprature=0.8"], ["rollout.temprature"], {"rollout.temprature": 0.8}),
     # ... and an error on the one node of a head clawgym starts (issue 28, finding 13).
     "local-head-gpus-fit": Case(["gpu_layout=colocate_8", "gpu_layout.colocate=false"],
                                 ["gpu_layout.actor_gpus", "gpu_layout.rollout_gpus", "gpu_layout.num_gpus",

@@ -7,7 +7,7 @@ such key to mirror); open maps (``args``, ``extra_env``) take any key.
 from __future__ import annotations
 
 from clawgym.keys import closest, unknown_keys
-from clawgym.validate.core import Collector
+from clawgym.validate.core import Collector, value_at
 
 
 def rule_known_keys(v: Collector) -> None:
@@ -20,9 +20,16 @@ def rule_known_keys(v: Collector) -> None:
                   "with clawgym import SCRIPT")
             continue
         near = closest(key)
+        try:
+            typed = value_at(v.raw, key)
+        except (KeyError, IndexError, TypeError):
+            typed = None
+        # The fix names a value that works: the closest key with the value the user gave.
+        shown = f"{near[0]}={typed}" if near and typed is not None and not isinstance(typed, (dict, list)) else \
+            (near[0] if near else "")
         v.add("unknown-key", [key],
               f"{key} is not a config key (a + override or an experiment file added it; the trainer would never "
               f"read it" + (f", and {near[0]} would keep its value)" if near else ")")
               + (f"; did you mean {near[0]}?" if near else ""),
-              (f"set {near[0]} instead (no +): clawgym explain {near[0]}" if near else
+              (f"set {shown} instead (no +): clawgym explain {near[0]}" if near else
                "remove it; python train.py --cfg job lists every key") + "; only args.* and extra_env.* take new keys")
