@@ -13,7 +13,7 @@ import sys
 from typing import List, Optional
 
 #: Subcommand modules under clawgym.commands, in help order.
-COMMANDS = ["show", "diff", "resume", "stamp", "preflight", "jobs", "runs", "report", "flags", "import_"]
+COMMANDS = ["show", "diff", "resume", "stamp", "preflight", "layout", "jobs", "runs", "report", "flags", "import_"]
 
 
 def build_parser() -> argparse.ArgumentParser:

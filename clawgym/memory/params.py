@@ -151,11 +151,25 @@ def _mlp(m: Mapping[str, Any], moe: bool) -> LayerParams:
 
 
 def layer_params(m: Mapping[str, Any]) -> List[LayerParams]:
-    out = []
-    for i, is_moe in enumerate(moe_pattern(m)):
-        a, b = _attention(m, i), _mlp(m, bool(is_moe))
-        out.append(LayerParams(a.tp + b.tp, a.rep + b.rep, a.expert + b.expert))
-    return out
+    # Memoised by the model's values: the layout search asks it for one model thousands of times.
+    key = _model_key(m)
+    found = _LAYERS.get(key)
+    if found is None:
+        found = []
+        for i, is_moe in enumerate(moe_pattern(m)):
+            a, b = _attention(m, i), _mlp(m, bool(is_moe))
+            found.append(LayerParams(a.tp + b.tp, a.rep + b.rep, a.expert + b.expert))
+        if len(_LAYERS) > 64:
+            _LAYERS.clear()
+        _LAYERS[key] = found
+    return list(found)
+
+
+_LAYERS: Dict[Any, List[LayerParams]] = {}
+
+
+def _model_key(m: Mapping[str, Any]) -> Any:
+    return tuple((k, tuple(v) if isinstance(v, list) else v) for k, v in m.items())
 
 
 def mtp_params(m: Mapping[str, Any], layers: List[LayerParams]) -> int:

@@ -241,6 +241,12 @@ def _refuse_rule(col: "_Collector", rule: Rule, exc: BaseException) -> None:
                              "a config clawgym cannot check is not launched", "check-could-not-run"))
 
 
+#: Public names of the collector and of running one rule, for searches above validation
+#: (``clawgym/search``) that ask a subset of the same rules about many candidate configs.
+Collector = _Collector
+run_rule = _run_rule
+
+
 def check(cfg: DictConfig | Mapping[str, Any], *,
           environ: Optional[Mapping[str, str]] = None) -> Tuple[List[Violation], List[Violation]]:
     """(errors, warnings) of a composed config: errors refuse it, warnings are only printed."""
