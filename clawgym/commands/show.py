@@ -87,6 +87,12 @@ def format_show(target: str, *, config: str = "resolved") -> str:
         ["  (none)" if snap.overrides is not None else "  (unknown: launched outside Hydra)"]
     out += ["", "group choices:"]
     out += [f"  {k}={v}" for k, v in (snap.choices or {}).items()] or ["  (unknown)"]
+    layout = (snap.plan or {}).get("layout")
+    if layout:
+        # gpu_layout=auto: what the layout search chose at launch, and its runners-up.
+        from clawgym.search import format_choice
+
+        out += ["", *format_choice(layout).splitlines()]
     versions = snap.meta.get("versions") or {}
     out += ["", "versions:", "  " + "  ".join(f"{k} {v or '-'}" for k, v in versions.items())]
     out += ["", "git:"] + [_git_line(k, v) for k, v in (snap.meta.get("git") or {}).items()]

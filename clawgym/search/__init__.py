@@ -559,9 +559,11 @@ def resolve_auto(plain: Dict[str, Any], overrides: Sequence[str] = (), *,
         else:
             out.setdefault(group, {})[leaf] = v
     out["gpu_layout"]["trainer_script"] = "train.py" if out["gpu_layout"]["colocate"] else "train_async.py"
+    # Resolved: the config now names its layout (the record says it was chosen).
+    out["gpu_layout"]["auto"] = False
     if (plain.get("ray") or {}).get("num_gpus") == g.get("num_gpus"):
         out["ray"]["num_gpus"] = out["gpu_layout"]["num_gpus"]
-    rec = {"auto": True, "gpu": gpu_name, "gpus": total, "gpus_per_node": per_node,
+    rec = {"auto": True, "gpu": gpu_name, "settings": dict(best.settings), "gpus": total, "gpus_per_node": per_node,
            "chosen": best.overrides, "step_s": best.step_s, "gpu_peak_gib": best.gpu_peak_gib,
            "runners_up": [{"overrides": x.overrides, "step_s": x.step_s, "gpu_peak_gib": x.gpu_peak_gib}
                           for x in r.layouts[1:]]}
