@@ -238,6 +238,7 @@ def search(c: Mapping[str, Any], *, gpus: int, gpus_per_node: Optional[int] = No
     engine_cache: Dict[Tuple[int, bool], List[Tuple[float, float, Dict[str, Any]]]] = {}
     card = G.GPUS[name]
     smallest_actor = [math.inf]
+    smallest_budget = [0.0]
     largest_kv = [0]
 
     def _actor_try(par: Parallel, mem: ActorMem, lay_v: Dict[str, Any],
@@ -247,7 +248,8 @@ def search(c: Mapping[str, Any], *, gpus: int, gpus_per_node: Optional[int] = No
         am = actor_memory(cand)
         peak = max(am.train_peak_gib, am.logprob_peak_gib) + am.overhead_gib
         if peak > budget:
-            smallest_actor[0] = min(smallest_actor[0], peak)
+            if peak - budget < smallest_actor[0] - smallest_budget[0]:
+                smallest_actor[0], smallest_budget[0] = peak, budget
             refused.add("memory-actor-peak", f"{_brief(vals)}: the actor needs {peak:.1f} GiB per GPU of "
                                              f"{budget:.1f}")
             return None
@@ -296,11 +298,11 @@ def search(c: Mapping[str, Any], *, gpus: int, gpus_per_node: Optional[int] = No
             largest_kv[0] = max(largest_kv[0], ro.kv_tokens_per_engine)
             if ro.kv_tokens_per_engine < ctx:
                 refused.add("memory-kv-below-one-trajectory",
-                            f"{_line(vals)}: an engine's KV cache holds {ro.kv_tokens_per_engine:,} tokens, one "
+                            f"{_engines(vals)}: an engine's KV cache holds {ro.kv_tokens_per_engine:,} tokens, one "
                             f"trajectory needs {ctx:,}")
                 continue
             if not col and ro.static_gib > usable:
-                refused.add("memory-engine-peak", f"{_line(vals)}: SGLang holds {ro.static_gib:.1f} GiB of {usable:.1f}")
+                refused.add("memory-engine-peak", f"{_engines(vals)}: SGLang holds {ro.static_gib:.1f} GiB of {usable:.1f}")
                 continue
             t = rollout_times(cand, card, ro.kv_tokens_per_engine, servers(cand, ro.engines))
             found.append((t["rollout_s"], ro.static_gib, vals))
@@ -324,11 +326,11 @@ def search(c: Mapping[str, Any], *, gpus: int, gpus_per_node: Optional[int] = No
                 considered += 1
                 errors = _trainer_errors(cand)
                 if errors:
-                    refused.add(errors[0].code, f"{_line(vals)}: {errors[0].rule}")
+                    refused.add(errors[0].code, f"{_describe(vals)}: {errors[0].rule}")
                     continue
                 plan = evaluate(cand, name)
                 if not plan.fits:
-                    refused.add("memory-plan", f"{_line(vals)}: {plan.problems[0]}")
+                    refused.add("memory-plan", f"{_describe(vals)}: {plan.problems[0]}")
                     continue
                 st = step_time(cand, name, memory={"rollout": plan.rollout})
                 joined.append((st.step_s, vals, cand, plan, st))
@@ -362,7 +364,8 @@ def search(c: Mapping[str, Any], *, gpus: int, gpus_per_node: Optional[int] = No
     result = SearchResult(layouts=layouts, refused=refused.summary(), gpus=gpus, gpus_per_node=per_node, gpu=name,
                           user_overrides=list(user_overrides), considered=considered)
     if not layouts:
-        _explain(result, c, refused, smallest_actor[0], largest_kv[0], ctx, usable, explain=explain,
+        _explain(result, c, refused, smallest_actor[0], largest_kv[0], ctx, smallest_budget[0] or usable,
+                 explain=explain, per_node_given=gpus_per_node is not None,
                  constraints=sorted(fixed), top=top, any_actor=any(actor_cache.values()),
                  any_engine=any(engine_cache.values()))
     return result
@@ -396,6 +399,19 @@ def _brief(vals: Mapping[str, Any]) -> str:
             + (f", {g('perf.max_tokens_per_gpu')} tokens/GPU" if g("perf.max_tokens_per_gpu") else ""))
 
 
+def _engines(vals: Mapping[str, Any]) -> str:
+    """A candidate's engine side in a few words (refusal examples)."""
+    dp = vals.get("args.sglang_dp_size")
+    ep = vals.get("args.sglang_ep_size")
+    return (f"{vals.get('gpu_layout.rollout_gpus')} rollout GPUs{' (colocated)' if vals.get('gpu_layout.colocate') else ''}"
+            f", engine TP {vals.get('sglang.tp')}" + (f" DP attention {dp}" if dp else "") + (f" EP {ep}" if ep else "")
+            + f", mem_fraction_static {vals.get('sglang.mem_fraction_static')}")
+
+
+def _describe(vals: Mapping[str, Any]) -> str:
+    return f"{_brief(vals)}; {_engines(vals)}"
+
+
 def _line(vals: Mapping[str, Any]) -> str:
     return " ".join(f"{k}={_render(vals[k])}" for k in LAYOUT_KEYS if k in vals)
 
@@ -421,11 +437,11 @@ def _overrides(vals: Mapping[str, Any], c: Mapping[str, Any], fixed: set) -> Lis
 
 def _explain(result: SearchResult, c: Mapping[str, Any], refused: Refusals, smallest_actor: float, largest_kv: int,
              ctx: int, usable: float, *, explain: bool, constraints: List[str], top: int, any_actor: bool,
-             any_engine: bool) -> None:
+             any_engine: bool, per_node_given: bool = True) -> None:
     """With no layout: the binding constraint, and what lifts it (tried, not guessed)."""
     if not any_actor and smallest_actor < math.inf:
         result.binding = (f"the actor's memory: its smallest footprint over every parallel layout and memory knob "
-                          f"is {smallest_actor:.1f} GiB per GPU, the {result.gpu} has {usable:.1f}")
+                          f"is {smallest_actor:.1f} GiB per GPU, {usable:.1f} GiB of the {result.gpu} are left for it")
     if not any_engine and refused.counts.get("memory-kv-below-one-trajectory"):
         kv = (f"the engines' KV cache: at most {largest_kv:,} tokens per engine, one trajectory at full context "
               f"needs {ctx:,} (rollout.max_context_len)")
@@ -438,8 +454,11 @@ def _explain(result: SearchResult, c: Mapping[str, Any], refused: Refusals, smal
     base_overrides = list(result.user_overrides)
 
     def fits(cfg: Mapping[str, Any], gpus: int, gpu: str) -> Optional[Layout]:
-        r = search(cfg, gpus=gpus, gpus_per_node=result.gpus_per_node, gpu=gpu, constraints=constraints, top=1,
-                   explain=False, user_overrides=base_overrides)
+        user = [o for o in base_overrides if not o.startswith("memory.gpu=")]
+        if gpu != result.gpu or any(o.startswith("memory.gpu=") for o in base_overrides):
+            user.append(f"memory.gpu={gpu}")
+        r = search(cfg, gpus=gpus, gpus_per_node=result.gpus_per_node if per_node_given else None, gpu=gpu,
+                   constraints=constraints, top=1, explain=False, user_overrides=user)
         return r.layouts[0] if r.layouts else None
 
     # Each lift is one search (a few tried, cheapest first): more GPUs, the biggest GPU, a shorter context.
