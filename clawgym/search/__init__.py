@@ -239,6 +239,8 @@ def search(c: Mapping[str, Any], *, gpus: int, gpus_per_node: Optional[int] = No
     card = G.GPUS[name]
     smallest_actor = [math.inf]
     smallest_budget = [0.0]
+    # The first validation error of a layout that fits both sides (a rule no layout knob lifts).
+    blocking: Dict[str, Any] = {}
     largest_kv = [0]
 
     def _actor_try(par: Parallel, mem: ActorMem, lay_v: Dict[str, Any],
@@ -327,6 +329,7 @@ def search(c: Mapping[str, Any], *, gpus: int, gpus_per_node: Optional[int] = No
                 errors = _trainer_errors(cand)
                 if errors:
                     refused.add(errors[0].code, f"{_describe(vals)}: {errors[0].rule}")
+                    blocking.setdefault("rule", errors[0])
                     continue
                 plan = evaluate(cand, name)
                 if not plan.fits:
@@ -347,7 +350,8 @@ def search(c: Mapping[str, Any], *, gpus: int, gpus_per_node: Optional[int] = No
             continue
         errors, _ = check(_with(c, {k: v for k, v in vals.items()}))
         if errors:
-            refused.add(errors[0].code, f"{' '.join(line)}: {errors[0].rule}")
+            refused.add(errors[0].code, f"{_describe(vals)}: {errors[0].rule}")
+            blocking.setdefault("rule", errors[0])
             continue
         seen.add(tuple(line))
         r = plan.rollout
@@ -367,7 +371,7 @@ def search(c: Mapping[str, Any], *, gpus: int, gpus_per_node: Optional[int] = No
         _explain(result, c, refused, smallest_actor[0], largest_kv[0], ctx, smallest_budget[0] or usable,
                  explain=explain, per_node_given=gpus_per_node is not None,
                  constraints=sorted(fixed), top=top, any_actor=any(actor_cache.values()),
-                 any_engine=any(engine_cache.values()))
+                 any_engine=any(engine_cache.values()), blocking=blocking.get("rule"))
     return result
 
 
@@ -437,7 +441,7 @@ def _overrides(vals: Mapping[str, Any], c: Mapping[str, Any], fixed: set) -> Lis
 
 def _explain(result: SearchResult, c: Mapping[str, Any], refused: Refusals, smallest_actor: float, largest_kv: int,
              ctx: int, usable: float, *, explain: bool, constraints: List[str], top: int, any_actor: bool,
-             any_engine: bool, per_node_given: bool = True) -> None:
+             any_engine: bool, per_node_given: bool = True, blocking: Any = None) -> None:
     """With no layout: the binding constraint, and what lifts it (tried, not guessed)."""
     if not any_actor and smallest_actor < math.inf:
         result.binding = (f"the actor's memory: its smallest footprint over every parallel layout and memory knob "
@@ -446,6 +450,14 @@ def _explain(result: SearchResult, c: Mapping[str, Any], refused: Refusals, smal
         kv = (f"the engines' KV cache: at most {largest_kv:,} tokens per engine, one trajectory at full context "
               f"needs {ctx:,} (rollout.max_context_len)")
         result.binding = kv if result.binding is None else result.binding + "; and " + kv
+    if result.binding is None and blocking is not None:
+        # Both sides fit somewhere, but the config breaks a rule no layout changes.
+        result.binding = f"the rule {blocking.code} refuses every layout that fits: {blocking.rule}"
+        result.lifts.append(f"fix: {blocking.fix}")
+        return
+    if result.binding is None and refused.counts.get("memory-plan"):
+        result.binding = (f"the whole memory plan (actor and engines together): "
+                          f"{refused.examples['memory-plan']}")
     if result.binding is None:
         rule = refused.summary()[0]["rule"] if refused.counts else "no layout tiles these GPUs"
         result.binding = f"every candidate was refused, most by {rule}"
