@@ -277,30 +277,36 @@ def rollout_times(c: Mapping[str, Any], gpu: G.Gpu, kv_tokens_per_engine: int, e
     max_running = max(1, kv_tokens_per_engine // 2)
     batch = max(1, min(math.ceil(concurrent / engines), per_engine, max(1, kv_fit), max_running))
     waves = math.ceil(per_engine / batch)
-    # Bytes each engine rank reads per decode iteration.
     total_rank = weights_per_rank(m, tp)
     experts = int(m.get("num_experts") or 0)
-    expert_rank = 0.0
-    if experts:
-        expert_rank = 2.0 * sum(lp.expert for lp in P.layer_params(m)) / tp
-        touched = 1.0 - (1.0 - int(m["moe_router_topk"] or 1) / experts) ** batch
-        weights_read = total_rank - expert_rank * (1.0 - touched)
-    else:
-        weights_read = float(total_rank)
+    expert_rank = 2.0 * sum(lp.expert for lp in P.layer_params(m)) / tp if experts else 0.0
     cell = cell_bytes(m, attn_tp)
-    kv_read = (batch / dp) * mean_ctx * cell
-    mem_t = (weights_read + kv_read) / (gpu.hbm_gbs * GB * CONSTANTS["decode_bw_efficiency"])
-    flops_t = batch * (2.0 * a["active"] + 4.0 * a["attn_width"] * a["attn_layers"] * mean_ctx) / tp \
-        / (gpu.bf16_tflops * 1e12 * CONSTANTS["prefill_efficiency"])
     comm_t = 2 * int(m["num_layers"]) * CONSTANTS["allreduce_latency_s"] if tp > 1 else 0.0
-    iteration = max(mem_t, flops_t) + comm_t + CONSTANTS["decode_iteration_overhead_s"]
-    decode = waves * w["generated"] * iteration
+
+    def iteration(b: int) -> Dict[str, float]:
+        """One decode iteration of an engine running ``b`` requests: each rank reads its weight shard (for
+        MoE only the experts the batch routes to) and the batch's KV, or computes, whichever is longer."""
+        weights_read = float(total_rank)
+        if experts:
+            touched = 1.0 - (1.0 - int(m["moe_router_topk"] or 1) / experts) ** b
+            weights_read = total_rank - expert_rank * (1.0 - touched)
+        kv_read = (b / dp) * mean_ctx * cell
+        mem_t = (weights_read + kv_read) / (gpu.hbm_gbs * GB * CONSTANTS["decode_bw_efficiency"])
+        flops_t = b * (2.0 * a["active"] + 4.0 * a["attn_width"] * a["attn_layers"] * mean_ctx) / tp \
+            / (gpu.bf16_tflops * 1e12 * CONSTANTS["prefill_efficiency"])
+        return {"s": max(mem_t, flops_t) + comm_t + CONSTANTS["decode_iteration_overhead_s"],
+                "bytes": weights_read + kv_read, "bound": "compute" if flops_t > mem_t else "memory"}
+
+    full = iteration(batch)
+    # Full waves of ``batch`` requests, then the rest: each wave decodes for the generated tokens.
+    rest = per_engine - (waves - 1) * batch
+    decode = w["generated"] * ((waves - 1) * full["s"] + iteration(rest)["s"])
     prefill_flops = per_engine * w["prefill"] * (2.0 * a["active"]
                                                   + 4.0 * a["attn_width"] * a["attn_layers"] * w["prefill"] / 2.0)
     prefill = prefill_flops / (tp * gpu.bf16_tflops * 1e12 * CONSTANTS["prefill_efficiency"])
     return {"rollout_s": decode + prefill, "decode_s": decode, "prefill_s": prefill, "batch_per_engine": batch,
-            "waves": waves, "decode_iteration_s": iteration, "decode_bytes_per_rank": weights_read + kv_read,
-            "decode_bound": "compute" if flops_t > mem_t else "memory"}
+            "waves": waves, "decode_iteration_s": full["s"], "decode_bytes_per_rank": full["bytes"],
+            "decode_bound": full["bound"]}
 
 
 def servers(c: Mapping[str, Any], engines: int) -> int:
