@@ -169,7 +169,16 @@ _LAYERS: Dict[Any, List[LayerParams]] = {}
 
 
 def _model_key(m: Mapping[str, Any]) -> Any:
-    return tuple((k, tuple(v) if isinstance(v, list) else v) for k, v in m.items())
+    # The same dict asked again with the same values (the search's case): its key without rebuilding it.
+    values = tuple(m.values())
+    if _LAST_KEY and _LAST_KEY[0] is m and _LAST_KEY[1] == values:
+        return _LAST_KEY[2]
+    key = tuple((k, tuple(v) if isinstance(v, list) else v) for k, v in m.items())
+    _LAST_KEY[:] = [m, values, key]
+    return key
+
+
+_LAST_KEY: List[Any] = []
 
 
 def mtp_params(m: Mapping[str, Any], layers: List[LayerParams]) -> int:

@@ -268,19 +268,21 @@ def search(c: Mapping[str, Any], *, gpus: int, gpus_per_node: Optional[int] = No
         found: List[Tuple[float, float, Dict[str, Any]]] = []
         mems = space.actor_mems()
         frugal = mems[0]
-        plain_mems = [v for v in mems if v.chunk == base["perf"].get("log_probs_chunk_size")] or mems
+        chains = space.actor_chains(mems, base["perf"].get("log_probs_chunk_size"))
+        smaller_chunk = any(v.chunk == 512 for v in mems)
         for par in space.parallels(world, per_node, refused):
-            first = _actor_try(par, frugal, lay_v, budget)
-            if first is None:
-                continue
-            for mem in plain_mems:
-                got = _actor_try(par, mem, lay_v, budget)
-                if got is None and mem.chunk != 512 and any(v.chunk == 512 for v in mems):
-                    # A smaller log-prob chunk only lowers the log-prob pass's peak: tried when needed.
-                    got = _actor_try(par, ActorMem(mem.recompute, mem.offload, mem.tokens_factor, 512), lay_v,
-                                     budget)
-                if got is not None:
-                    found.append(got)
+            if _actor_try(par, frugal, lay_v, budget) is None:
+                continue  # the most frugal variant does not fit: none of this shape's do
+            for chain in chains:
+                for mem in chain:
+                    got = _actor_try(par, mem, lay_v, budget)
+                    if got is None and smaller_chunk and mem.chunk != 512:
+                        # A smaller log-prob chunk only lowers the log-prob pass's peak: tried when needed.
+                        got = _actor_try(par, ActorMem(mem.recompute, mem.offload, mem.tokens_factor, 512), lay_v,
+                                         budget)
+                    if got is not None:
+                        found.append(got)
+                        break
         found.sort(key=lambda x: _rank(x, base))
         actor_cache[key] = _distinct(found, ("perf.tensor_parallel", "perf.pipeline_parallel", "perf.context_parallel",
                                              "perf.expert_parallel", "perf.expert_tensor_parallel"))[:KEEP_PER_SIDE]
@@ -314,10 +316,16 @@ def search(c: Mapping[str, Any], *, gpus: int, gpus_per_node: Optional[int] = No
 
     joined: List[Tuple[float, Dict[str, Any], Dict[str, Any], MemoryPlan, Any]] = []
     considered = 0
-    for col, per, nodes, rgpus in splits(gpus, per_node, base, space):
+    # Split layouts from the largest actor down: an actor that fits no layout on A GPUs fits none on fewer.
+    layouts_to_try = sorted(splits(gpus, per_node, base, space), key=lambda x: (not x[0], -x[1] * x[2]))
+    split_actor_failed = False
+    for col, per, nodes, rgpus in layouts_to_try:
         world = per * nodes
+        if not col and split_actor_failed:
+            continue
         actors = actor_side(world, nodes, per, col)
         if not actors:
+            split_actor_failed = split_actor_failed or not col
             continue
         engines = engine_side(rgpus, col, world, nodes, per) if base["gpu_layout"].get("rollout_engine", True) \
             else [(0.0, 0.0, {})]

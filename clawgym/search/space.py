@@ -124,15 +124,18 @@ class Space:
                             yield Parallel(tp, pp, cp, ep, etp)
 
     def actor_mems(self) -> List[ActorMem]:
-        """Memory variants, the most frugal first (a parallel layout it does not fit is refused whole)."""
+        """Memory variants, the most frugal first (a parallel layout it does not fit is refused whole).
+
+        Recompute: none or full (uniform, 1 layer). Selective recompute is not offered: with flash
+        attention it saves no memory the plan counts and costs about what none costs."""
         p, o = self.c["perf"], self.c["optimizer"]
         if self.is_fixed("perf.recompute_granularity"):
             rcs = [p["recompute_granularity"]]
         else:
-            rcs = ["full", "selective", None]
+            rcs = ["full", None]
         offs = [o["cpu_offload"]] if self.is_fixed("optimizer.cpu_offload") else [True, False]
         dyn = bool(p["use_dynamic_batch_size"]) and not self.is_fixed("perf.max_tokens_per_gpu")
-        factors = [1, 2, 4] if dyn else [0]
+        factors = [1, 2] if dyn else [0]
         chunk0 = p.get("log_probs_chunk_size")
         chunks = [chunk0] if self.is_fixed("perf.log_probs_chunk_size") else \
             ([512] if chunk0 is None or int(chunk0) <= 0 or int(chunk0) > 512 else []) + [chunk0]
@@ -142,6 +145,16 @@ class Space:
         out.sort(key=lambda v: (rank.get(v.recompute, 1), not v.offload, v.tokens_factor,
                                 0 if v.chunk == 512 else 1))
         return out
+
+    def actor_chains(self, mems: List[ActorMem], chunk: Any) -> List[List[ActorMem]]:
+        """The variants in chains, each fastest first: a chain stops at its first variant that fits
+        (the later ones only save memory, at a cost in time). One chain per optimizer placement and
+        token budget; along a chain, recompute goes from none to full."""
+        chains: Dict[Tuple[bool, int], List[ActorMem]] = {}
+        order = {None: 0, "selective": 1, "full": 2}
+        for v in sorted((v for v in mems if v.chunk == chunk) or mems, key=lambda v: order.get(v.recompute, 1)):
+            chains.setdefault((v.offload, v.tokens_factor), []).append(v)
+        return list(chains.values())
 
     # ---------------------------------------------------------------- engines
 
