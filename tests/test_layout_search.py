@@ -218,3 +218,37 @@ def test_the_snapshot_of_an_auto_launch_records_the_choice_and_clawgym_show_prin
     out = capsys.readouterr().out
     assert "layout (gpu_layout=auto, 8 x h100_80gb): " + " ".join(rec["chosen"]) in out
     assert "runner-up" in out
+
+
+def _doc_commands() -> List[Tuple[str, int]]:
+    """(command, documented exit status) of every ```bash block of docs/guide/layouts.md."""
+    text = (ROOT / "docs" / "guide" / "layouts.md").read_text()
+    out = []
+    for block in text.split("```bash")[1:]:
+        for line in block.split("```", 1)[0].strip().splitlines():
+            cmd, _, note = line.partition("#")
+            out.append((cmd.strip(), 2 if "exit 2" in note else 0))
+    return out
+
+
+@pytest.mark.parametrize("command,status", _doc_commands())
+def test_every_command_of_the_layouts_guide_runs_with_its_documented_outcome(command, status, tmp_path):
+    import shlex
+
+    argv = shlex.split(command)
+    if argv[0] == "clawgym":
+        proc = cli(*argv[1:])
+        assert proc.returncode == status, (command, proc.stderr[-2000:])
+        return
+    assert argv[:2] == ["python", "train.py"]
+    sweep = "-m" in argv
+    where = f"hydra.sweep.dir={tmp_path}" if sweep else f"hydra.run.dir={tmp_path}"
+    proc = subprocess.run([sys.executable, *argv[1:], where], capture_output=True, text=True, cwd=ROOT,
+                          timeout=600)
+    assert proc.returncode == status, (command, proc.stderr[-2000:])
+    plans = sorted(tmp_path.glob("*/launch_plan.json" if sweep else "launch_plan.json"))
+    assert plans
+    for p in plans:
+        # Every documented launch fits its GPU (the README examples' replacements included).
+        mem = json.loads(p.read_text())["memory"]
+        assert mem["fits"] is True, (command, mem["problems"])
