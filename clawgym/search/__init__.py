@@ -353,7 +353,7 @@ def search(c: Mapping[str, Any], *, gpus: int, gpus_per_node: Optional[int] = No
     for step_s, vals, cand, plan, st in joined:
         if len(layouts) >= top:
             break
-        line = _overrides(vals, c, fixed)
+        line = _overrides(vals, c, fixed, base)
         if tuple(line) in seen:
             continue
         errors, _ = check(_with(c, {k: v for k, v in vals.items()}))
@@ -428,14 +428,18 @@ def _line(vals: Mapping[str, Any]) -> str:
     return " ".join(f"{k}={_render(vals[k])}" for k in LAYOUT_KEYS if k in vals)
 
 
-def _overrides(vals: Mapping[str, Any], c: Mapping[str, Any], fixed: set) -> List[str]:
+def _overrides(vals: Mapping[str, Any], c: Mapping[str, Any], fixed: set,
+               effective: Optional[Mapping[str, Any]] = None) -> List[str]:
     """The override line of a layout against the user's resolved config: every key whose value
-    differs, and the keys the schema interpolates from another layout key."""
+    differs (a null key counts with the value the trainer uses for it), and the keys the schema
+    interpolates from another layout key."""
     out = []
     for k in LAYOUT_KEYS:
         if k not in vals or k in fixed:
             continue
         v = vals[k]
+        if effective is not None and k not in _ALWAYS and _get(c, k) is None and _get(effective, k) == v:
+            continue
         if k.startswith("args."):
             if v is None and k.split(".", 1)[1] not in (c.get("args") or {}):
                 continue
