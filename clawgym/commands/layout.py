@@ -75,8 +75,12 @@ def run(args: argparse.Namespace) -> int:
                         constraints=constraint_keys(args.overrides), top=args.top, user_overrides=user)
     except ValueError as exc:
         return _fail(str(exc))
-    if args.json:
-        print(json.dumps(result.to_dict(), indent=2))
-    else:
-        print(format_result(result))
+    text = json.dumps(result.to_dict(), indent=2) if args.json else format_result(result)
+    try:
+        print(text, flush=True)
+    except BrokenPipeError:
+        # A reader that stopped early (`| head`): end quietly, as the dry run does.
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     return 0 if result.layouts else 2

@@ -288,7 +288,7 @@ def search(c: Mapping[str, Any], *, gpus: int, gpus_per_node: Optional[int] = No
                                              "perf.expert_parallel", "perf.expert_tensor_parallel"))[:KEEP_PER_SIDE]
         return actor_cache[key]
 
-    def engine_side(rgpus: int, col: bool, actor_world: int, nodes: int, per: int) -> List[Tuple[float, float, Dict[str, Any]]]:
+    def engine_side(rgpus: int, col: bool, nodes: int, per: int) -> List[Tuple[float, float, Dict[str, Any]]]:
         key = (rgpus, col)
         if key in engine_cache:
             return engine_cache[key]
@@ -306,12 +306,14 @@ def search(c: Mapping[str, Any], *, gpus: int, gpus_per_node: Optional[int] = No
                             f"trajectory needs {ctx:,}")
                 continue
             if not col and ro.static_gib > usable:
-                refused.add("memory-engine-peak", f"{_engines(vals)}: SGLang holds {ro.static_gib:.1f} GiB of {usable:.1f}")
+                refused.add("memory-engine-peak",
+                            f"{_engines(vals)}: SGLang holds {ro.static_gib:.1f} GiB of {usable:.1f}")
                 continue
             t = rollout_times(cand, card, ro.kv_tokens_per_engine, servers(cand, ro.engines))
             found.append((t["rollout_s"], ro.static_gib, vals))
         found.sort(key=lambda x: _rank(x, base))
-        engine_cache[key] = _distinct(found, ("sglang.tp", "args.sglang_dp_size", "args.sglang_ep_size"))[:KEEP_PER_SIDE]
+        shapes = ("sglang.tp", "args.sglang_dp_size", "args.sglang_ep_size")
+        engine_cache[key] = _distinct(found, shapes)[:KEEP_PER_SIDE]
         return engine_cache[key]
 
     joined: List[Tuple[float, Dict[str, Any], Dict[str, Any], MemoryPlan, Any]] = []
@@ -327,7 +329,7 @@ def search(c: Mapping[str, Any], *, gpus: int, gpus_per_node: Optional[int] = No
         if not actors:
             split_actor_failed = split_actor_failed or not col
             continue
-        engines = engine_side(rgpus, col, world, nodes, per) if base["gpu_layout"].get("rollout_engine", True) \
+        engines = engine_side(rgpus, col, nodes, per) if base["gpu_layout"].get("rollout_engine", True) \
             else [(0.0, 0.0, {})]
         for _, _, av in actors:
             for _, _, ev in engines:
@@ -390,7 +392,10 @@ def _rank(x: Tuple[float, float, Dict[str, Any]], base: Mapping[str, Any]) -> Tu
     return (int(math.log(max(x[0], 1e-3)) / math.log(1.005)), changed, x[1])
 
 
-def _distinct(found: List[Tuple[float, float, Dict[str, Any]]], keys: Sequence[str]) -> List[Tuple[float, float, Dict[str, Any]]]:
+Candidate = Tuple[float, float, Dict[str, Any]]
+
+
+def _distinct(found: List[Candidate], keys: Sequence[str]) -> List[Candidate]:
     """The best candidate of each parallel shape (variants of one shape differ only in memory knobs)."""
     seen, out = set(), []
     for x in found:
@@ -405,7 +410,9 @@ def _brief(vals: Mapping[str, Any]) -> str:
     """A candidate's actor side in a few words (refusal examples)."""
     g = lambda k: vals.get(k)  # noqa: E731
     rc = g("perf.recompute_granularity") or "no"
-    return (f"{'colocated' if g('gpu_layout.colocate') else 'split'}, {int(g('gpu_layout.actor_gpus')) * int(g('gpu_layout.actor_num_nodes'))} actor GPUs, TP {g('perf.tensor_parallel')} PP {g('perf.pipeline_parallel')} "
+    world = int(g("gpu_layout.actor_gpus")) * int(g("gpu_layout.actor_num_nodes"))
+    return (f"{'colocated' if g('gpu_layout.colocate') else 'split'}, {world} actor GPUs, "
+            f"TP {g('perf.tensor_parallel')} PP {g('perf.pipeline_parallel')} "
             f"CP {g('perf.context_parallel')} EP {g('perf.expert_parallel')} ETP {g('perf.expert_tensor_parallel')}, "
             f"{rc} recompute, optimizer {'offloaded' if g('optimizer.cpu_offload') else 'on GPU'}"
             + (f", {g('perf.max_tokens_per_gpu')} tokens/GPU" if g("perf.max_tokens_per_gpu") else ""))
@@ -415,17 +422,14 @@ def _engines(vals: Mapping[str, Any]) -> str:
     """A candidate's engine side in a few words (refusal examples)."""
     dp = vals.get("args.sglang_dp_size")
     ep = vals.get("args.sglang_ep_size")
-    return (f"{vals.get('gpu_layout.rollout_gpus')} rollout GPUs{' (colocated)' if vals.get('gpu_layout.colocate') else ''}"
+    where = " (colocated)" if vals.get("gpu_layout.colocate") else ""
+    return (f"{vals.get('gpu_layout.rollout_gpus')} rollout GPUs{where}"
             f", engine TP {vals.get('sglang.tp')}" + (f" DP attention {dp}" if dp else "") + (f" EP {ep}" if ep else "")
             + f", mem_fraction_static {vals.get('sglang.mem_fraction_static')}")
 
 
 def _describe(vals: Mapping[str, Any]) -> str:
     return f"{_brief(vals)}; {_engines(vals)}"
-
-
-def _line(vals: Mapping[str, Any]) -> str:
-    return " ".join(f"{k}={_render(vals[k])}" for k in LAYOUT_KEYS if k in vals)
 
 
 def _overrides(vals: Mapping[str, Any], c: Mapping[str, Any], fixed: set,
