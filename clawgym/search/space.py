@@ -74,6 +74,13 @@ class Space:
         self.layers = int(m["num_layers"])
         self.experts = int(m.get("num_experts") or 0)
         self.upstream = (c.get("trainer") or {}).get("flavour") == "slime"
+        # Uneven pipeline stages given as trainer args shape the stages for one PP size: keep it.
+        args = c.get("args") or {}
+        self.uneven = any(args.get(k) is not None for k in ("decoder_first_pipeline_num_layers",
+                                                             "decoder_last_pipeline_num_layers",
+                                                             "pipeline_model_parallel_layout"))
+        if self.uneven:
+            self.fixed.add("perf.pipeline_parallel")
 
     def options(self, key: str, default: Sequence[Any]) -> List[Any]:
         """``default``, or the config's own value when the user set ``key``."""
@@ -102,7 +109,7 @@ class Space:
                 continue
             etps = self.options("perf.expert_tensor_parallel", sorted({1, tp}) if self.experts else [1])
             for pp in pps:
-                if self.layers % pp:
+                if self.layers % pp and not self.uneven:
                     refuse.add("pipeline-divides-layers", f"perf.pipeline_parallel={pp}")
                     continue
                 for cp in cps:
