@@ -107,9 +107,11 @@ def main() -> int:
             if entry.get("verdict") != "0 differences" or (a.only and not any(o in rel for o in a.only)):
                 continue
             name = Path(rel).stem.replace("-", "_").replace(".", "_").lower()
+            # The variables the import benchmark gave the script (MASTER_ADDR, BASE_FOLDER...).
+            env = [x for k, v in (entry.get("env") or {}).items() for x in ("--env", f"{k}={v}")]
             proc = subprocess.run([sys.executable, "-m", "clawgym", "import", str(Path(a.slime) / rel), "--name", name,
-                                   "--slime-root", a.slime, "--out", tmp], capture_output=True, text=True, cwd=ROOT,
-                                  timeout=600)
+                                   "--slime-root", a.slime, "--out", tmp, *env], capture_output=True, text=True,
+                                  cwd=ROOT, timeout=600)
             if proc.returncode != 0:
                 rows.append({"script": rel, "verdict": f"import failed here (exit {proc.returncode})"})
                 print(f"{rel}: import failed", flush=True)

@@ -182,8 +182,9 @@ def _engine_values(e: Engine, space: Space) -> Dict[str, Any]:
 def _split_values(col: bool, per: int, nodes: int, rollout: int, per_node: int, c: Mapping[str, Any],
                   space: Space) -> Dict[str, Any]:
     v: Dict[str, Any] = {"gpu_layout.colocate": col, "gpu_layout.num_gpus": per_node,
-                         "gpu_layout.actor_num_nodes": nodes, "gpu_layout.actor_gpus": per,
-                         "gpu_layout.rollout_gpus": rollout if c["gpu_layout"].get("rollout_engine", True) else None}
+                         "gpu_layout.actor_num_nodes": nodes, "gpu_layout.actor_gpus": per}
+    if c["gpu_layout"].get("rollout_engine", True):
+        v["gpu_layout.rollout_gpus"] = rollout  # (no engine, SFT: the config's value stays)
     if not space.is_fixed("gpu_layout.trainer_script"):
         v["gpu_layout.trainer_script"] = "train.py" if col else "train_async.py"
     return v
