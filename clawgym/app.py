@@ -18,7 +18,9 @@ from hydra.experimental.callback import Callback
 
 from clawgym.config import to_plain
 from clawgym.plan import LaunchPlan, build_plan_from_dict, format_plan
+from clawgym.memory import this_node_gpu
 from clawgym.registry import RegistryError
+from clawgym.search import NoLayout, format_choice, is_auto, resolve_auto
 from clawgym.secrets import env_secrets, redact
 from clawgym.validate import ConfigError, Violation
 
@@ -40,12 +42,8 @@ _AUTO_LAYOUT: Optional[dict] = None
 def resolve_layout(resolved: Any, overrides: Any) -> Tuple[Any, Optional[dict]]:
     """``gpu_layout=auto``: the resolved config with the layout the search chose, and the choice
     (``plan.layout``); anything else unchanged with None. No layout at all refuses (exit 2)."""
-    from clawgym.search import NoLayout, is_auto, resolve_auto
-
     if not isinstance(resolved, dict) or not is_auto(resolved):
         return resolved, None
-    from clawgym.memory import this_node_gpu
-
     try:
         return resolve_auto(resolved, [str(o) for o in overrides or []], gpu=this_node_gpu(resolved))
     except NoLayout as exc:
@@ -568,8 +566,6 @@ def _run(cfg: DictConfig) -> Any:
         out = output_dir()
         written = write_plan(plan, out) if out is not None else None
         if plan.layout:
-            from clawgym.search import format_choice
-
             say(format_choice(plan.layout) + "\n", out=True)
         if say(format_plan(plan), out=True) and written is not None:
             say(f"\nplan written to {written}", out=True)

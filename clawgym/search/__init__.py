@@ -34,12 +34,17 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from clawgym.effective import effective_config
-from clawgym.memory import MemoryPlan, evaluate
+from clawgym.memory import MemoryPlan, evaluate, this_node_gpu
+from clawgym.memory import memory_plan as plain_memory_plan
 from clawgym.memory import gpus as G
 from clawgym.memory.actor import actor_memory, context_len
 from clawgym.memory.rollout import SGLANG_OFFLOADED_RESIDUE_GIB, rollout_memory
 from clawgym.search.space import ActorMem, Engine, Parallel, Refusals, Space, splits
+from clawgym.registry import load_registry
 from clawgym.steptime import actor_times, rollout_times, servers, step_time
+from clawgym.validate import check
+from clawgym.validate.core import Collector, run_rule
+from clawgym.validate.trainer_rules import RULES
 
 __all__ = ["Layout", "SearchResult", "search", "resolve_auto", "format_result", "memory_plan", "attach",
            "constraint_keys", "AUTO_KEYS"]
@@ -193,10 +198,7 @@ def _split_values(col: bool, per: int, nodes: int, rollout: int, per_node: int, 
 # ---------------------------------------------------------------- the search
 
 def _trainer_errors(c: Mapping[str, Any]) -> List[Any]:
-    """Errors of the trainer rules and the GPU topology rules (the validation's own rules)."""
-    from clawgym.validate.core import Collector, run_rule
-    from clawgym.validate.trainer_rules import RULES
-
+    """Errors of the trainer rules (the validation's own rules, through its public collector)."""
     col = Collector(c, {})
     for rule in RULES:
         run_rule(col, rule, cross=True)
@@ -204,8 +206,6 @@ def _trainer_errors(c: Mapping[str, Any]) -> List[Any]:
 
 
 def _flavour_dests(c: Mapping[str, Any]) -> List[str]:
-    from clawgym.registry import load_registry
-
     reg = load_registry(str((c.get("trainer") or {}).get("flavour") or "clawgym"))
     return [d for d in ("sglang_dp_size", "sglang_ep_size") if reg.by_dest(d) is not None]
 
@@ -350,8 +350,6 @@ def search(c: Mapping[str, Any], *, gpus: int, gpus_per_node: Optional[int] = No
                 joined.append((st.step_s, vals, cand, plan, st))
     joined.sort(key=lambda x: (_rank((x[0], x[3].phases["peak_gib"], x[1]), base)))
     layouts: List[Layout] = []
-    from clawgym.validate import check
-
     seen = set()
     for step_s, vals, cand, plan, st in joined:
         if len(layouts) >= top:
@@ -633,11 +631,10 @@ def format_choice(rec: Mapping[str, Any]) -> str:
 
 def memory_plan(c: Mapping[str, Any], gpu: Any = None) -> MemoryPlan:
     """:func:`clawgym.memory.memory_plan`, with advice when it does not fit (:mod:`.advice`)."""
-    from clawgym.memory import memory_plan as plain_plan
-    from clawgym.search.advice import advise
+    from clawgym.search.advice import advise  # (advice asks this package's search: imported once both exist)
 
     ec = effective_config(c)
-    plan = plain_plan(ec, gpu)
+    plan = plain_memory_plan(ec, gpu)
     if not plan.fits:
         plan.advice, plan.advice_overrides = advise(ec, gpu, plan)
     return plan
@@ -645,8 +642,6 @@ def memory_plan(c: Mapping[str, Any], gpu: Any = None) -> MemoryPlan:
 
 def attach(plan: Any, c: Mapping[str, Any]) -> Any:
     """Put the memory plan of ``c`` (with advice) into a launch plan (``plan.memory``); returns the plan."""
-    from clawgym.memory import this_node_gpu
-
     if getattr(plan, "memory", None) is None:
         plan.memory = memory_plan(c, this_node_gpu(c)).to_dict()
     return plan

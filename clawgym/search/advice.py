@@ -18,6 +18,12 @@ from __future__ import annotations
 import copy
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
+from clawgym.memory import evaluate as evaluate_plan
+from clawgym.memory.actor import tokens_per_gpu
+from clawgym.memory.gpus import GPUS
+from clawgym.validate.core import Collector, run_rule
+from clawgym.validate.trainer_rules import RULES
+
 Move = List[Tuple[str, Any]]
 
 
@@ -46,9 +52,6 @@ def _ok_parallel(c: Mapping[str, Any]) -> bool:
     """Whether the trainer would start this config: no error from the trainer rules
     (``clawgym/validate/trainer_rules.py``, the one statement of what Megatron, slime and SGLang
     accept), so advice never names a layout validation then refuses."""
-    from clawgym.validate.core import Collector, run_rule
-    from clawgym.validate.trainer_rules import RULES
-
     col = Collector(c, {})
     for rule in RULES:
         run_rule(col, rule, cross=True)
@@ -63,8 +66,6 @@ def _moves(c: Mapping[str, Any]) -> List[Move]:
     if p["recompute_granularity"] != "full":
         out.append([("perf.recompute_granularity", "full"), ("perf.recompute_method", "uniform"),
                     ("perf.recompute_num_layers", 1)])
-    from clawgym.memory.actor import tokens_per_gpu
-
     T = tokens_per_gpu(c)
     half = T // 2
     ctx = r.get("max_context_len")
@@ -117,7 +118,7 @@ def _describe(move: Move, before: Any, after: Any) -> str:
 
 def _from_layout_search(c: Mapping[str, Any], gpu: Any, plan: Any) -> Optional[Tuple[List[str], List[List[str]]]]:
     """The layout search's best layout for this config's own GPUs, as one advice line."""
-    from clawgym.search import search
+    from clawgym.search import search  # (the package imports this module: imported at call time)
 
     g = c["gpu_layout"]
     per_node = int(g["num_gpus"] or 8)
@@ -142,8 +143,6 @@ def _from_layout_search(c: Mapping[str, Any], gpu: Any, plan: Any) -> Optional[T
 
 
 def _gpu_names() -> List[str]:
-    from clawgym.memory.gpus import GPUS
-
     return list(GPUS)
 
 
@@ -151,7 +150,7 @@ def advise(c: Mapping[str, Any], gpu: Any, plan: Any, *, max_steps: int = 12,
            evaluate: Optional[Callable[..., Any]] = None) -> Tuple[List[str], List[List[str]]]:
     """(advice lines, the Hydra overrides of each line) for a plan that does not fit."""
     if evaluate is None:
-        from clawgym.memory import evaluate as evaluate  # noqa: PLW0127
+        evaluate = evaluate_plan
     fitting: List[Tuple[float, Move, Any]] = []
     for mv in _moves(c):
         after = evaluate(_apply(c, mv), gpu)
