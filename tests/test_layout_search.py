@@ -252,3 +252,18 @@ def test_every_command_of_the_layouts_guide_runs_with_its_documented_outcome(com
         # Every documented launch fits its GPU (the README examples' replacements included).
         mem = json.loads(p.read_text())["memory"]
         assert mem["fits"] is True, (command, mem["problems"])
+
+
+def test_for_each_importable_public_script_the_best_layout_fits_and_is_no_slower_or_the_output_says_why():
+    # Data of benchmarks/layout_vs_public_scripts.py (it imports slime v0.3.1's scripts, which a test here
+    # cannot fetch): every script that imports has a row, and each row holds the promise or its reason.
+    listed = json.loads((ROOT / "benchmarks" / "import_public_scripts.json").read_text())["scripts"]
+    importable = {s["script"] for s in listed if s.get("verdict") == "0 differences"}
+    rows = json.loads((ROOT / "benchmarks" / "layout_vs_public_scripts.json").read_text())["scripts"]
+    assert {r["script"] for r in rows} == importable
+    for r in rows:
+        if r["verdict"].startswith("best fits, step <= the script's"):
+            assert r["best_fits"] is True and r["best"] is not None
+            assert not r["script_fits"] or r["best_step_s"] <= r["script_step_s"] * 1.005, r
+        else:
+            assert r["verdict"].startswith("the script's layout is faster by the model: it uses "), r
