@@ -41,7 +41,7 @@ from clawgym.memory.actor import actor_memory, context_len
 from clawgym.memory.rollout import SGLANG_OFFLOADED_RESIDUE_GIB, rollout_memory
 from clawgym.search.space import ActorMem, Engine, Parallel, Refusals, Space, splits
 from clawgym.registry import load_registry
-from clawgym.steptime import actor_times, rollout_times, servers, step_time
+from clawgym.steptime import active_params, actor_times, rollout_times, servers, step_time, workload
 from clawgym.validate import check
 from clawgym.validate.core import Collector, run_rule
 from clawgym.validate.trainer_rules import RULES
@@ -197,6 +197,15 @@ def _split_values(col: bool, per: int, nodes: int, rollout: int, per_node: int, 
 
 # ---------------------------------------------------------------- the search
 
+def _actor_flops(c: Mapping[str, Any]) -> float:
+    """FLOPs of one step's log-prob passes and train step, the least any layout does (no recompute)."""
+    w, a = workload(c), active_params(c["model"])
+    L = w["context"]
+    fwd = 2.0 * a["active"] + 4.0 * a["attn_width"] * a["attn_layers"] * (L / 2.0)
+    passes = 3 + 1 + int(bool(c["grpo"].get("use_kl_loss")))
+    return w["samples"] * L * fwd * passes
+
+
 def _trainer_errors(c: Mapping[str, Any]) -> List[Any]:
     """Errors of the trainer rules (the validation's own rules, through its public collector)."""
     col = Collector(c, {})
@@ -242,6 +251,8 @@ def search(c: Mapping[str, Any], *, gpus: int, gpus_per_node: Optional[int] = No
     smallest_budget = [0.0]
     # The first validation error of a layout that fits both sides (a rule no layout knob lifts).
     blocking: Dict[str, Any] = {}
+    # Actor sides where some shape passed the divisibility rules (a failure there is the memory's).
+    memory_tried: set = set()
     largest_kv = [0]
 
     def _actor_try(par: Parallel, mem: ActorMem, lay_v: Dict[str, Any],
@@ -272,6 +283,7 @@ def search(c: Mapping[str, Any], *, gpus: int, gpus_per_node: Optional[int] = No
         chains = space.actor_chains(mems, base["perf"].get("log_probs_chunk_size"))
         smaller_chunk = any(v.chunk == 512 for v in mems)
         for par in space.parallels(world, per_node, refused):
+            memory_tried.add(key)
             if _actor_try(par, frugal, lay_v, budget) is None:
                 continue  # the most frugal variant does not fit: none of this shape's do
             for chain in chains:
@@ -322,13 +334,21 @@ def search(c: Mapping[str, Any], *, gpus: int, gpus_per_node: Optional[int] = No
     # Split layouts from the largest actor down: an actor that fits no layout on A GPUs fits none on fewer.
     layouts_to_try = sorted(splits(gpus, per_node, base, space), key=lambda x: (not x[0], -x[1] * x[2]))
     split_actor_failed = False
+    # A lower bound of any actor's log-prob + train time on ``world`` GPUs: their FLOPs at the GPU's
+    # peak (no calibration, no communication). A split whose bound exceeds the best step found is skipped.
+    flops_per_step = _actor_flops(base)
     for col, per, nodes, rgpus in layouts_to_try:
         world = per * nodes
         if not col and split_actor_failed:
             continue
+        if not col and joined and flops_per_step / (world * card.bf16_tflops * 1e12) > min(j[0] for j in joined):
+            refused.add("step-time-bound", f"split, {world} actor GPUs: their FLOPs alone take longer than the best "
+                                           f"step found")
+            continue
         actors = actor_side(world, nodes, per, col)
         if not actors:
-            split_actor_failed = split_actor_failed or not col
+            # Out of memory on A GPUs: fewer fit no better. (No shape tiling A says nothing of fewer.)
+            split_actor_failed = split_actor_failed or (not col and (world, col) in memory_tried)
             continue
         engines = engine_side(rgpus, col, nodes, per) if base["gpu_layout"].get("rollout_engine", True) \
             else [(0.0, 0.0, {})]

@@ -81,6 +81,15 @@ class Space:
                                                              "pipeline_model_parallel_layout"))
         if self.uneven:
             self.fixed.add("perf.pipeline_parallel")
+        # Megatron's micro-batch calculator: the global batch splits into micro-batches on every DP rank
+        # (rule_global_batch); None when the trainer resizes the batch itself or no global batch is known.
+        r = c["rollout"]
+        steps = c["rollout"].get("num_steps_per_rollout")
+        gbs = args.get("global_batch_size")
+        if steps and r.get("batch_size") and r.get("n_samples_per_prompt"):
+            gbs = int(r["batch_size"]) * int(r["n_samples_per_prompt"]) // int(steps)
+        self.batch_unit = None if args.get("decrease_batch_size_if_needed") or not gbs else \
+            (int(gbs), int(args.get("micro_batch_size") or 1))
 
     def options(self, key: str, default: Sequence[Any]) -> List[Any]:
         """``default``, or the config's own value when the user set ``key``."""
@@ -117,6 +126,12 @@ class Space:
                         refuse.add("model-parallel-divides-actor-gpus",
                                    f"perf.tensor_parallel={tp} perf.pipeline_parallel={pp} "
                                    f"perf.context_parallel={cp} on {world} actor GPUs")
+                        continue
+                    dp = world // (tp * pp * cp)
+                    if self.batch_unit and self.batch_unit[0] % (self.batch_unit[1] * dp):
+                        refuse.add("global-batch-divides-micro-batches",
+                                   f"{world} actor GPUs at TP {tp} PP {pp} CP {cp}: DP {dp} does not divide the global "
+                                   f"batch of {self.batch_unit[0]}")
                         continue
                     for ep in eps:
                         if ep > 1 and (not self.experts or self.experts % ep):
