@@ -17,9 +17,11 @@ from hydra.experimental.callback import Callback
 from clawgym.config import to_plain
 from clawgym.console import say
 from clawgym.plan import LaunchPlan, build_plan_from_dict, format_plan
+from clawgym.memory import this_node_gpu
 from clawgym.prepare import (PLAN_FILE, attach_memory, discard_own_output_dir, failed_check, format_plan_brief,
                              memory_banner, prepared_plan, record_created_output_dir, timestamp)
 from clawgym.registry import RegistryError
+from clawgym.search import NoLayout, format_choice, is_auto, resolve_auto
 from clawgym.secrets import env_secrets
 from clawgym.validate import ConfigError, Violation
 
@@ -28,6 +30,41 @@ from clawgym.exit_codes import INTERRUPTED as EXIT_INTERRUPTED, REFUSED as EXIT_
 _VALIDATED_RUN = False
 # A dry run refused for its memory plan keeps its output dir: launch_plan.json says why.
 _KEEP_OUTPUT_DIR = False
+
+# gpu_layout=auto: the choice the callback made for this single run (clawgym.search.resolve_auto).
+_AUTO_LAYOUT: Optional[dict] = None
+
+
+def resolve_layout(resolved: Any, overrides: Any) -> Tuple[Any, Optional[dict]]:
+    """``gpu_layout=auto``: the resolved config with the layout the search chose, and the choice
+    (``plan.layout``); anything else unchanged with None. No layout at all refuses (exit 2)."""
+    if not isinstance(resolved, dict) or not is_auto(resolved):
+        return resolved, None
+    try:
+        return resolve_auto(resolved, [str(o) for o in overrides or []], gpu=this_node_gpu(resolved))
+    except NoLayout as exc:
+        refuse(f"clawgym: {exc}")
+    except (KeyError, TypeError, ValueError) as exc:
+        refuse(f"clawgym: gpu_layout=auto could not search this config ({type(exc).__name__}: {exc}); "
+               f"fix the values named, or choose a gpu_layout option")
+    raise AssertionError("unreachable")
+
+
+def apply_layout(cfg: DictConfig, choice: Optional[dict]) -> None:
+    """Put the chosen layout into the composed config too, so the snapshot and the dry-run artefacts
+    show the layout that runs (the resolved config already has it)."""
+    if not choice:
+        return
+    from omegaconf import OmegaConf, open_dict, read_write
+
+    with read_write(cfg), open_dict(cfg):
+        for key, value in choice["settings"].items():
+            if value is None and key.startswith("args."):
+                if OmegaConf.select(cfg, key) is not None:
+                    del cfg.args[key.split(".", 1)[1]]
+                continue
+            OmegaConf.update(cfg, key, value, force_add=True)
+        OmegaConf.update(cfg, "gpu_layout.auto", False)
 
 
 def output_dir() -> Optional[Path]:
@@ -257,6 +294,8 @@ class ClawGymCallback(Callback):
             _begin_head_early(config)
         try:
             resolved, raw, reusable = _resolve_task(config)
+            global _AUTO_LAYOUT
+            resolved, _AUTO_LAYOUT = resolve_layout(resolved, config.hydra.overrides.task)
             # The task function gets its own copy: the rules get this one.
             kept = copy.deepcopy(resolved) if resolved is not None and raw is not None and reusable else None
             try:
@@ -406,6 +445,14 @@ def _run(cfg: DictConfig) -> Any:
                 resolved = to_plain(cfg)
             except OmegaConfBaseException:
                 resolved = cfg
+        # gpu_layout=auto: the callback's choice, or (a config it did not resolve) the search again
+        # (the same input answers from the search's cache).
+        choice = _AUTO_LAYOUT if validated else None
+        if isinstance(resolved, dict) and (resolved.get("gpu_layout") or {}).get("auto"):
+            from hydra.core.hydra_config import HydraConfig
+
+            overrides = HydraConfig.get().overrides.task if HydraConfig.initialized() else []
+            resolved, choice = resolve_layout(resolved, overrides)
         if not validated:
             # (A single run was validated by the callback before Hydra wrote anything.)
             try:
@@ -427,12 +474,16 @@ def _run(cfg: DictConfig) -> Any:
         if isinstance(resolved, dict):
             plain = copy.deepcopy(resolved)
         plan = build_plan_from_dict(resolved, environ=os.environ, timestamp=timestamp())
+        plan.layout = choice
+        apply_layout(cfg, choice)
     attach_memory(plan, copy.deepcopy(plain) if plain is not None else cfg)
     if cfg.dry_run:
         # The plan file first: a reader that stops early (``| head``) still gets it, and a closed
         # stdout ends the dry run quietly (say() silences it) instead of with a BrokenPipeError.
         out = output_dir()
         written = write_plan(plan, out) if out is not None else None
+        if plan.layout:
+            say(format_choice(plan.layout) + "\n", out=True)
         single = _single_run() or out is None
         # A sweep's job prints a short block (the sweep prints every job's verdict in one table at its end).
         if say(format_plan(plan) if single else format_plan_brief(plan), out=True) and written is not None:

@@ -15,8 +15,8 @@ from typing import List, Optional
 from clawgym.exit_codes import INTERRUPTED
 
 #: Subcommand modules under clawgym.commands, in help order.
-COMMANDS = ["explain", "show", "diff", "resume", "stamp", "preflight", "jobs", "runs", "report", "flags", "import_",
-            "demo"]
+COMMANDS = ["explain", "show", "diff", "resume", "stamp", "preflight", "layout", "jobs", "runs", "report", "flags",
+            "import_", "demo"]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -68,11 +68,16 @@ class LaunchPlan:
     files: Dict[str, str] = field(default_factory=dict)
     # Servers run inside the job before the trainer (services.*): name, argv, env, health_url...
     services: List[Dict[str, Any]] = field(default_factory=list)
+    # gpu_layout=auto: the layout the search chose (its overrides, estimated step, runners-up;
+    # ``clawgym.search.resolve_auto``), attached by the launcher; None for a layout the user gave.
+    layout: Optional[Dict[str, Any]] = None
 
     def to_dict(self) -> Dict[str, Any]:
         d = asdict(self)
         if d["memory"] is None:
             del d["memory"]
+        if d["layout"] is None:
+            del d["layout"]
         # Plans without generated files or services read as before (goldens, older snapshots).
         for key in ("files", "services"):
             if not d[key]:

@@ -106,7 +106,7 @@ def attach_memory(plan: LaunchPlan, cfg: Any) -> LaunchPlan:
     preflight's ``memory`` check refuses a launch whose plan does not fit."""
     if plan.memory is not None:
         return plan
-    from clawgym.memory import attach
+    from clawgym.search import attach
 
     try:
         attach(plan, cfg if isinstance(cfg, dict) else to_plain(cfg))

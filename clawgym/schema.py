@@ -204,6 +204,13 @@ class GpuLayoutConfig:
     rollout_engine: bool = True
     # Colocated runs need the synchronous driver; split runs use the one-step-off-policy one.
     trainer_script: str = "${cg.pick:${.colocate},train.py,train_async.py}"
+    # gpu_layout=auto: clawgym's layout search (clawgym/search) picks the layout for num_gpus x num_nodes
+    # GPUs before validation and replaces the counts above, TP/PP/CP/EP, recompute, offload and the
+    # engines' size with the fastest layout that starts and fits; keys set on the command line stay.
+    # No flag of its own.
+    auto: bool = False
+    # Nodes of num_gpus GPUs the search may use (gpu_layout=auto only; no flag).
+    num_nodes: int = 1
 
 
 @dataclass(eq=False, repr=False)

@@ -37,6 +37,8 @@ from clawgym.pipeline import (EXIT_FAILED, EXIT_INTERRUPTED, EXIT_REFUSED, FAILE
                               PipelineJob, PipelineOptions, Refused, say, summary_table)
 from clawgym.overrides import differing_overrides, split_override
 from clawgym.plan import LaunchPlan, build_plan_from_dict
+from clawgym.memory import this_node_gpu
+from clawgym.search import NoLayout, is_auto, resolve_auto
 from clawgym.validate import ConfigError, check
 
 #: Longest default run name; longer ones are cut and get a hash so they stay distinct.
@@ -371,12 +373,22 @@ class SweepSession:
         reports = []
         warned = []
         plain: Dict[int, Any] = {}
+        choices: Dict[int, Any] = {}
         for j in self.jobs:
             # Resolved once for validation, the plan and the memory plan (each would resolve it again).
             try:
                 plain[j.num] = resolved_task(j.config) if j.config is not None else to_plain(j.task_cfg)
             except OmegaConfBaseException:
                 plain[j.num] = None  # validation reports what does not resolve
+            # gpu_layout=auto: this job's own search (its overrides are its constraints).
+            if plain[j.num] is not None and is_auto(plain[j.num]):
+                try:
+                    plain[j.num], choices[j.num] = resolve_auto(
+                        plain[j.num], list(OmegaConf.select(j.config, "hydra.overrides.task", default=[]) or []),
+                        gpu=this_node_gpu(plain[j.num]))
+                except (NoLayout, KeyError, TypeError, ValueError) as exc:
+                    reports.append(f"sweep job #{j.num}: {j.label}\n  {exc}")
+                    continue
             found, warns = check(j.task_cfg if plain[j.num] is None else copy.deepcopy(plain[j.num]))
             if found:
                 reports.append(ConfigError(found, context=f"sweep job #{j.num}: {j.label}").report())
@@ -398,6 +410,13 @@ class SweepSession:
         stamp = timestamp()
         for j in self.jobs:
             j.plan = build_plan_from_dict(copy.deepcopy(plain[j.num]), environ=self.environ, timestamp=stamp)
+            if choices.get(j.num):
+                from clawgym.app import apply_layout
+
+                j.plan.layout = choices[j.num]
+                # The job's composed config shows the chosen layout too (snapshot, artefacts).
+                apply_layout(j.config, choices[j.num])
+                j.cfg = None
             # Each job's memory plan: printed with its dry-run plan, checked by its preflight.
             attach_memory(j.plan, plain[j.num])
         clashes = name_clashes(self.jobs)

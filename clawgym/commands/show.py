@@ -40,7 +40,8 @@ def _argv_lines(entrypoint: List[str]) -> List[str]:
 
 def _memory_lines(snap: Any) -> List[str]:
     """The run's memory plan: the one its launch recorded, else computed from its resolved config."""
-    from clawgym.memory import format_memory, memory_plan
+    from clawgym.memory import format_memory
+    from clawgym.search import memory_plan
 
     plan = (snap.plan or {}).get("memory")
     how = "as recorded at launch"
@@ -97,6 +98,12 @@ def _format_show(snap: Any, save: Any, *, config: str) -> str:
         ["  (none)" if snap.overrides is not None else "  (unknown: launched outside Hydra)"]
     out += ["", "group choices:"]
     out += [f"  {k}={v}" for k, v in (snap.choices or {}).items()] or ["  (unknown)"]
+    layout = (snap.plan or {}).get("layout")
+    if layout:
+        # gpu_layout=auto: what the layout search chose at launch, and its runners-up.
+        from clawgym.search import format_choice
+
+        out += ["", *format_choice(layout).splitlines()]
     versions = snap.meta.get("versions") or {}
     out += ["", "versions:", "  " + "  ".join(f"{k} {v or '-'}" for k, v in versions.items())]
     out += ["", "git:"] + [_git_line(k, v) for k, v in (snap.meta.get("git") or {}).items()]

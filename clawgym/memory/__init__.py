@@ -3,9 +3,10 @@
 The second translation beside ``clawgym/plan.py``: ``memory_plan(c, gpu=None)`` estimates, per
 GPU, the actor's train step and log-prob passes (``actor.py``), the SGLang engines' weights and
 KV pool (``rollout.py``), how colocated phases take turns (``colocate.py``), host RAM per node
-(``host.py``), against a GPU model (``gpus.py``), and when it does not fit, which knobs would
-make it fit (``advice.py``, each suggestion re-evaluated). No torch, no GPU query: ``gpu`` is what
-the caller detected on this node (``gpus.detect``), used only when ``memory.gpu`` is null.
+(``host.py``), against a GPU model (``gpus.py``). Which knobs would make a plan that does not fit
+fit is a search over configs, above this package: ``clawgym.search.memory_plan`` (the plan with
+that advice) and ``clawgym.search.advice``. No torch, no GPU query: ``gpu`` is what the caller
+detected on this node (``gpus.detect``), used only when ``memory.gpu`` is null.
 """
 
 from __future__ import annotations
@@ -139,17 +140,12 @@ def evaluate(c: Mapping[str, Any], gpu: Any = None) -> MemoryPlan:
 
 
 def memory_plan(c: Mapping[str, Any], gpu: Any = None) -> MemoryPlan:
-    """The memory plan of a resolved plain config; ``gpu``: this node's GPU (``gpus.detect``).
+    """The memory plan of a resolved plain config, without advice (``clawgym.search.memory_plan`` adds
+    it); ``gpu``: this node's GPU (``gpus.detect``).
     Null curated keys count with the value the trainer will use (:func:`clawgym.effective.effective_config`)."""
     from clawgym.effective import effective_config
 
-    c = effective_config(c)
-    plan = evaluate(c, gpu)
-    if not plan.fits:
-        from clawgym.memory.advice import advise
-
-        plan.advice, plan.advice_overrides = advise(c, gpu, plan, evaluate=evaluate)
-    return plan
+    return evaluate(effective_config(c), gpu)
 
 
 def trajectories_text(r: Mapping[str, Any]) -> str:
@@ -212,10 +208,3 @@ def this_node_gpu(c: Mapping[str, Any]) -> Optional[Dict[str, Any]]:
         return G.detect(G.node_gpus())
     except Exception:  # a broken driver is "no GPU found" here; the gpus check reports it
         return None
-
-
-def attach(plan: Any, c: Mapping[str, Any]) -> Any:
-    """Put the memory plan of ``c`` into a launch plan (``plan.memory``); returns the plan."""
-    if getattr(plan, "memory", None) is None:
-        plan.memory = memory_plan(c, this_node_gpu(c)).to_dict()
-    return plan

@@ -192,7 +192,9 @@ def actor_memory(c: Mapping[str, Any]) -> ActorMemory:
     layers = P.moe_pattern(m)
     per_stage = -(-len(layers) // lay.pp)
     stage = layers[:per_stage]
-    acts = [_layer_act_bytes(m, lay, bool(x)) for x in stage]
+    # One value per kind of layer (dense, MoE): the layout search calls this thousands of times.
+    kinds = {k: _layer_act_bytes(m, lay, bool(k)) for k in set(stage)}
+    acts = [kinds[x] for x in stage]
     h = int(m["hidden_size"])
     layer_in = 2.0 * h / (lay.tp if lay.sp else 1)
     rc = recompute(c)

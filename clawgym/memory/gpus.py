@@ -3,6 +3,14 @@
 ``total_gib`` is the memory NVML reports (GiB = 2^30 bytes); ``usable_gib`` what a process can
 fill after the driver's own reservation (NVML total minus about 0.5 GiB on these boards). The
 CUDA context, NCCL buffers and allocator slack are the plan's overhead terms, not taken here.
+
+The step-time model (``clawgym/steptime/``) reads three datasheet columns, SXM boards:
+``hbm_gbs`` memory bandwidth (GB/s = 1e9 bytes/s), ``bf16_tflops`` peak dense (no sparsity) bf16
+tensor-core TFLOP/s, ``nvlink_gbs`` NVLink bandwidth per GPU (GB/s, both directions summed; one
+direction is half). Sources: NVIDIA H100 and H200 Tensor Core GPU datasheets (H100 SXM 3.35 TB/s,
+989 TFLOPS bf16 dense, NVLink 900 GB/s; H200 SXM 4.8 TB/s, 989 TFLOPS, 900 GB/s), NVIDIA A100
+datasheet (80GB SXM 2,039 GB/s, 40GB 1,555 GB/s; 312 TFLOPS bf16 dense; NVLink 600 GB/s), NVIDIA
+HGX B200 specifications (8 TB/s, 2.25 PFLOPS bf16 dense per GPU, NVLink 5 1.8 TB/s).
 """
 
 from __future__ import annotations
@@ -22,16 +30,25 @@ class Gpu:
     #: of this entry. Matched whole, never by substring: "NVIDIA GH200 480GB" (96 GiB) contains
     #: "H200" and "NVIDIA H100 NVL" (94 GB) contains "H100", and neither has the memory of the entry.
     nvml_names: Tuple[str, ...] = ()
+    # Datasheet figures for the step-time model (see the module docstring for the sources).
+    hbm_gbs: float = 3350.0
+    bf16_tflops: float = 989.0
+    nvlink_gbs: float = 900.0
 
 
 GPUS: Dict[str, Gpu] = {g.name: g for g in [
     Gpu("h100_80gb", "NVIDIA H100 80GB HBM3", 79.65, 79.15,
-        ("NVIDIA H100 80GB HBM3", "NVIDIA H100 PCIe", "NVIDIA H800", "NVIDIA H800 PCIe")),
-    Gpu("h200_141gb", "NVIDIA H200 141GB HBM3e", 140.4, 139.9, ("NVIDIA H200", "NVIDIA H200 NVL")),
+        ("NVIDIA H100 80GB HBM3", "NVIDIA H100 PCIe", "NVIDIA H800", "NVIDIA H800 PCIe"),
+        hbm_gbs=3350.0, bf16_tflops=989.0, nvlink_gbs=900.0),
+    Gpu("h200_141gb", "NVIDIA H200 141GB HBM3e", 140.4, 139.9, ("NVIDIA H200", "NVIDIA H200 NVL"),
+        hbm_gbs=4800.0, bf16_tflops=989.0, nvlink_gbs=900.0),
     Gpu("a100_80gb", "NVIDIA A100 80GB", 80.0, 79.5,
-        ("NVIDIA A100-SXM4-80GB", "NVIDIA A100 80GB PCIe", "NVIDIA A800-SXM4-80GB", "NVIDIA A800 80GB PCIe")),
-    Gpu("a100_40gb", "NVIDIA A100 40GB", 40.0, 39.5, ("NVIDIA A100-SXM4-40GB", "NVIDIA A100-PCIE-40GB")),
-    Gpu("b200_180gb", "NVIDIA B200 180GB HBM3e", 179.1, 178.6, ("NVIDIA B200",)),
+        ("NVIDIA A100-SXM4-80GB", "NVIDIA A100 80GB PCIe", "NVIDIA A800-SXM4-80GB", "NVIDIA A800 80GB PCIe"),
+        hbm_gbs=2039.0, bf16_tflops=312.0, nvlink_gbs=600.0),
+    Gpu("a100_40gb", "NVIDIA A100 40GB", 40.0, 39.5, ("NVIDIA A100-SXM4-40GB", "NVIDIA A100-PCIE-40GB"),
+        hbm_gbs=1555.0, bf16_tflops=312.0, nvlink_gbs=600.0),
+    Gpu("b200_180gb", "NVIDIA B200 180GB HBM3e", 179.1, 178.6, ("NVIDIA B200",),
+        hbm_gbs=8000.0, bf16_tflops=2250.0, nvlink_gbs=1800.0),
 ]}
 
 #: How far (GiB) a board's reported memory may be from its entry's ``total_gib`` and still be it:

@@ -151,11 +151,34 @@ def _mlp(m: Mapping[str, Any], moe: bool) -> LayerParams:
 
 
 def layer_params(m: Mapping[str, Any]) -> List[LayerParams]:
-    out = []
-    for i, is_moe in enumerate(moe_pattern(m)):
-        a, b = _attention(m, i), _mlp(m, bool(is_moe))
-        out.append(LayerParams(a.tp + b.tp, a.rep + b.rep, a.expert + b.expert))
-    return out
+    # Memoised by the model's values: the layout search asks it for one model thousands of times.
+    key = _model_key(m)
+    found = _LAYERS.get(key)
+    if found is None:
+        found = []
+        for i, is_moe in enumerate(moe_pattern(m)):
+            a, b = _attention(m, i), _mlp(m, bool(is_moe))
+            found.append(LayerParams(a.tp + b.tp, a.rep + b.rep, a.expert + b.expert))
+        if len(_LAYERS) > 64:
+            _LAYERS.clear()
+        _LAYERS[key] = found
+    return list(found)
+
+
+_LAYERS: Dict[Any, List[LayerParams]] = {}
+
+
+def _model_key(m: Mapping[str, Any]) -> Any:
+    # The same dict asked again with the same values (the search's case): its key without rebuilding it.
+    values = tuple(m.values())
+    if _LAST_KEY and _LAST_KEY[0] is m and _LAST_KEY[1] == values:
+        return _LAST_KEY[2]
+    key = tuple((k, tuple(v) if isinstance(v, list) else v) for k, v in m.items())
+    _LAST_KEY[:] = [m, values, key]
+    return key
+
+
+_LAST_KEY: List[Any] = []
 
 
 def mtp_params(m: Mapping[str, Any], layers: List[LayerParams]) -> int:

@@ -15,7 +15,8 @@ def check_memory(ctx: Context) -> str:
     if plan is None or (ctx.c.get("memory") or {}).get("gpu") is None:
         # Against the GPU of the node the check runs on (a SLURM job's plan was made on the login
         # node, which may have assumed one); the plan is pure and takes milliseconds.
-        from clawgym.memory import memory_plan, this_node_gpu
+        from clawgym.memory import this_node_gpu
+        from clawgym.search import memory_plan
 
         plan = memory_plan(ctx.c, this_node_gpu(ctx.c)).to_dict()
     from clawgym.memory import trajectories_text

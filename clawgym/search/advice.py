@@ -1,5 +1,11 @@
 """Which knobs make a plan fit, and by how much: every suggestion is re-evaluated with the plan.
 
+A search over knobs of one config, so it sits above both validation and the memory plan (moved
+here from ``clawgym/memory/``). When no single move fits, it asks the layout search
+(:func:`clawgym.search.search`) for the config's own GPUs, keeping the model and rollout: its best
+layout is the combined advice; only when no layout fits does the greedy combination below (which
+may also shorten the context) answer.
+
 Moves (each a set of Hydra overrides applied to the resolved config): the CPU-offloaded
 optimizer, full recompute, a smaller ``perf.max_tokens_per_gpu``, more TP / PP / EP (within what
 Megatron accepts for the model), more actor nodes, the SGLang ``mem_fraction_static`` and engine
@@ -11,6 +17,12 @@ from __future__ import annotations
 
 import copy
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
+
+from clawgym.memory import evaluate as evaluate_plan
+from clawgym.memory.actor import tokens_per_gpu
+from clawgym.memory.gpus import GPUS
+from clawgym.validate.core import Collector, run_rule
+from clawgym.validate.trainer_rules import RULES
 
 Move = List[Tuple[str, Any]]
 
@@ -40,9 +52,6 @@ def _ok_parallel(c: Mapping[str, Any]) -> bool:
     """Whether the trainer would start this config: no error from the trainer rules
     (``clawgym/validate/trainer_rules.py``, the one statement of what Megatron, slime and SGLang
     accept), so advice never names a layout validation then refuses."""
-    from clawgym.validate.core import Collector, run_rule
-    from clawgym.validate.trainer_rules import RULES
-
     col = Collector(c, {})
     for rule in RULES:
         run_rule(col, rule, cross=True)
@@ -57,8 +66,6 @@ def _moves(c: Mapping[str, Any]) -> List[Move]:
     if p["recompute_granularity"] != "full":
         out.append([("perf.recompute_granularity", "full"), ("perf.recompute_method", "uniform"),
                     ("perf.recompute_num_layers", 1)])
-    from clawgym.memory.actor import tokens_per_gpu
-
     T = tokens_per_gpu(c)
     half = T // 2
     ctx = r.get("max_context_len")
@@ -109,11 +116,41 @@ def _describe(move: Move, before: Any, after: Any) -> str:
             f"{', fits' if after.fits else ''}")
 
 
-def advise(c: Mapping[str, Any], gpu: Any, plan: Any, *, evaluate: Callable[..., Any],
-           max_steps: int = 12) -> Tuple[List[str], List[List[str]]]:
-    """(advice lines, the Hydra overrides of each line) for a plan that does not fit; ``evaluate``
-    is the memory plan of a config (``clawgym.memory.evaluate``: passed in, so advice imports no
-    package above it)."""
+def _from_layout_search(c: Mapping[str, Any], gpu: Any, plan: Any) -> Optional[Tuple[List[str], List[List[str]]]]:
+    """The layout search's best layout for this config's own GPUs, as one advice line."""
+    from clawgym.search import search  # (the package imports this module: imported at call time)
+
+    g = c["gpu_layout"]
+    per_node = int(g["num_gpus"] or 8)
+    if g["colocate"]:
+        total = int(g["actor_gpus"]) * int(g["actor_num_nodes"])
+    else:
+        total = int(g["actor_gpus"]) * int(g["actor_num_nodes"]) + int(g["rollout_gpus"] or 0)
+    total = -(-total // per_node) * per_node if total > per_node else total
+    name = plan.gpu if plan.gpu in _gpu_names() else None
+    if name is None:
+        return None
+    try:
+        r = search(c, gpus=total, gpus_per_node=min(per_node, total), gpu=name, top=1, explain=False)
+    except ValueError:
+        return None
+    if not r.layouts:
+        return None
+    best = r.layouts[0]
+    return ([f"together (the best layout of `clawgym layout --gpus {total} --gpu {name}`): "
+             f"{' '.join(best.overrides)}: GPU peak {plan.phases['peak_gib']:.1f} -> {best.gpu_peak_gib:.1f} GiB of "
+             f"{best.gpu_memory_gib:.1f}, fits"], [list(best.overrides)])
+
+
+def _gpu_names() -> List[str]:
+    return list(GPUS)
+
+
+def advise(c: Mapping[str, Any], gpu: Any, plan: Any, *, max_steps: int = 12,
+           evaluate: Optional[Callable[..., Any]] = None) -> Tuple[List[str], List[List[str]]]:
+    """(advice lines, the Hydra overrides of each line) for a plan that does not fit."""
+    if evaluate is None:
+        evaluate = evaluate_plan
     fitting: List[Tuple[float, Move, Any]] = []
     for mv in _moves(c):
         after = evaluate(_apply(c, mv), gpu)
@@ -124,6 +161,9 @@ def advise(c: Mapping[str, Any], gpu: Any, plan: Any, *, evaluate: Callable[...,
         chosen = fitting[:3]
         return ([_describe(mv, plan, after) for _, mv, after in chosen],
                 [[f"{k}={_render(v)}" for k, v in mv] for _, mv, _a in chosen])
+    layout = _from_layout_search(c, gpu, plan)
+    if layout is not None:
+        return layout
     # Greedy combination.
     cur, cur_plan, steps = dict(c), plan, []  # type: ignore[var-annotated]
     for _ in range(max_steps):
