@@ -84,7 +84,7 @@ from clawgym.memory import gpus as G
 from clawgym.memory import params as P
 from clawgym.memory.actor import context_len, layout, recompute, tokens_per_gpu
 from clawgym.memory.rollout import cell_bytes, weights_per_rank
-from clawgym.steptime.compute import achieved_fraction
+from clawgym.steptime.compute import achieved_fraction, optimizer_step_s
 
 __all__ = ["CONSTANTS", "StepTime", "step_time", "active_params", "workload", "servers", "actor_times", "rollout_times"]
 
@@ -115,9 +115,6 @@ CONSTANTS: Dict[str, float] = {
     # CPU Adam (Megatron's HybridDeviceOptimizer, torch CPU Adam, multi-threaded) parameters per
     # second per GPU process. Assumption, not measured here.
     "cpu_adam_params_per_s": 1.0e9,
-    # Bytes read and written per parameter by a GPU Adam step (fp32 main param, two moments, fp32
-    # grad read; three written; bf16 param written).
-    "gpu_adam_bytes_per_param": 30.0,
 }
 
 GB = 1e9
@@ -203,8 +200,13 @@ def actor_times(c: Mapping[str, Any], gpu: G.Gpu) -> Dict[str, float]:
     rank = P.per_rank(m, tp=lay.tp, pp=lay.pp, ep=lay.ep, etp=lay.etp)
     T = tokens_per_gpu(c)
     peak = gpu.bf16_tflops * 1e12
-    f_train = achieved_fraction(float(rank.total), T, recompute=full)
-    f_lp = achieved_fraction(float(rank.total), T, recompute=False)
+    # The calibrated fraction (benchmarks/step_time_reference.json) was fitted with the active
+    # parameters one rank multiplies per token and attention's share of the forward FLOPs: every
+    # expert counted would make an MoE rank look saturated (about 30% too fast at 8k tokens).
+    share = attn_fwd / fwd if fwd else 0.0
+    per_rank_active = a["active"] / (lay.tp * lay.pp)
+    f_train = achieved_fraction(per_rank_active, T, recompute=full, attention_share=share)
+    f_lp = achieved_fraction(per_rank_active, T, recompute=False, attention_share=share)
     world = lay.world
     train_compute = train_flops / world / (peak * f_train)
     lp_compute = lp_flops / world / (peak * f_lp)
@@ -245,13 +247,15 @@ def actor_times(c: Mapping[str, Any], gpu: G.Gpu) -> Dict[str, float]:
         optim = steps * (shard * (grad_bytes + 2) / (CONSTANTS["pcie_gbs"] * GB)
                          + shard / CONSTANTS["cpu_adam_params_per_s"])
     else:
-        optim = steps * shard * CONSTANTS["gpu_adam_bytes_per_param"] / (gpu.hbm_gbs * GB)
+        # Measured on the H200 (benchmarks/step_time_reference.json): bytes per parameter plus a fixed cost.
+        optim = steps * optimizer_step_s(shard, gpu.hbm_gbs)
     return {"train_compute_s": train_compute, "train_comm_s": train_comm, "pp_bubble_s": bubble_train + bubble_lp,
             "dp_comm_s": dp_comm, "optimizer_s": optim, "logprob_compute_s": lp_compute, "logprob_comm_s": lp_comm,
             "achieved_fraction_train": f_train, "achieved_fraction_logprob": f_lp,
             "train_s": train_compute + train_comm + bubble_train + dp_comm + optim,
             "logprob_s": lp_compute + lp_comm + bubble_lp, "tokens": tokens, "tokens_per_microbatch": T,
-            "params_per_rank": rank.total, "logprob_passes": lp_passes}
+            "params_per_rank": rank.total, "active_params_per_rank": per_rank_active, "attention_share": share,
+            "logprob_passes": lp_passes}
 
 
 def _sglang_dp(c: Mapping[str, Any]) -> int:
