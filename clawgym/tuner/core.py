@@ -465,7 +465,8 @@ class TuneSession(PipelineListener):
             best = self.study.best_trial
         except ValueError:
             return "no trial completed: no best trial yet"
-        line = " ".join(self.space.overrides(best.params))
+        line = " ".join(f"{self.space.prefixes.get(k, '')}{k}={format_value(best.params[k])}"
+                        for k in self.space.params if k in best.params)
         return f"best trial #{best.number}: {self.metric.text} = {_num(best.value)}\n  overrides: {line}"
 
 

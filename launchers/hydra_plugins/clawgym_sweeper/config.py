@@ -49,11 +49,7 @@ class ClawGymSweeperConf:
     progress_interval: float = 30.0
 
 
-@dataclass
-class _SweeperPackage:
-    sweeper: ClawGymSweeperConf = field(default_factory=ClawGymSweeperConf)
-    sweep: Dict[str, Any] = field(default_factory=lambda: {"dir": "multirun/tune/${hydra.sweeper.study_name}"})
-
-
-ConfigStore.instance().store(group="hydra/sweeper", name="clawgym", node=_SweeperPackage, package="hydra",
-                             provider="clawgym")
+# A plain mapping at package ``hydra`` (a dataclass here would type the whole ``hydra`` node).
+ConfigStore.instance().store(group="hydra/sweeper", name="clawgym", package="hydra", provider="clawgym",
+                             node={"sweeper": ClawGymSweeperConf,
+                                   "sweep": {"dir": "multirun/tune/${hydra.sweeper.study_name}"}})
