@@ -283,20 +283,24 @@ class SweepSession:
     """Composes, checks and runs the jobs of one clawgym sweep."""
 
     def __init__(self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig,
-                 options: LauncherOptions, environ: Optional[Mapping[str, str]] = None) -> None:
+                 options: LauncherOptions, environ: Optional[Mapping[str, str]] = None,
+                 templates: Optional[Dict[Tuple[str, ...], DictConfig]] = None) -> None:
         self.hydra_context = hydra_context
         self.task_function = task_function
         self.config = config
         self.options = options
         self.environ = os.environ if environ is None else environ
         self.jobs: List[SweepJob] = []
+        # Composed trees per group-choice set (compose_jobs), shared by sessions of one master config
+        # (the tuner composes one trial per session).
+        self.templates = templates
 
     # -------------------------------------------------------- composition and checks
 
     def compose_all(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> None:
         """Compose every job, adding default names (and API ports) that tell jobs apart."""
         user = [list(o) for o in job_overrides]
-        configs = compose_jobs(self.hydra_context.config_loader, self.config, user)
+        configs = compose_jobs(self.hydra_context.config_loader, self.config, user, templates=self.templates)
         for i, cfg in enumerate(configs):
             with open_dict(cfg):
                 cfg.hydra.job.id = initial_job_idx + i

@@ -91,6 +91,8 @@ class TuneSession(PipelineListener):
                                                 poll_interval=settings.poll_interval,
                                                 progress_interval=settings.progress_interval)
         self._runner: Optional[SweepSession] = None
+        # Trials differ in values only: the config tree is composed once (clawgym.sweep.compose_jobs).
+        self._templates: Dict[Any, Any] = {}
         self._limit = settings.n_trials
         if settings.sampler == "grid":
             n = 1
@@ -140,7 +142,7 @@ class TuneSession(PipelineListener):
     def _compose(self, trial: Trial, overrides: List[str]) -> SweepJob:
         """The trial's job, composed, named, validated and planned as a ``-m`` job is."""
         session = SweepSession(hydra_context=self.hydra_context, task_function=self.task_function,
-                               config=self.config, options=self.launcher_options)
+                               config=self.config, options=self.launcher_options, templates=self._templates)
         try:
             session.compose_all([overrides], trial.number)
         except Exception as exc:  # noqa: BLE001 - a value Hydra cannot set refuses this trial only

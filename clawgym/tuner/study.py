@@ -5,7 +5,7 @@ Only Optuna's own samplers and pruners: nothing here samples or prunes by itself
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional
 
@@ -123,6 +123,12 @@ def pruner_for(settings: Settings) -> optuna.pruners.BasePruner:
 def open_study(settings: Settings, space: SearchSpace, sweep_dir: Path) -> optuna.Study:
     """Create the study, or load it when the storage already holds one of this name (resume)."""
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    return optuna.create_study(storage=storage_for(settings, sweep_dir), study_name=str(settings.study_name),
-                               direction=settings.direction, sampler=sampler_for(settings, space),
-                               pruner=pruner_for(settings), load_if_exists=True)
+    study = optuna.create_study(storage=storage_for(settings, sweep_dir), study_name=str(settings.study_name),
+                                direction=settings.direction, sampler=sampler_for(settings, space),
+                                pruner=pruner_for(settings), load_if_exists=True)
+    done = len(study.get_trials(deepcopy=False))
+    if done and settings.seed is not None:
+        # A resumed study: a sampler seeded as the first launch's would draw that launch's first
+        # values again; seeded by the trials so far it goes on deterministically instead.
+        study.sampler = sampler_for(replace(settings, seed=int(settings.seed) + done), space)
+    return study
