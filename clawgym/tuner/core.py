@@ -437,6 +437,33 @@ class TuneSession(PipelineListener):
                              reason="the launch was interrupted; its job was stopped")
                 self._record(trial)
 
+    # -------------------------------------------------------- dry run
+
+    def dry_run(self) -> int:
+        """``dry_run=true`` (or ``preflight_only=true``): the search space, and the first trial the
+        sampler would ask for, dry-run (or preflighted) as a ``-m`` job is; no storage is touched and
+        nothing is submitted."""
+        lines = [f"study {self.settings.study_name!r} (dry run: storage {self.storage} not touched), "
+                 f"{self._limit} trials, metric {self.metric.text} ({self.settings.direction}), "
+                 f"sampler {self.settings.sampler}, pruner {self.settings.pruner}, search space:"]
+        lines += [f"  {k}: {_describe(d)}" for k, d in self.space.params.items()]
+        say("\n".join(lines))
+        trial = Trial(self.study.ask(dict(self.space.params)))
+        trial.slot = 0
+        self.trials[trial.number] = trial
+        try:
+            job = self._compose(trial, self.space.overrides(trial.trial.params))
+        except SweepRefused as err:
+            say(str(err))
+            return EXIT_REFUSED
+        say(f"first trial: {job.label.split(': ', 1)[-1]}")
+        from clawgym.app import prepared_plans
+
+        assert self._runner is not None
+        with prepared_plans({job.num: job.plan}):
+            self._runner._run_inline(job)
+        return 0 if job.status == SUCCEEDED else 1
+
     # -------------------------------------------------------- the end
 
     def table(self) -> str:
@@ -476,6 +503,16 @@ def _events_dir(plan: Any) -> Optional[str]:
     return ((getattr(plan, "runtime_env", None) or {}).get("env_vars") or {}).get(TENSORBOARD_DIR_ENV)
 
 
+def _describe(d: Any) -> str:
+    from optuna.distributions import CategoricalDistribution
+
+    if isinstance(d, CategoricalDistribution):
+        return "choice(" + ", ".join(format_value(c) for c in d.choices) + ")"
+    kind = "int" if isinstance(d.low, int) and not isinstance(d.low, bool) else "float"
+    return (f"{kind} in [{d.low}, {d.high}]" + (" (log)" if getattr(d, "log", False) else "")
+            + (f" step {d.step}" if getattr(d, "step", None) else ""))
+
+
 def _num(value: Optional[float]) -> str:
     return "-" if value is None else f"{value:.4g}"
 
@@ -510,6 +547,16 @@ def run_study(*, hydra_context: HydraContext, task_function: TaskFunction, confi
         refuse(f"clawgym: the study was refused; nothing was started\n{err}")
     sweep_dir = Path(str(config.hydra.sweep.dir))
     sweep_dir.mkdir(parents=True, exist_ok=True)
+    if bool(config.get("dry_run")) or bool(config.get("preflight_only")):
+        from clawgym.tuner.study import in_memory_study
+
+        session = TuneSession(hydra_context=hydra_context, task_function=task_function, config=config, settings=s,
+                              space=space, metric=metric, study=in_memory_study(s, space),
+                              storage=storage_text(s, sweep_dir))
+        rc = session.dry_run()
+        if rc:
+            sys.exit(rc)
+        return []
     study = open_study(s, space, sweep_dir)
     session = TuneSession(hydra_context=hydra_context, task_function=task_function, config=config, settings=s,
                           space=space, metric=metric, study=study, storage=storage_text(s, sweep_dir))

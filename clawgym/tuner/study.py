@@ -132,3 +132,10 @@ def open_study(settings: Settings, space: SearchSpace, sweep_dir: Path) -> optun
         # values again; seeded by the trials so far it goes on deterministically instead.
         study.sampler = sampler_for(replace(settings, seed=int(settings.seed) + done), space)
     return study
+
+
+def in_memory_study(settings: Settings, space: SearchSpace) -> optuna.Study:
+    """A study that lives in memory only (a dry run asks it for the trial it shows)."""
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    return optuna.create_study(direction=settings.direction, sampler=sampler_for(settings, space),
+                               pruner=pruner_for(settings))
