@@ -236,6 +236,10 @@ def _unresolved(cfg: DictConfig, key: str) -> Any:
     return None if node is None else node._value()
 
 
+#: Public for the tuner (clawgym/tuner), which names its trials' jobs the same way.
+unresolved = _unresolved
+
+
 def run_name_is_default(cfg: DictConfig) -> bool:
     """True unless the user set ``run_name`` (it is still the schema's ``${exp_name}``)."""
     return _unresolved(cfg, "run_name") == "${exp_name}"
@@ -458,6 +462,10 @@ class SweepSession:
         j.job_return = ret
         if ret.status != JobStatus.COMPLETED:
             j.error = ret._return_value
+
+    # The tuner runs each trial's Hydra job the way a sweep job runs (one session per trial).
+    run_pipeline_job = _run_pipeline_job
+    run_inline = _run_inline
 
     def _finish_returns(self, jobs: Sequence[SweepJob]) -> None:
         """Give each started job's JobReturn its real final status."""

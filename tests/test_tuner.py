@@ -38,6 +38,8 @@ PEAK_LR = 1e-5
 LR_SPACE = "optimizer.lr=tag(log, interval(1e-7, 1e-3))"
 STEPS = 6
 STUDY = "peak"
+#: The ``clawgym`` commands docs/guide/tuning.md shows, run in a finished study's folder below.
+DOC_COMMANDS = ("clawgym runs exp/ --sort=-objective", "clawgym report exp/ --out report.html")
 
 
 @pytest.fixture(scope="module")
@@ -191,12 +193,17 @@ def test_runs_table_shows_each_trials_number_state_and_objective(study_run) -> N
         assert row["trial_state"] == t.state.name.lower()
         assert row["objective"] == (pytest.approx(t.value) if t.state == TrialState.COMPLETE else None)
         assert row["sweep"] == f"study {STUDY}"
+    # The page's command: the best trial first.
+    text = subprocess.run([sys.executable, "-m", "clawgym", *DOC_COMMANDS[0].split()[1:]], cwd=tmp,
+                          capture_output=True, text=True, timeout=120).stdout
+    best = load_study(tmp).best_trial
+    assert text.splitlines()[2].startswith(f"{STUDY}_trial{best.number} "), text
 
 
 def test_report_adds_the_studys_history_importances_and_pruned_curves(study_run) -> None:
     tmp, _ = study_run
     page = tmp / "report.html"
-    proc = subprocess.run([sys.executable, "-m", "clawgym", "report", str(tmp / "exp"), "--out", str(page)],
+    proc = subprocess.run([sys.executable, "-m", "clawgym", *DOC_COMMANDS[1].split()[1:]],
                           cwd=tmp, capture_output=True, text=True, timeout=180)
     assert proc.returncode == 0, proc.stderr
     html = page.read_text()

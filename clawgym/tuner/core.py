@@ -34,8 +34,8 @@ from omegaconf import DictConfig
 from clawgym.pipeline import (EXIT_INTERRUPTED, EXIT_REFUSED, FAILED, RUNNING, STOPPED, SUCCEEDED, Pipeline,
                               PipelineJob, PipelineListener, PipelineOptions, Refused, fmt_duration, say)
 from clawgym.plan import TENSORBOARD_DIR_ENV
-from clawgym.sweep import (LauncherOptions, SweepJob, SweepRefused, SweepSession, _unresolved, apply_value_overrides,
-                           run_name_is_default)
+from clawgym.sweep import (LauncherOptions, SweepJob, SweepRefused, SweepSession, apply_value_overrides,
+                           run_name_is_default, unresolved)
 from clawgym.tuner.metric import Metric, MetricError, parse_metric
 from clawgym.tuner.space import SearchSpace, SpaceError, format_value, parse
 from clawgym.tuner.study import Settings, SettingsError, open_study, storage_text
@@ -58,6 +58,7 @@ class Trial:
     slot: Optional[int] = None
     # Steps already reported to Optuna.
     reported: int = -1
+    last_value: Optional[float] = None
     steps: int = 0
     pruned: bool = False
     state: str = "asked"
@@ -153,7 +154,7 @@ class TuneSession(PipelineListener):
         if run_name_is_default(cfg):
             extra.append(f"run_name={self.settings.study_name}_trial{trial.number}")
         # One head serves every trial: it declares the node's GPUs, not one trial's layout size.
-        if cfg.ray.address is None and _unresolved(cfg, "ray.num_gpus") == "${gpu_layout.num_gpus}":
+        if cfg.ray.address is None and unresolved(cfg, "ray.num_gpus") == "${gpu_layout.num_gpus}":
             extra.append("ray.num_gpus=null")
         # Trials side by side on one node each get their own API server port (unless the user chose).
         if not any(o.split("=", 1)[0].lstrip("+") == "sglang.api_port" for o in self._user_overrides(overrides)):
@@ -197,7 +198,7 @@ class TuneSession(PipelineListener):
 
         assert self._runner is not None
         with prepared_plans({j.num: j.plan}):
-            self._runner._run_pipeline_job(j)
+            self._runner.run_pipeline_job(j)
 
     # -------------------------------------------------------- PipelineListener
 
@@ -236,7 +237,7 @@ class TuneSession(PipelineListener):
                     trial.reported >= 0 and trial.trial.should_prune():
                 trial.pruned = True
                 self._say(f"trial {trial.number} pruned at step {trial.reported} "
-                          f"({self.metric.text} {_num(self._last_value(trial))}): stopping its job")
+                          f"({self.metric.text} {_num(trial.last_value)}): stopping its job")
                 pipeline.stop(job)
 
     def job_ended(self, pipeline: Pipeline, job: PipelineJob) -> None:
@@ -281,11 +282,8 @@ class TuneSession(PipelineListener):
         for step, value in self.metric.intermediate(points):
             if step > trial.reported:
                 trial.trial.report(value, step)
-                trial.reported = step
+                trial.reported, trial.last_value = step, value
 
-    def _last_value(self, trial: Trial) -> Optional[float]:
-        values = trial.trial.storage.get_trial(trial.trial._trial_id).intermediate_values
-        return values.get(trial.reported) if values else None
 
     def _finish(self, trial: Trial, state: str, value: Optional[float], optuna_state: TrialState, *,
                 reason: str = "") -> None:
@@ -370,7 +368,7 @@ class TuneSession(PipelineListener):
         scalars = read_scalars(Path(folder)) if folder and Path(folder).is_dir() else {}
         points = [(p.step, p.value) for p in scalars.get(self.metric.tag, [])]
         reported = set(ft.intermediate_values)
-        trial = optuna.trial.Trial(self.study, ft._trial_id)
+        trial = _reopen(self.study, ft)
         for step, value in self.metric.intermediate(points):
             if step not in reported:
                 trial.report(value, step)
@@ -380,7 +378,7 @@ class TuneSession(PipelineListener):
     def _end_orphan(self, ft: Any, status: str, steps: int) -> None:
         points = ft.user_attrs.pop("_points", [])
         value = self.metric.reduce([v for _, v in points])
-        trial = optuna.trial.Trial(self.study, ft._trial_id)
+        trial = _reopen(self.study, ft)
         trial.set_user_attr(ATTR_PREFIX + "steps", steps)
         if status == "SUCCEEDED" and value is not None:
             tell(self.study, trial, value)
@@ -389,7 +387,7 @@ class TuneSession(PipelineListener):
             self._tell_orphan(ft, TrialState.FAIL, f"orphan: its job ended {status}")
 
     def _tell_orphan(self, ft: Any, state: TrialState, reason: str) -> None:
-        trial = optuna.trial.Trial(self.study, ft._trial_id)
+        trial = _reopen(self.study, ft)
         trial.set_user_attr(ATTR_PREFIX + "reason", reason)
         tell(self.study, trial, None, state)
         self._say(f"trial {ft.number} told {state.name}: {reason}")
@@ -461,7 +459,7 @@ class TuneSession(PipelineListener):
 
         assert self._runner is not None
         with prepared_plans({job.num: job.plan}):
-            self._runner._run_inline(job)
+            self._runner.run_inline(job)
         return 0 if job.status == SUCCEEDED else 1
 
     # -------------------------------------------------------- the end
@@ -501,6 +499,12 @@ class TuneSession(PipelineListener):
 
 def _events_dir(plan: Any) -> Optional[str]:
     return ((getattr(plan, "runtime_env", None) or {}).get("env_vars") or {}).get(TENSORBOARD_DIR_ENV)
+
+
+def _reopen(study: optuna.Study, frozen: Any) -> optuna.trial.Trial:
+    """A live handle on a trial an earlier launcher left RUNNING (to report, set attrs and tell).
+    Optuna offers no public way back from a FrozenTrial to its Trial; the storage id is the one link."""
+    return optuna.trial.Trial(study, frozen._trial_id)
 
 
 def _describe(d: Any) -> str:
