@@ -1,6 +1,6 @@
 """One study, two sweepers: Hydra's own Optuna sweeper (synchronous batches) against clawgym's.
 
-    python benchmarks/bench_tuner.py [--trials 12] [--steps 10] [--step-sleep 0.5] [--seed 7]
+    python benchmarks/bench_tuner.py [--trials 12] [--steps 16] [--step-sleep 1.5] [--seed 7]
                                      [--baseline-path /tmp/hydra-optuna-sweeper]
 
 Both run ``python train.py -m`` on a real local Ray head declaring 4 GPUs (free loopback ports,
@@ -26,6 +26,10 @@ Optuna 5: install it beside, with pip's ``--target`` (no dependencies: everythin
 Hydra included, is the interpreter's own), and the baseline process gets it first on PYTHONPATH:
 
     pip install --target /tmp/hydra-optuna-sweeper --no-deps 'hydra-optuna-sweeper==1.3.0' 'optuna<3'
+
+Each trial pays a fixed cost besides its steps (Ray job start, driver start, Hydra job: 10-25 s
+on a loaded 2-core machine, the same for both sweepers); the defaults make trials long enough
+(24-72 s) that the comparison is about scheduling, as with real RL trials of hours.
 
 Printed per sweeper: wall time of the command (all trials done), the trials' span (first
 trainer start to last trainer end), the GPU-idle fraction over that span (1 - GPU-seconds the
@@ -111,8 +115,8 @@ def measure(name: str, argv: List[str], work: Path, env: Dict[str, str]) -> dict
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--trials", type=int, default=12)
-    ap.add_argument("--steps", type=int, default=10, help="rollout steps per trial")
-    ap.add_argument("--step-sleep", type=float, default=0.5, help="seconds per step at 1x (3x at the top temperature)")
+    ap.add_argument("--steps", type=int, default=16, help="rollout steps per trial")
+    ap.add_argument("--step-sleep", type=float, default=1.5, help="seconds per step at 1x (3x at the top temperature)")
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--baseline-path", default="/tmp/hydra-optuna-sweeper",
                     help="pip --target folder holding hydra-optuna-sweeper 1.3.0 and optuna<3 (see above)")

@@ -17,8 +17,8 @@ What a trial is, is recorded where ``clawgym runs`` reads it without Optuna: the
 
 from __future__ import annotations
 
-import copy
-import os
+import contextlib
+import io
 import sys
 import time
 from dataclasses import dataclass, field
@@ -162,7 +162,13 @@ class TuneSession(PipelineListener):
         apply_value_overrides(cfg, extra)
         j.overrides = list(j.overrides) + extra
         j.cfg = None
-        session.check_all()
+        if self._runner is None:
+            session.check_all()
+        else:
+            # Validation warnings were printed for the first trial; the rest would repeat them
+            # (stderr, where clawgym.sweep prints them). A refusal raises and is reported.
+            with contextlib.redirect_stderr(io.StringIO()):
+                session.check_all()
         from clawgym.snapshot import LaunchRecord
 
         j.record = LaunchRecord.from_hydra(cfg.hydra, command="sweep")
@@ -232,9 +238,10 @@ class TuneSession(PipelineListener):
             trial = self._trial_of(job)
             if trial is None or trial.pruned or job.stop_requested:
                 continue
-            self._report(trial, job.plan)
-            if self.settings.pruner != "none" and trial.steps >= max(self.settings.min_steps, 1) and \
-                    trial.reported >= 0 and trial.trial.should_prune():
+            fresh = self._report(trial, job.plan)
+            # Optuna is asked only after a new step was reported (each ask reads the storage).
+            if fresh and self.settings.pruner != "none" and trial.steps >= max(self.settings.min_steps, 1) and \
+                    trial.trial.should_prune():
                 trial.pruned = True
                 self._say(f"trial {trial.number} pruned at step {trial.reported} "
                           f"({self.metric.text} {_num(trial.last_value)}): stopping its job")
@@ -276,13 +283,16 @@ class TuneSession(PipelineListener):
         scalars = read_scalars(Path(folder))
         return [(p.step, p.value) for p in scalars.get(self.metric.tag, [])], steps_done(scalars)[0]
 
-    def _report(self, trial: Trial, plan: Any) -> None:
+    def _report(self, trial: Trial, plan: Any) -> bool:
+        """Report the metric at every step not reported yet; True when there was one."""
         points, steps = self._points(plan)
         trial.steps = max(trial.steps, steps)
+        fresh = False
         for step, value in self.metric.intermediate(points):
             if step > trial.reported:
                 trial.trial.report(value, step)
-                trial.reported, trial.last_value = step, value
+                trial.reported, trial.last_value, fresh = step, value, True
+        return fresh
 
 
     def _finish(self, trial: Trial, state: str, value: Optional[float], optuna_state: TrialState, *,
@@ -401,8 +411,12 @@ class TuneSession(PipelineListener):
                   f"{max(self._limit - before, 0)} to run; metric {self.metric.text} ({self.settings.direction}), "
                   f"sampler {self.settings.sampler}, pruner {self.settings.pruner}")
         first: Optional[Trial] = None
-        while first is None and self.remaining() > 0:
-            first = self._ask()
+        try:
+            while first is None and self.remaining() > 0:
+                first = self._ask()
+        except KeyboardInterrupt:
+            self._settle_unfinished(EXIT_INTERRUPTED)
+            raise
         rc = 0
         if first is not None:
             self.pipeline = Pipeline([first.job], PipelineOptions(
