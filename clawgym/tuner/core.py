@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import io
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -162,13 +163,18 @@ class TuneSession(PipelineListener):
         apply_value_overrides(cfg, extra)
         j.overrides = list(j.overrides) + extra
         j.cfg = None
-        if self._runner is None:
-            session.check_all()
-        else:
-            # Validation warnings were printed for the first trial; the rest would repeat them
-            # (stderr, where clawgym.sweep prints them). A refusal raises and is reported.
-            with contextlib.redirect_stderr(io.StringIO()):
+        try:
+            if self._runner is None:
                 session.check_all()
+            else:
+                # Validation warnings were printed for the first trial; the rest would repeat them
+                # (stderr, where clawgym.sweep prints them). A refusal raises and is reported.
+                with contextlib.redirect_stderr(io.StringIO()):
+                    session.check_all()
+        except SweepRefused:
+            raise
+        except Exception as exc:  # noqa: BLE001 - a check that raises refuses this trial, as it refuses a sweep
+            raise SweepRefused(f"a check could not run: {type(exc).__name__}: {exc}") from None
         from clawgym.snapshot import LaunchRecord
 
         j.record = LaunchRecord.from_hydra(cfg.hydra, command="sweep")
@@ -356,45 +362,67 @@ class TuneSession(PipelineListener):
         if follow:
             self._say(f"following {len(follow)} trial(s) an earlier launcher left running "
                       "(hydra.sweeper.on_orphan=follow)")
+        reported: Dict[int, int] = {ft.number: max(ft.intermediate_values, default=-1) for ft, _ in follow}
+        pruned: set = set()
         while follow:
             for ft, handle in list(follow):
                 try:
                     status = handle.status()
                 except Exception:  # noqa: BLE001 - a hiccup; asked again next round
                     continue
-                done = status in TERMINAL
-                steps = self._orphan_report(ft, done)
-                if done:
+                trial = _reopen(self.study, ft)
+                points, steps = self._orphan_points(ft)
+                fresh = False
+                for step, value in self.metric.intermediate(points):
+                    if step > reported[ft.number]:
+                        trial.report(value, step)
+                        reported[ft.number], fresh = step, True
+                if status in TERMINAL:
                     follow.remove((ft, handle))
-                    self._end_orphan(ft, status, steps)
+                    self._end_orphan(ft, trial, status, points, steps, ft.number in pruned)
+                elif fresh and ft.number not in pruned and self.settings.pruner != "none" and \
+                        steps >= max(self.settings.min_steps, 1) and trial.should_prune():
+                    pruned.add(ft.number)
+                    self._say(f"trial {ft.number} (followed) pruned at step {reported[ft.number]}: stopping its job")
+                    # In the background (stop() waits for the job's end, which the next round reads).
+                    threading.Thread(target=handle.stop, name=f"clawgym-stop-trial-{ft.number}",
+                                     daemon=True).start()
             if follow:
                 time.sleep(self.settings.poll_interval)
 
-    def _orphan_report(self, ft: Any, done: bool) -> int:
+    def _orphan_points(self, ft: Any) -> Tuple[List[Tuple[int, float]], int]:
         from clawgym.runs.events import read_scalars
         from clawgym.runs.table import steps_done
 
         folder = ft.user_attrs.get(ATTR_PREFIX + "events")
         scalars = read_scalars(Path(folder)) if folder and Path(folder).is_dir() else {}
-        points = [(p.step, p.value) for p in scalars.get(self.metric.tag, [])]
-        reported = set(ft.intermediate_values)
-        trial = _reopen(self.study, ft)
-        for step, value in self.metric.intermediate(points):
-            if step not in reported:
-                trial.report(value, step)
-        ft.user_attrs["_points"] = points
-        return steps_done(scalars)[0]
+        return [(p.step, p.value) for p in scalars.get(self.metric.tag, [])], steps_done(scalars)[0]
 
-    def _end_orphan(self, ft: Any, status: str, steps: int) -> None:
-        points = ft.user_attrs.pop("_points", [])
+    def _end_orphan(self, ft: Any, trial: Any, status: str, points: List[Tuple[int, float]], steps: int,
+                    pruned: bool) -> None:
         value = self.metric.reduce([v for _, v in points])
-        trial = _reopen(self.study, ft)
         trial.set_user_attr(ATTR_PREFIX + "steps", steps)
-        if status == "SUCCEEDED" and value is not None:
+        if pruned and status == "STOPPED":
+            tell(self.study, trial, None, TrialState.PRUNED)
+            state = "pruned"
+            self._say(f"trial {ft.number} (followed) pruned after {steps} steps")
+        elif status == "SUCCEEDED" and value is not None:
             tell(self.study, trial, value)
+            state = "complete"
             self._say(f"trial {ft.number} (followed) complete: {self.metric.text} = {_num(value)}")
         else:
             self._tell_orphan(ft, TrialState.FAIL, f"orphan: its job ended {status}")
+            state, value = "failed", None
+        snapshot = ft.user_attrs.get(ATTR_PREFIX + "snapshot")
+        if snapshot:
+            from clawgym.snapshot import mark_trial
+
+            try:
+                mark_trial(snapshot, {"study": str(self.settings.study_name), "trial": ft.number, "state": state,
+                                      "objective": value if state == "complete" else None,
+                                      "metric": self.metric.text, "steps": steps, "reason": None})
+            except OSError:
+                pass
 
     def _tell_orphan(self, ft: Any, state: TrialState, reason: str) -> None:
         trial = _reopen(self.study, ft)
