@@ -45,6 +45,8 @@ from clawgym.tuner.study import Settings, SettingsError, open_study, storage_tex
 ATTR_PREFIX = "clawgym_"
 #: A trial told FAIL because the launch was interrupted: it does not count towards n_trials.
 INTERRUPTED = "clawgym_interrupted"
+#: Trials in flight at once on a backend that queues jobs itself, unless max_concurrent says.
+QUEUEING_BACKEND_TRIALS = 2
 #: The file in a trial's snapshot dir that says how the trial ended (clawgym.snapshot.TRIAL_FILE).
 FINISHED = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
 
@@ -215,6 +217,10 @@ class TuneSession(PipelineListener):
     # -------------------------------------------------------- PipelineListener
 
     def room(self, pipeline: Pipeline, free_gpus: Optional[float], running: int) -> None:
+        if free_gpus is None and not self.settings.max_concurrent and running >= QUEUEING_BACKEND_TRIALS:
+            # SLURM / KubeRay queue jobs themselves (no free GPUs to count): without max_concurrent,
+            # a few trials at a time, so the sampler learns from the ones that ended.
+            return
         while self.remaining() > 0 and not pipeline.interrupted:
             trial = self._ask()
             if trial is None:
