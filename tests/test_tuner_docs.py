@@ -35,6 +35,8 @@ def page_commands() -> List[str]:
 def test_every_clawgym_command_on_the_page_is_run_by_the_study_tests() -> None:
     shown = [c for c in page_commands() if c.startswith("clawgym ")]
     assert shown and set(shown) <= set(DOC_COMMANDS), set(shown) - set(DOC_COMMANDS)
+    # Nothing else hides in the page's bash blocks: every one is run here or by the study tests.
+    assert all(c.startswith(("clawgym ", "python train.py ")) for c in page_commands()), page_commands()
 
 
 @pytest.mark.parametrize("command", [c for c in page_commands() if c.startswith("python train.py")])
