@@ -22,7 +22,7 @@ import io
 import sys
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
@@ -32,7 +32,7 @@ from hydra.core.utils import JobReturn
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig
 
-from clawgym.pipeline import (EXIT_INTERRUPTED, EXIT_REFUSED, FAILED, RUNNING, STOPPED, SUCCEEDED, Pipeline,
+from clawgym.pipeline import (EXIT_INTERRUPTED, EXIT_REFUSED, STOPPED, SUCCEEDED, Pipeline,
                               PipelineJob, PipelineListener, PipelineOptions, Refused, fmt_duration, say)
 from clawgym.plan import TENSORBOARD_DIR_ENV
 from clawgym.sweep import (LauncherOptions, SweepJob, SweepRefused, SweepSession, apply_value_overrides,

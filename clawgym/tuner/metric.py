@@ -7,18 +7,15 @@
 for one (``reward``, ``tok_s_gpu``, ``train_tok_s``, ``step_s``). Without a reduction: ``last``.
 
 The pruner is fed the same reduction over the points up to each step (``intermediate``), so a
-trial is judged during its run by what will be its objective. Pure; reading events is
-:func:`read_points` (TensorBoard's reader, through :mod:`clawgym.runs.events`).
+trial is judged during its run by what will be its objective. Pure (the tuner reads the events).
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import List, Optional, Sequence, Tuple
 
-from clawgym.runs import events as ev
 from clawgym.runs.table import RAW_REWARD, STEP_TIME, TOKENS_PER_GPU, TRAIN_TOKENS
 
 #: ``clawgym runs`` columns that name one tag.
@@ -77,16 +74,3 @@ def parse_metric(text: str) -> Metric:
     if m.group(2) and m.group(1) == "last":
         raise MetricError(f"hydra.sweeper.metric={text!r}: last_last_N means nothing\n  fix: last or mean_last_N")
     return Metric(tag=COLUMN_TAGS.get(tag, tag), how=m.group(1), window=int(m.group(2)) if m.group(2) else None)
-
-
-def read_points(folders: Sequence[Path], tag: str) -> List[Tuple[int, float]]:
-    """(step, value) of one tag over a trial's events folders (a later launch wins a step)."""
-    scalars: Dict[str, List[ev.Point]] = ev.read_run_scalars([f for f in folders if f.is_dir()])
-    return [(p.step, p.value) for p in scalars.get(tag, [])]
-
-
-def steps_done(folders: Sequence[Path]) -> int:
-    """Rollout steps a trial's events hold (as ``clawgym runs`` counts them)."""
-    from clawgym.runs.table import steps_done as count
-
-    return count(ev.read_run_scalars([f for f in folders if f.is_dir()]))[0]

@@ -77,7 +77,7 @@ def _distribution(o: Override) -> BaseDistribution:
         for c in choices:
             if not isinstance(c, (str, int, float, bool, type(None))):
                 raise SpaceError(f"{key}: a choice must be a plain value (str, number, bool, null), got {c!r}")
-        return CategoricalDistribution([_typed(c) for c in choices])
+        return CategoricalDistribution(choices)
     if o.is_range_sweep():
         assert isinstance(value, RangeSweep)
         if value.shuffle:
@@ -106,11 +106,6 @@ def _distribution(o: Override) -> BaseDistribution:
             return IntDistribution(low, high, log=log)
         return FloatDistribution(float(low), float(high), log=log)
     raise SpaceError(f"{key}: this sweep cannot be sampled; use interval, tag(log, interval), choice or range")
-
-
-def _typed(value: Any) -> Any:
-    """Choices as Hydra encodes them are strings for strings; numbers stay numbers."""
-    return value
 
 
 def parse(arguments: Sequence[str], params: Mapping[str, Any] = ()) -> SearchSpace:
