@@ -104,12 +104,37 @@ class PipelineJob:
     # Launch snapshot written before submission, and the checkpoint watcher that copies it.
     snapshot: Optional[str] = None
     watcher: Any = None
+    # Pipeline.stop() asked for this job to stop: it ends as "stopped", not "failed".
+    stop_requested: bool = False
 
     @property
     def duration(self) -> Optional[float]:
         if self.started is None:
             return None
         return (self.ended or time.monotonic()) - self.started
+
+
+class PipelineListener:
+    """What a driver above the pipeline (the tuner) hears while a sweep's jobs run.
+
+    Every call comes from the pipeline's scheduling thread, between its checks of the running
+    jobs, so a listener may call :meth:`Pipeline.submit` and :meth:`Pipeline.stop` from inside
+    one. The default methods do nothing; a grid sweep has no listener.
+    """
+
+    def job_started(self, pipeline: "Pipeline", job: PipelineJob) -> None:
+        """``job`` was submitted and runs."""
+
+    def job_ended(self, pipeline: "Pipeline", job: PipelineJob) -> None:
+        """``job`` ended (``job.status``: succeeded, failed, or stopped after :meth:`Pipeline.stop`);
+        its GPUs are free."""
+
+    def room(self, pipeline: "Pipeline", free_gpus: Optional[float], running: int) -> None:
+        """No job is queued and another could start (``free_gpus``: None when the backend
+        queues jobs itself): submit one now, or none."""
+
+    def poll(self, pipeline: "Pipeline", running: Sequence[PipelineJob]) -> None:
+        """Every check of the running jobs (``PipelineOptions.poll_interval``)."""
 
 
 # ---------------------------------------------------------------- the task-function hook
@@ -204,9 +229,14 @@ class Pipeline:
 
     def __init__(self, jobs: Sequence[PipelineJob], options: PipelineOptions, *,
                  run_job: Optional[Callable[[PipelineJob], None]] = None,
-                 environ: Optional[Mapping[str, str]] = None) -> None:
+                 environ: Optional[Mapping[str, str]] = None,
+                 listener: Optional[PipelineListener] = None) -> None:
         self.jobs = list(jobs)
         self.options = options
+        # Told of jobs starting and ending, and of room for more (PipelineListener); None for a grid.
+        self.listener = listener
+        # Jobs of self.jobs the scheduler has taken into its queue (later ones came through submit()).
+        self._known = len(self.jobs)
         # Makes a job reach submit_current(): a sweep runs Hydra's job (its task function calls
         # launch_single); None submits directly.
         self._run_job = run_job
@@ -686,6 +716,7 @@ class Pipeline:
 
         queue = [j for j in self.jobs if j.status == QUEUED]
         running: List[PipelineJob] = [j for j in self.jobs if j.status == RUNNING]
+        self._known = len(self.jobs)
         for j in running:
             self._spawn_follower(j)
         while queue or running:
@@ -698,7 +729,11 @@ class Pipeline:
                     if j.exit_code is None:
                         j.exit_code = 0 if ok else (EXIT_INTERRUPTED if ray_status == "STOPPED" else 1)
                     j.status = SUCCEEDED if ok and j.error is None else FAILED
+                    if j.stop_requested and not ok:
+                        j.status = STOPPED
                     self._event(j)
+            if self.listener is not None:
+                self.listener.poll(self, list(running))
             self._fill(queue, running)
             self._progress()
             if queue or running:
@@ -709,18 +744,88 @@ class Pipeline:
                 j.thread.join(timeout=30)
 
     def _fill(self, queue: List[PipelineJob], running: List[PipelineJob]) -> None:
-        """Start queued jobs, in order, while their GPUs fit next to the running ones (first fit)."""
-        free = self._free_now(running) if self.capacity is not None else float("inf")
-        for j in list(queue):
-            if self.options.max_concurrent and len(running) >= self.options.max_concurrent:
-                break
-            if j.plan.gpus_required <= free:
-                queue.remove(j)
-                self._start(j)
-                if j.status == RUNNING:
-                    running.append(j)
-                    free -= j.plan.gpus_required
-                    self._spawn_follower(j)
+        """Start queued jobs, in order, while their GPUs fit next to the running ones (first fit).
+        With a listener, an empty queue and room left: it may submit more, which start at once."""
+        while True:
+            self._take_submitted(queue)
+            free = self._free_now(running) if self.capacity is not None else float("inf")
+            for j in list(queue):
+                if self.options.max_concurrent and len(running) >= self.options.max_concurrent:
+                    break
+                if j.plan.gpus_required <= free:
+                    queue.remove(j)
+                    self._start(j)
+                    if j.status == RUNNING:
+                        running.append(j)
+                        free -= j.plan.gpus_required
+                        self._spawn_follower(j)
+            full = bool(self.options.max_concurrent) and len(running) >= self.options.max_concurrent
+            if self.listener is None or queue or full or free <= 0 or self.interrupted:
+                return
+            known = len(self.jobs)
+            self.listener.room(self, None if self.capacity is None else free, len(running))
+            if len(self.jobs) == known:
+                return
+
+    def _take_submitted(self, queue: List[PipelineJob]) -> None:
+        """Jobs that :meth:`submit` added since the scheduler last looked join its queue."""
+        queue.extend(j for j in self.jobs[self._known:] if j.status == QUEUED)
+        self._known = len(self.jobs)
+
+    # -------------------------------------------------------- driving a running pipeline (the tuner)
+
+    def submit(self, job: PipelineJob) -> None:
+        """Add a validated, planned job to this running sweep (call it from a :class:`PipelineListener`
+        method). It is checked as the launch's first jobs were (one cluster, the cluster's GPUs, no
+        port of a running job, preflight), snapshotted, and started as soon as its GPUs are free.
+        Raises :class:`Refused` (its report names the job) when a check fails: nothing was
+        started and no snapshot is left."""
+        from clawgym import launch
+        from clawgym.backends import cluster_key, describe_cluster
+        from clawgym.preflight import PreflightError, run_preflight
+        from clawgym.snapshot import SnapshotError, discard_unsubmitted, write_launch_snapshot
+
+        first = self.jobs[0]
+        where = f"job #{job.num} ({job.label})"
+        if cluster_key(job.plan) != cluster_key(first.plan) or bool(job.cfg.ray.detach) != self.detach:
+            raise Refused(f"clawgym: {where} asks for another Ray cluster ({describe_cluster(job.plan)}) than the "
+                          f"running jobs ({describe_cluster(first.plan)}); nothing was started")
+        if self.capacity is not None and job.plan.gpus_required > self.capacity:
+            raise Refused(f"clawgym: {where} needs {job.plan.gpus_required} GPUs; this launch has {self.capacity:g}; "
+                          "nothing was started")
+        taken = {port: j for j in self.jobs if j.status in (QUEUED, RUNNING) for port in launch.ports_of(j.plan)}
+        clashes = [f"port {p} is claimed by job #{taken[p].num}" for p in launch.ports_of(job.plan) if p in taken]
+        if clashes and getattr(self.backend, "packs_jobs", True):
+            raise Refused(f"clawgym: {where}: {'; '.join(clashes)}; nothing was started")
+        job.secrets = launch.resolve_secrets(job.plan, self.environ)
+        try:
+            run_preflight(job.cfg, job.plan, local_head=self.backend.checks_this_machine(), echo=None)
+        except PreflightError as err:
+            raise Refused(f"clawgym: {where}: preflight failed; nothing was started\n{err.report()}") from None
+        try:
+            job.snapshot = str(write_launch_snapshot(job.cfg, job.plan, record=job.record))
+        except SnapshotError as err:
+            raise Refused(f"clawgym: {where}: {err}") from None
+        job.status = QUEUED
+        self.jobs.append(job)
+        if self.interrupted and discard_unsubmitted(job.snapshot):
+            job.snapshot = None
+
+    def stop(self, job: PipelineJob) -> None:
+        """Stop one running job through its backend (in the background: the scheduler sees it end,
+        records it as stopped and tells the listener)."""
+        if job.status != RUNNING or job.handle is None or job.stop_requested:
+            return
+        job.stop_requested = True
+
+        def stop() -> None:
+            try:
+                job.handle.stop()
+            except Exception as exc:  # noqa: BLE001 - reported; the job's follower sees how it ended
+                say(f"[sweep {self._elapsed()}] could not stop job #{job.num} ({job.submission_id}): {exc}")
+            self._wake.set()
+
+        threading.Thread(target=stop, name=f"clawgym-stop-{job.num}", daemon=True).start()
 
     def _spawn_follower(self, j: PipelineJob) -> None:
         if j.thread is None and j.handle is not None:
@@ -857,6 +962,11 @@ class Pipeline:
     # -------------------------------------------------------- progress
 
     def _event(self, j: PipelineJob) -> None:
+        if self.listener is not None:
+            if j.status == RUNNING:
+                self.listener.job_started(self, j)
+            elif j.status in (SUCCEEDED, FAILED, STOPPED):
+                self.listener.job_ended(self, j)
         if not self._sweep:
             return
         if j.status == RUNNING:
@@ -868,6 +978,8 @@ class Pipeline:
         elif j.status == FAILED:
             say(f"[sweep {self._elapsed()}] job #{j.num} FAILED ({self.why(j)}) after {fmt_duration(j.duration)}"
                 + _metrics_note(j) + (f"; log: {j.log_file}" if j.log_file else ""))
+        elif j.status == STOPPED:
+            say(f"[sweep {self._elapsed()}] job #{j.num} stopped after {fmt_duration(j.duration)}" + _metrics_note(j))
 
     @staticmethod
     def why(j: PipelineJob) -> str:

@@ -97,8 +97,10 @@ MANIFEST_FILE = "manifest.json"
 # submitted.json and ended.json (how the job ended, as the launcher that followed it saw it:
 # ``clawgym runs`` once Ray is gone); named in clawgym.layout, read by clawgym.ownership too.
 from clawgym.layout import ENDED_FILE, SUBMITTED_FILE  # noqa: E402
+#: How a tuner's trial ended (study, trial number, state, objective, steps), for ``clawgym runs``.
+TRIAL_FILE = "trial.json"
 #: Files a snapshot dir may hold beyond those its manifest lists (added after it was written).
-UNLISTED_FILES = (MANIFEST_FILE, SUBMITTED_FILE, STAMP_FILE, ENDED_FILE)
+UNLISTED_FILES = (MANIFEST_FILE, SUBMITTED_FILE, STAMP_FILE, ENDED_FILE, TRIAL_FILE)
 
 from clawgym.secrets import KNOWN_SECRET_ENV, MIN_SECRET_LEN  # noqa: E402,F401  (kept importable from here)
 
@@ -661,6 +663,13 @@ def mark_ended(snapshot_dir: Optional[str | os.PathLike], status: str, exit_code
         return
     atomic_write_text(Path(snapshot_dir) / ENDED_FILE,
                       json.dumps({"status": status, "exit_code": exit_code, "ended_unix": time.time()}) + "\n")
+
+
+def mark_trial(snapshot_dir: Optional[str | os.PathLike], trial: Mapping[str, Any]) -> None:
+    """Record how the tuner's trial that this launch ran ended (:data:`TRIAL_FILE`)."""
+    if not snapshot_dir or not Path(snapshot_dir).is_dir():
+        return
+    atomic_write_text(Path(snapshot_dir) / TRIAL_FILE, json.dumps(dict(trial), indent=2) + "\n")
 
 
 def discard_unsubmitted(snapshot_dir: Optional[str | os.PathLike]) -> bool:

@@ -258,6 +258,10 @@ def _unresolved(cfg: DictConfig, key: str) -> Any:
     return None if node is None else node._value()
 
 
+#: Public for the tuner (clawgym/tuner), which names its trials' jobs the same way.
+unresolved = _unresolved
+
+
 def run_name_is_default(cfg: DictConfig) -> bool:
     """True unless the user set ``run_name`` (it is still the schema's ``${exp_name}``)."""
     return _unresolved(cfg, "run_name") == "${exp_name}"
@@ -304,13 +308,17 @@ class SweepSession:
     """Composes, checks and runs the jobs of one clawgym sweep."""
 
     def __init__(self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig,
-                 options: LauncherOptions, environ: Optional[Mapping[str, str]] = None) -> None:
+                 options: LauncherOptions, environ: Optional[Mapping[str, str]] = None,
+                 templates: Optional[Dict[Tuple[str, ...], DictConfig]] = None) -> None:
         self.hydra_context = hydra_context
         self.task_function = task_function
         self.config = config
         self.options = options
         self.environ = os.environ if environ is None else environ
         self.jobs: List[SweepJob] = []
+        # Composed trees per group-choice set (compose_jobs), shared by sessions of one master config
+        # (the tuner composes one trial per session).
+        self.templates = templates
 
     # -------------------------------------------------------- composition and checks
 
@@ -319,7 +327,7 @@ class SweepSession:
         # As typed: Hydra's sweeper writes each swept value back as Python prints it (False, 1e-06).
         typed = list(OmegaConf.select(self.config, "hydra.overrides.task", default=[]) or [])
         user = [typed_overrides(o, typed) for o in job_overrides]
-        configs = compose_jobs(self.hydra_context.config_loader, self.config, user)
+        configs = compose_jobs(self.hydra_context.config_loader, self.config, user, templates=self.templates)
         for i, cfg in enumerate(configs):
             with open_dict(cfg):
                 cfg.hydra.job.id = initial_job_idx + i
@@ -509,6 +517,10 @@ class SweepSession:
         j.job_return = ret
         if ret.status != JobStatus.COMPLETED:
             j.error = ret._return_value
+
+    # The tuner runs each trial's Hydra job the way a sweep job runs (one session per trial).
+    run_pipeline_job = _run_pipeline_job
+    run_inline = _run_inline
 
     def _finish_returns(self, jobs: Sequence[SweepJob]) -> None:
         """Give each started job's JobReturn its real final status."""

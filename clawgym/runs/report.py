@@ -187,6 +187,20 @@ def render(runs: Sequence[Run], rows: Sequence[Mapping[str, Any]], columns: Sequ
             "while it trains on this one, so its bar adds up to more than its step; the black tick is the "
             "measured step (perf/step_time).") + "</p>")
 
+    from clawgym.runs.study import figures, studies
+
+    for (name, storage), trials in studies(runs).items():
+        # A tuner's study (clawgym/tuner): Optuna's own figures, drawn from its storage.
+        pngs, why, counts = figures(name, storage)
+        parts.append(f"<h2>Study {html.escape(name)}</h2>")
+        parts.append(f"<p class='muted'>{len(trials)} of its trials in this report; storage "
+                     f"{html.escape(storage)}; trials by state: "
+                     f"{html.escape(', '.join(f'{k} {v}' for k, v in sorted(counts.items())) or '-')}</p>")
+        if why:
+            parts.append(f"<p class='muted'>{html.escape(why)}</p>")
+        for title, png in pngs:
+            parts.append(_img(png, f"{name}: {title}"))
+
     parts.append("<h2>Snapshots</h2>")
     for r, row in zip(runs, rows):
         snap = r.latest

@@ -74,10 +74,14 @@ TAIL_COLUMNS: Tuple[Column, ...] = (
 
 
 def sweep_of(run: Run) -> Optional[str]:
-    """Sweep mates share the experiment and the one timestamp their sweep planned them with."""
+    """Sweep mates share the experiment and the one timestamp their sweep planned them with;
+    a tuner's trials share their study."""
     snap = run.latest
     if snap is None or (snap.meta.get("origin") or {}).get("command") != "sweep":
         return None
+    study = (snap.meta.get("origin") or {}).get("tuner")
+    if isinstance(study, dict) and study.get("study"):
+        return f"study {study['study']}"
     stamp = _STAMP.search(str(snap.meta.get("submission_id") or snap.plan.get("submission_id") or ""))
     return f"{snap.meta.get('exp_name') or run.config.get('exp_name')} {stamp.group(1) if stamp else '?'}"
 
@@ -126,6 +130,29 @@ def differing_by_run(runs: Sequence[Run]) -> Dict[int, List[str]]:
         diff = differing_overrides(ovs) if len(mates) > 1 else [[] for _ in mates]
         for r, d in zip(mates, diff):
             out[id(r)] = d
+    return out
+
+
+#: Columns of a tuner's trials (clawgym/tuner): shown when a run is one.
+TRIAL_COLUMNS: Tuple[Column, ...] = (Column("trial", "trial", "num"), Column("trial_state", "trial state"),
+                                     Column("objective", "objective", "num"))
+
+
+def trial_of(run: Run) -> Dict[str, Any]:
+    """A tuner trial's number, state and objective, from what the tuner recorded beside the run's
+    snapshot (meta.json's origin, then trial.json once it ended); {} for a run that is no trial."""
+    snap = run.latest
+    tuner = ((snap.meta.get("origin") or {}).get("tuner") if snap is not None else None) or {}
+    if not isinstance(tuner, dict) or "trial" not in tuner:
+        return {}
+    out = {"trial": tuner.get("trial"), "trial_state": "running" if run.status == "running" else None,
+           "objective": None, "study": tuner.get("study"), "metric": tuner.get("metric"),
+           "params": tuner.get("params") or {}}
+    try:
+        ended = json.loads((snap.path / "trial.json").read_text())
+        out.update({"trial_state": ended.get("state"), "objective": ended.get("objective")})
+    except (OSError, ValueError, AttributeError):
+        pass
     return out
 
 
@@ -202,6 +229,9 @@ def build_rows(runs: Sequence[Run], *, metrics: Optional[Sequence[str]] = None, 
             "events": [str(p) for p in r.events_dirs()],
             "problems": list(r.problems) + list(getattr(s, "notes", [])),
         }
+        trial = trial_of(r)
+        if trial:
+            row.update({k: trial[k] for k in ("trial", "trial_state", "objective")})
         for tag in tags:
             pts = s.get(tag)
             lp, bp = ev.latest(pts), ev.best(pts)
@@ -210,6 +240,9 @@ def build_rows(runs: Sequence[Run], *, metrics: Optional[Sequence[str]] = None, 
             row[f"{tag}:step"] = lp.step if lp else None
         rows.append(row)
     columns = list(BASE_COLUMNS)
+    if any("trial" in row for row in rows):
+        at = columns.index(next(c for c in columns if c.key == "sweep")) + 1
+        columns[at:at] = list(TRIAL_COLUMNS)
     for tag in tags:
         columns += [Column(tag, tag, "num"), Column(f"{tag}:best", f"best {tag}", "num")]
     columns += [Column(c.key, f"reward(last {last or 'all'})", c.kind) if c.key == "reward" else c

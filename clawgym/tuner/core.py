@@ -1,0 +1,624 @@
+"""The study loop: Optuna asks, clawgym runs the trial as an ordinary job, Optuna is told.
+
+Asynchronous through the pipeline's listener interface (:class:`clawgym.pipeline.PipelineListener`):
+the pipeline says when it has room (no job queued, GPUs free, ``max_concurrent`` not reached),
+and the tuner asks Optuna for one trial, composes its job as a ``-m`` job is composed
+(:class:`clawgym.sweep.SweepSession`: composed, validated, planned, memory-planned), and
+submits it into the running pipeline (preflight, snapshot, started when its GPUs are free).
+At every check of the running jobs it reads each trial's TensorBoard events and reports the
+metric at every new rollout step; a trial the pruner condemns is stopped through its backend
+(:meth:`Pipeline.stop`) and told PRUNED when its job has ended. A trial whose config is
+refused is told FAIL with the reason (user attr ``clawgym_refused``) and never holds a GPU.
+
+What a trial is, is recorded where ``clawgym runs`` reads it without Optuna: the snapshot's
+``meta.json`` origin (``tuner``: study, storage, trial number, params) and, once it ended,
+``trial.json`` in the snapshot dir (state, objective, steps).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+import optuna
+from optuna.trial import TrialState
+from hydra.core.utils import JobReturn
+from hydra.types import HydraContext, TaskFunction
+from omegaconf import DictConfig
+
+from clawgym.pipeline import (EXIT_INTERRUPTED, EXIT_REFUSED, STOPPED, SUCCEEDED, Pipeline,
+                              PipelineJob, PipelineListener, PipelineOptions, Refused, fmt_duration, say)
+from clawgym.plan import TENSORBOARD_DIR_ENV
+from clawgym.sweep import (LauncherOptions, SweepJob, SweepRefused, SweepSession, apply_value_overrides,
+                           run_name_is_default, unresolved)
+from clawgym.tuner.metric import Metric, MetricError, parse_metric
+from clawgym.tuner.space import SearchSpace, SpaceError, format_value, parse
+from clawgym.tuner.study import Settings, SettingsError, open_study, storage_text
+
+#: Optuna user attrs the tuner keeps on a trial (what clawgym recorded of its job).
+ATTR_PREFIX = "clawgym_"
+#: A trial told FAIL because the launch was interrupted: it does not count towards n_trials.
+INTERRUPTED = "clawgym_interrupted"
+#: Trials in flight at once on a backend that queues jobs itself, unless max_concurrent says.
+QUEUEING_BACKEND_TRIALS = 2
+#: The file in a trial's snapshot dir that says how the trial ended (clawgym.snapshot.TRIAL_FILE).
+FINISHED = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
+
+
+@dataclass
+class Trial:
+    """One Optuna trial and the clawgym job that runs it."""
+
+    trial: optuna.trial.Trial
+    job: Optional[SweepJob] = None
+    # API-port slot (sglang.api_port = base + slot) while it runs, so trials side by side never share one.
+    slot: Optional[int] = None
+    # Steps already reported to Optuna.
+    reported: int = -1
+    last_value: Optional[float] = None
+    steps: int = 0
+    pruned: bool = False
+    state: str = "asked"
+    objective: Optional[float] = None
+    reason: str = ""
+
+    @property
+    def number(self) -> int:
+        return self.trial.number
+
+
+def tell(study: optuna.Study, trial: Any, value: Optional[float] = None, state: TrialState = TrialState.COMPLETE) -> None:
+    """``study.tell`` outside ``optimize``: the grid sampler asks the study to stop when its grid is
+    used up, which Optuna allows only inside ``optimize``; the trial is recorded all the same."""
+    try:
+        study.tell(trial, value if state == TrialState.COMPLETE else None, state=state)
+    except RuntimeError as exc:
+        if "Study.stop" not in str(exc):
+            raise
+
+
+class TuneSession(PipelineListener):
+    def __init__(self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig,
+                 settings: Settings, space: SearchSpace, metric: Metric, study: optuna.Study, storage: str) -> None:
+        self.hydra_context, self.task_function, self.config = hydra_context, task_function, config
+        self.settings, self.space, self.metric, self.study, self.storage = settings, space, metric, study, storage
+        self.trials: Dict[int, Trial] = {}
+        self.t0 = time.monotonic()
+        self.pipeline: Optional[Pipeline] = None
+        self.launcher_options = LauncherOptions(max_concurrent=settings.max_concurrent,
+                                                poll_interval=settings.poll_interval,
+                                                progress_interval=settings.progress_interval)
+        self._runner: Optional[SweepSession] = None
+        # Trials differ in values only: the config tree is composed once (clawgym.sweep.compose_jobs).
+        self._templates: Dict[Any, Any] = {}
+        self._limit = settings.n_trials
+        if settings.sampler == "grid":
+            n = 1
+            for values in space.grid().values():
+                n *= len(values)
+            self._limit = min(self._limit, n)
+
+    # -------------------------------------------------------- counting
+
+    def _elapsed(self) -> str:
+        return fmt_duration(time.monotonic() - self.t0)
+
+    def _say(self, text: str) -> None:
+        say(f"[tune {self._elapsed()}] {text}")
+
+    def finished_in_study(self) -> int:
+        return sum(1 for t in self.study.get_trials(deepcopy=False, states=FINISHED)
+                   if not t.user_attrs.get(INTERRUPTED))
+
+    def remaining(self) -> int:
+        """Trials still to ask for: n_trials less the study's finished trials and ours in flight."""
+        in_flight = sum(1 for t in self.trials.values() if t.state in ("asked", "running"))
+        return self._limit - self.finished_in_study() - in_flight
+
+    # -------------------------------------------------------- one trial's job
+
+    def _free_slot(self) -> int:
+        used = {t.slot for t in self.trials.values() if t.state in ("asked", "running")}
+        slot = 0
+        while slot in used:
+            slot += 1
+        return slot
+
+    def _ask(self) -> Optional[Trial]:
+        """Ask for a trial and build its job; None when its config was refused (told FAIL)."""
+        trial = Trial(self.study.ask(dict(self.space.params)))
+        trial.slot = self._free_slot()
+        self.trials[trial.number] = trial
+        overrides = self.space.overrides(trial.trial.params)
+        try:
+            trial.job = self._compose(trial, overrides)
+        except SweepRefused as err:
+            self._refuse(trial, str(err))
+            return None
+        return trial
+
+    def _compose(self, trial: Trial, overrides: List[str]) -> SweepJob:
+        """The trial's job, composed, named, validated and planned as a ``-m`` job is."""
+        session = SweepSession(hydra_context=self.hydra_context, task_function=self.task_function,
+                               config=self.config, options=self.launcher_options, templates=self._templates)
+        try:
+            session.compose_all([overrides], trial.number)
+        except Exception as exc:  # noqa: BLE001 - a value Hydra cannot set refuses this trial only
+            raise SweepRefused(f"composition failed: {type(exc).__name__}: {exc}") from None
+        j = session.jobs[0]
+        extra: List[str] = []
+        cfg = j.config
+        if run_name_is_default(cfg):
+            extra.append(f"run_name={self.settings.study_name}_trial{trial.number}")
+        # One head serves every trial: it declares the node's GPUs, not one trial's layout size.
+        if cfg.ray.address is None and unresolved(cfg, "ray.num_gpus") == "${gpu_layout.num_gpus}":
+            extra.append("ray.num_gpus=null")
+        # Trials side by side on one node each get their own API server port (unless the user chose).
+        if not any(o.split("=", 1)[0].lstrip("+") == "sglang.api_port" for o in self._user_overrides(overrides)):
+            extra.append(f"sglang.api_port={int(cfg.sglang.api_port) + 1 + int(trial.slot or 0)}")
+        apply_value_overrides(cfg, extra)
+        j.overrides = list(j.overrides) + extra
+        j.cfg = None
+        try:
+            if self._runner is None:
+                session.check_all()
+            else:
+                # Validation warnings were printed for the first trial; the rest would repeat them
+                # (stderr, where clawgym.sweep prints them). A refusal raises and is reported.
+                with contextlib.redirect_stderr(io.StringIO()):
+                    session.check_all()
+        except SweepRefused:
+            raise
+        except Exception as exc:  # noqa: BLE001 - a check that raises refuses this trial, as it refuses a sweep
+            raise SweepRefused(f"a check could not run: {type(exc).__name__}: {exc}") from None
+        from clawgym.snapshot import LaunchRecord
+
+        j.record = LaunchRecord.from_hydra(cfg.hydra, command="sweep")
+        j.record.origin["tuner"] = {"study": str(self.settings.study_name), "storage": self.storage,
+                                    "trial": trial.number, "metric": self.metric.text,
+                                    "direction": self.settings.direction,
+                                    "params": {k: trial.trial.params[k] for k in self.space.params}}
+        j.cfg = j.task_cfg
+        j.short_label = j.label = f"trial {trial.number}: " + " ".join(
+            f"{k}={format_value(trial.trial.params[k])}" for k in self.space.params)
+        if self._runner is None:
+            self._runner = session
+        return j
+
+    def _user_overrides(self, overrides: Sequence[str]) -> List[str]:
+        from omegaconf import OmegaConf
+
+        return list(OmegaConf.select(self.config, "hydra.overrides.task", default=[]) or []) + list(overrides)
+
+    def _refuse(self, trial: Trial, reason: str) -> None:
+        from clawgym.secrets import redact
+
+        reason = redact(reason)
+        trial.state, trial.reason = "refused", reason
+        trial.trial.set_user_attr("clawgym_refused", reason[:2000])
+        tell(self.study, trial.trial, state=TrialState.FAIL)
+        first = reason.strip().splitlines()
+        self._say(f"trial {trial.number} refused, told FAIL: " + " | ".join(first[:6]))
+
+    def _run_job(self, j: PipelineJob) -> None:
+        """The pipeline submits a trial through Hydra's job (job dir, .hydra/), reusing its checked plan."""
+        from clawgym.prepare import prepared_plans
+
+        assert self._runner is not None
+        with prepared_plans({j.num: j.plan}):
+            self._runner.run_pipeline_job(j)
+
+    # -------------------------------------------------------- PipelineListener
+
+    def room(self, pipeline: Pipeline, free_gpus: Optional[float], running: int) -> None:
+        if free_gpus is None and not self.settings.max_concurrent and running >= QUEUEING_BACKEND_TRIALS:
+            # SLURM / KubeRay queue jobs themselves (no free GPUs to count): without max_concurrent,
+            # a few trials at a time, so the sampler learns from the ones that ended.
+            return
+        while self.remaining() > 0 and not pipeline.interrupted:
+            trial = self._ask()
+            if trial is None:
+                continue
+            try:
+                pipeline.submit(trial.job)
+            except Refused as err:
+                self._refuse(trial, str(err))
+                continue
+            self._say(f"trial {trial.number} submitted: {trial.job.label.split(': ', 1)[-1]}")
+            return
+
+    def job_started(self, pipeline: Pipeline, job: PipelineJob) -> None:
+        trial = self._trial_of(job)
+        if trial is None:
+            return
+        trial.state = "running"
+        for key, value in (("submission_id", job.submission_id), ("save_dir", job.plan.save_dir),
+                           ("address", getattr(pipeline.backend, "address", "") or ""),
+                           ("snapshot", job.snapshot), ("run_name", job.plan.run_name),
+                           ("events", _events_dir(job.plan)),
+                           ("overrides", " ".join(self.space.overrides(trial.trial.params)))):
+            trial.trial.set_user_attr(ATTR_PREFIX + key, value)
+
+    def poll(self, pipeline: Pipeline, running: Sequence[PipelineJob]) -> None:
+        for job in running:
+            trial = self._trial_of(job)
+            if trial is None or trial.pruned or job.stop_requested:
+                continue
+            fresh = self._report(trial, job.plan)
+            # Optuna is asked only after a new step was reported (each ask reads the storage).
+            if fresh and self.settings.pruner != "none" and trial.steps >= max(self.settings.min_steps, 1) and \
+                    trial.trial.should_prune():
+                trial.pruned = True
+                self._say(f"trial {trial.number} pruned at step {trial.reported} "
+                          f"({self.metric.text} {_num(trial.last_value)}): stopping its job")
+                pipeline.stop(job)
+
+    def job_ended(self, pipeline: Pipeline, job: PipelineJob) -> None:
+        trial = self._trial_of(job)
+        if trial is None or trial.state not in ("asked", "running"):
+            return
+        self._report(trial, job.plan)
+        if trial.pruned and job.status == STOPPED:
+            self._finish(trial, "pruned", None, TrialState.PRUNED)
+        elif job.status == SUCCEEDED:
+            values = [v for _, v in self._points(job.plan)[0]]
+            value = self.metric.reduce(values)
+            if value is None:
+                self._finish(trial, "failed", None, TrialState.FAIL,
+                             reason=f"the job logged no {self.metric.tag} (metric {self.metric.text})")
+            else:
+                self._finish(trial, "complete", value, TrialState.COMPLETE)
+        else:
+            self._finish(trial, "failed", None, TrialState.FAIL, reason=Pipeline.why(job))
+        self._record(trial)
+
+    # -------------------------------------------------------- metrics
+
+    def _trial_of(self, job: PipelineJob) -> Optional[Trial]:
+        t = self.trials.get(job.num)
+        return t if t is not None and t.job is job else None
+
+    def _points(self, plan: Any) -> Tuple[List[Tuple[int, float]], int]:
+        """(step, value) of the metric in a trial's events so far, and its rollout steps done."""
+        from clawgym.runs.events import read_scalars
+        from clawgym.runs.table import steps_done
+
+        folder = _events_dir(plan)
+        if not folder or not Path(folder).is_dir():
+            return [], 0
+        scalars = read_scalars(Path(folder))
+        return [(p.step, p.value) for p in scalars.get(self.metric.tag, [])], steps_done(scalars)[0]
+
+    def _report(self, trial: Trial, plan: Any) -> bool:
+        """Report the metric at every step not reported yet; True when there was one."""
+        points, steps = self._points(plan)
+        trial.steps = max(trial.steps, steps)
+        fresh = False
+        for step, value in self.metric.intermediate(points):
+            if step > trial.reported:
+                trial.trial.report(value, step)
+                trial.reported, trial.last_value, fresh = step, value, True
+        return fresh
+
+
+    def _finish(self, trial: Trial, state: str, value: Optional[float], optuna_state: TrialState, *,
+                reason: str = "") -> None:
+        trial.state, trial.objective, trial.reason = state, value, reason
+        trial.trial.set_user_attr(ATTR_PREFIX + "steps", trial.steps)
+        if reason:
+            trial.trial.set_user_attr(ATTR_PREFIX + "reason", reason[:2000])
+        tell(self.study, trial.trial, value, optuna_state)
+        self._say(f"trial {trial.number} {state}" + (f": {self.metric.text} = {_num(value)}" if value is not None
+                                                     else (f" ({reason})" if reason else ""))
+                  + f" after {trial.steps} steps")
+
+    def _record(self, trial: Trial) -> None:
+        """How the trial ended, beside its snapshot (``clawgym runs`` reads it without Optuna)."""
+        if trial.job is None or not trial.job.snapshot:
+            return
+        from clawgym.snapshot import mark_trial
+
+        try:
+            mark_trial(trial.job.snapshot, {"study": str(self.settings.study_name), "trial": trial.number,
+                                            "state": trial.state, "objective": trial.objective,
+                                            "metric": self.metric.text, "steps": trial.steps,
+                                            "reason": trial.reason or None})
+        except OSError:
+            pass  # a read-only save dir: the study still knows
+
+    # -------------------------------------------------------- orphans of a killed launcher
+
+    def settle_orphans(self) -> None:
+        """Trials an earlier launcher left RUNNING: follow them to their end (pruned as usual),
+        or fail them (``on_orphan=fail``: a job still running is stopped through what was recorded)."""
+        from clawgym.launch import TERMINAL, JobHandle
+
+        orphans = [t for t in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))]
+        if not orphans:
+            return
+        follow: List[Any] = []
+        for ft in orphans:
+            sid, address = ft.user_attrs.get(ATTR_PREFIX + "submission_id"), ft.user_attrs.get(ATTR_PREFIX + "address")
+            if not sid or not address or not str(address).startswith("http"):
+                why = "its launcher ended before submitting it" if not sid else \
+                    f"its job ({sid}) runs where this launcher cannot follow it ({address})"
+                self._tell_orphan(ft, TrialState.FAIL, f"orphan: {why}")
+                continue
+            handle = JobHandle.attach(str(address), str(sid))
+            try:
+                status = handle.status()
+            except Exception as exc:  # noqa: BLE001 - a cluster that is gone cannot say
+                self._tell_orphan(ft, TrialState.FAIL, f"orphan: its cluster at {address} does not answer "
+                                                       f"({type(exc).__name__})")
+                continue
+            if status not in TERMINAL and self.settings.on_orphan == "fail":
+                self._say(f"trial {ft.number} was left running by an earlier launcher: stopping job {sid} "
+                          "(hydra.sweeper.on_orphan=fail)")
+                handle.stop()
+                self._tell_orphan(ft, TrialState.FAIL, "orphan: left running by a killed launcher; stopped "
+                                                       "(on_orphan=fail)")
+                continue
+            follow.append((ft, handle))
+        if follow:
+            self._say(f"following {len(follow)} trial(s) an earlier launcher left running "
+                      "(hydra.sweeper.on_orphan=follow)")
+        reported: Dict[int, int] = {ft.number: max(ft.intermediate_values, default=-1) for ft, _ in follow}
+        pruned: set = set()
+        while follow:
+            for ft, handle in list(follow):
+                try:
+                    status = handle.status()
+                except Exception:  # noqa: BLE001 - a hiccup; asked again next round
+                    continue
+                trial = _reopen(self.study, ft)
+                points, steps = self._orphan_points(ft)
+                fresh = False
+                for step, value in self.metric.intermediate(points):
+                    if step > reported[ft.number]:
+                        trial.report(value, step)
+                        reported[ft.number], fresh = step, True
+                if status in TERMINAL:
+                    follow.remove((ft, handle))
+                    self._end_orphan(ft, trial, status, points, steps, ft.number in pruned)
+                elif fresh and ft.number not in pruned and self.settings.pruner != "none" and \
+                        steps >= max(self.settings.min_steps, 1) and trial.should_prune():
+                    pruned.add(ft.number)
+                    self._say(f"trial {ft.number} (followed) pruned at step {reported[ft.number]}: stopping its job")
+                    # In the background (stop() waits for the job's end, which the next round reads).
+                    threading.Thread(target=handle.stop, name=f"clawgym-stop-trial-{ft.number}",
+                                     daemon=True).start()
+            if follow:
+                time.sleep(self.settings.poll_interval)
+
+    def _orphan_points(self, ft: Any) -> Tuple[List[Tuple[int, float]], int]:
+        from clawgym.runs.events import read_scalars
+        from clawgym.runs.table import steps_done
+
+        folder = ft.user_attrs.get(ATTR_PREFIX + "events")
+        scalars = read_scalars(Path(folder)) if folder and Path(folder).is_dir() else {}
+        return [(p.step, p.value) for p in scalars.get(self.metric.tag, [])], steps_done(scalars)[0]
+
+    def _end_orphan(self, ft: Any, trial: Any, status: str, points: List[Tuple[int, float]], steps: int,
+                    pruned: bool) -> None:
+        value = self.metric.reduce([v for _, v in points])
+        trial.set_user_attr(ATTR_PREFIX + "steps", steps)
+        if pruned and status == "STOPPED":
+            tell(self.study, trial, None, TrialState.PRUNED)
+            state = "pruned"
+            self._say(f"trial {ft.number} (followed) pruned after {steps} steps")
+        elif status == "SUCCEEDED" and value is not None:
+            tell(self.study, trial, value)
+            state = "complete"
+            self._say(f"trial {ft.number} (followed) complete: {self.metric.text} = {_num(value)}")
+        else:
+            self._tell_orphan(ft, TrialState.FAIL, f"orphan: its job ended {status}")
+            state, value = "failed", None
+        snapshot = ft.user_attrs.get(ATTR_PREFIX + "snapshot")
+        if snapshot:
+            from clawgym.snapshot import mark_trial
+
+            try:
+                mark_trial(snapshot, {"study": str(self.settings.study_name), "trial": ft.number, "state": state,
+                                      "objective": value if state == "complete" else None,
+                                      "metric": self.metric.text, "steps": steps, "reason": None})
+            except OSError:
+                pass
+
+    def _tell_orphan(self, ft: Any, state: TrialState, reason: str) -> None:
+        trial = _reopen(self.study, ft)
+        trial.set_user_attr(ATTR_PREFIX + "reason", reason)
+        tell(self.study, trial, None, state)
+        self._say(f"trial {ft.number} told {state.name}: {reason}")
+
+    # -------------------------------------------------------- the whole study
+
+    def run(self) -> int:
+        self.settle_orphans()
+        before = self.finished_in_study()
+        self._say(f"study {self.settings.study_name!r} in {self.storage}: {before} trial(s) done, "
+                  f"{max(self._limit - before, 0)} to run; metric {self.metric.text} ({self.settings.direction}), "
+                  f"sampler {self.settings.sampler}, pruner {self.settings.pruner}")
+        first: Optional[Trial] = None
+        try:
+            while first is None and self.remaining() > 0:
+                first = self._ask()
+        except KeyboardInterrupt:
+            self._settle_unfinished(EXIT_INTERRUPTED)
+            raise
+        rc = 0
+        if first is not None:
+            self.pipeline = Pipeline([first.job], PipelineOptions(
+                sweep=True, max_concurrent=self.settings.max_concurrent, poll_interval=self.settings.poll_interval,
+                progress_interval=self.settings.progress_interval), run_job=self._run_job, listener=self)
+            try:
+                rc = self.pipeline.run()
+            except Refused as err:
+                self._refuse(first, str(err))
+                raise
+            finally:
+                self._settle_unfinished(rc)
+        say(self.table())
+        best = self.best_line()
+        if best:
+            say(best)
+        if rc in (EXIT_INTERRUPTED, 129):
+            return rc
+        return 0 if any(t.state == TrialState.COMPLETE for t in self.study.get_trials(deepcopy=False)) else 1
+
+    def _settle_unfinished(self, rc: int) -> None:
+        """After the pipeline: no trial of ours stays RUNNING in the study (Ctrl-C: told FAIL and
+        marked interrupted; SIGHUP: their jobs keep running, so they stay for the next launch)."""
+        if rc == 129:
+            return
+        for trial in self.trials.values():
+            if trial.state in ("asked", "running"):
+                trial.trial.set_user_attr(INTERRUPTED, True)
+                self._finish(trial, "interrupted", None, TrialState.FAIL,
+                             reason="the launch was interrupted; its job was stopped")
+                self._record(trial)
+
+    # -------------------------------------------------------- dry run
+
+    def dry_run(self) -> int:
+        """``dry_run=true`` (or ``preflight_only=true``): the search space, and the first trial the
+        sampler would ask for, dry-run (or preflighted) as a ``-m`` job is; no storage is touched and
+        nothing is submitted."""
+        lines = [f"study {self.settings.study_name!r} (dry run: storage {self.storage} not touched), "
+                 f"{self._limit} trials, metric {self.metric.text} ({self.settings.direction}), "
+                 f"sampler {self.settings.sampler}, pruner {self.settings.pruner}, search space:"]
+        lines += [f"  {k}: {_describe(d)}" for k, d in self.space.params.items()]
+        say("\n".join(lines))
+        trial = Trial(self.study.ask(dict(self.space.params)))
+        trial.slot = 0
+        self.trials[trial.number] = trial
+        try:
+            job = self._compose(trial, self.space.overrides(trial.trial.params))
+        except SweepRefused as err:
+            say(str(err))
+            return EXIT_REFUSED
+        say(f"first trial: {job.label.split(': ', 1)[-1]}")
+        from clawgym.prepare import prepared_plans
+
+        assert self._runner is not None
+        with prepared_plans({job.num: job.plan}):
+            self._runner.run_inline(job)
+        return 0 if job.status == SUCCEEDED else 1
+
+    # -------------------------------------------------------- the end
+
+    def table(self) -> str:
+        keys = list(self.space.params)
+        head = ["#", "state", *keys, self.metric.text, "steps", "note"]
+        rows = [head]
+        for ft in self.study.get_trials(deepcopy=False):
+            state = ft.state.name.lower()
+            if ft.user_attrs.get("clawgym_refused"):
+                state = "refused"
+            elif ft.user_attrs.get(INTERRUPTED):
+                state = "interrupted"
+            note = str(ft.user_attrs.get("clawgym_refused") or ft.user_attrs.get(ATTR_PREFIX + "reason") or "")
+            note = note.strip().splitlines()[0][:60] if note.strip() else ""
+            rows.append([str(ft.number), state, *(format_value(ft.params[k]) if k in ft.params else "-" for k in keys),
+                         _num(ft.value) if ft.state == TrialState.COMPLETE else "-",
+                         str(ft.user_attrs.get(ATTR_PREFIX + "steps", "-")), note])
+        widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
+        lines = [f"\nstudy {self.settings.study_name!r} ({self.storage}):"]
+        for n, r in enumerate(rows):
+            lines.append("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
+            if n == 0:
+                lines.append("  ".join("-" * w for w in widths))
+        return "\n".join(lines)
+
+    def best_line(self) -> Optional[str]:
+        try:
+            best = self.study.best_trial
+        except ValueError:
+            return "no trial completed: no best trial yet"
+        line = " ".join(f"{self.space.prefixes.get(k, '')}{k}={format_value(best.params[k])}"
+                        for k in self.space.params if k in best.params)
+        return f"best trial #{best.number}: {self.metric.text} = {_num(best.value)}\n  overrides: {line}"
+
+
+def _events_dir(plan: Any) -> Optional[str]:
+    return ((getattr(plan, "runtime_env", None) or {}).get("env_vars") or {}).get(TENSORBOARD_DIR_ENV)
+
+
+def _reopen(study: optuna.Study, frozen: Any) -> optuna.trial.Trial:
+    """A live handle on a trial an earlier launcher left RUNNING (to report, set attrs and tell).
+    Optuna offers no public way back from a FrozenTrial to its Trial; the storage id is the one link."""
+    return optuna.trial.Trial(study, frozen._trial_id)
+
+
+def _describe(d: Any) -> str:
+    from optuna.distributions import CategoricalDistribution
+
+    if isinstance(d, CategoricalDistribution):
+        return "choice(" + ", ".join(format_value(c) for c in d.choices) + ")"
+    kind = "int" if isinstance(d.low, int) and not isinstance(d.low, bool) else "float"
+    return (f"{kind} in [{d.low}, {d.high}]" + (" (log)" if getattr(d, "log", False) else "")
+            + (f" step {d.step}" if getattr(d, "step", None) else ""))
+
+
+def _num(value: Optional[float]) -> str:
+    return "-" if value is None else f"{value:.4g}"
+
+
+def run_study(*, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig,
+              arguments: List[str], settings: Dict[str, Any]) -> List[JobReturn]:
+    """Entry point of the sweeper plugin: refuses bad settings (exit 2), runs the study, exits with
+    0 (a trial completed), 1 (none did), 2 (refused before anything started) or 130 (Ctrl-C)."""
+    from clawgym.config import is_clawgym_config
+
+    def refuse(text: str) -> None:
+        from clawgym.secrets import redact
+
+        say(redact(text))
+        sys.exit(EXIT_REFUSED)
+
+    if not is_clawgym_config(config):
+        refuse("clawgym: hydra/sweeper=clawgym tunes clawgym configs only; this app's config is not one")
+    try:
+        s = Settings.from_mapping(settings)
+        space = parse(arguments, s.params)
+        metric = parse_metric(s.metric)
+        if not space.params:
+            raise SpaceError("nothing to tune: no override samples a value\n  fix: e.g. "
+                             "'optimizer.lr=tag(log, interval(1e-7, 1e-5))' or 'rollout.temperature=interval(0.6, 1.2)'")
+        if s.sampler == "grid":
+            space.grid()
+        if bool(config.ray.detach):
+            raise SettingsError("  ray.detach=true: a study follows its trials to tell Optuna how they did\n"
+                                "    fix: drop ray.detach")
+    except (SettingsError, SpaceError, MetricError) as err:
+        refuse(f"clawgym: the study was refused; nothing was started\n{err}")
+    sweep_dir = Path(str(config.hydra.sweep.dir))
+    sweep_dir.mkdir(parents=True, exist_ok=True)
+    if bool(config.get("dry_run")) or bool(config.get("preflight_only")):
+        from clawgym.tuner.study import in_memory_study
+
+        session = TuneSession(hydra_context=hydra_context, task_function=task_function, config=config, settings=s,
+                              space=space, metric=metric, study=in_memory_study(s, space),
+                              storage=storage_text(s, sweep_dir))
+        rc = session.dry_run()
+        if rc:
+            sys.exit(rc)
+        return []
+    study = open_study(s, space, sweep_dir)
+    session = TuneSession(hydra_context=hydra_context, task_function=task_function, config=config, settings=s,
+                          space=space, metric=metric, study=study, storage=storage_text(s, sweep_dir))
+    try:
+        rc = session.run()
+    except Refused as err:
+        refuse(str(err))
+    except KeyboardInterrupt:
+        print("\n[tune] interrupted before any trial was submitted", file=sys.stderr, flush=True)
+        sys.exit(EXIT_INTERRUPTED)
+    if rc:
+        sys.exit(rc)
+    return []
