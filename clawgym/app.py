@@ -18,8 +18,8 @@ from clawgym.config import to_plain
 from clawgym.console import say
 from clawgym.plan import LaunchPlan, build_plan_from_dict, format_plan
 from clawgym.memory import this_node_gpu
-from clawgym.prepare import (PLAN_FILE, attach_memory, discard_own_output_dir, failed_check, format_plan_brief,
-                             memory_banner, prepared_plan, record_created_output_dir, timestamp)
+from clawgym.prepare import (PLAN_FILE, apply_layout, attach_memory, discard_own_output_dir, failed_check,
+                             format_plan_brief, memory_banner, prepared_plan, record_created_output_dir, timestamp)
 from clawgym.registry import RegistryError
 from clawgym.search import NoLayout, format_choice, is_auto, resolve_auto
 from clawgym.secrets import env_secrets
@@ -48,23 +48,6 @@ def resolve_layout(resolved: Any, overrides: Any) -> Tuple[Any, Optional[dict]]:
         refuse(f"clawgym: gpu_layout=auto could not search this config ({type(exc).__name__}: {exc}); "
                f"fix the values named, or choose a gpu_layout option")
     raise AssertionError("unreachable")
-
-
-def apply_layout(cfg: DictConfig, choice: Optional[dict]) -> None:
-    """Put the chosen layout into the composed config too, so the snapshot and the dry-run artefacts
-    show the layout that runs (the resolved config already has it)."""
-    if not choice:
-        return
-    from omegaconf import OmegaConf, open_dict, read_write
-
-    with read_write(cfg), open_dict(cfg):
-        for key, value in choice["settings"].items():
-            if value is None and key.startswith("args."):
-                if OmegaConf.select(cfg, key) is not None:
-                    del cfg.args[key.split(".", 1)[1]]
-                continue
-            OmegaConf.update(cfg, key, value, force_add=True)
-        OmegaConf.update(cfg, "gpu_layout.auto", False)
 
 
 def output_dir() -> Optional[Path]:

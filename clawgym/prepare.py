@@ -106,7 +106,7 @@ def attach_memory(plan: LaunchPlan, cfg: Any) -> LaunchPlan:
     preflight's ``memory`` check refuses a launch whose plan does not fit."""
     if plan.memory is not None:
         return plan
-    from clawgym.search import attach
+    from clawgym.search.advice import attach
 
     try:
         attach(plan, cfg if isinstance(cfg, dict) else to_plain(cfg))
@@ -150,3 +150,20 @@ def format_plan_brief(plan: LaunchPlan) -> str:
                       f"trainer:        {' '.join(plan.entrypoint[:2])} ({len(plan.entrypoint) - 2} arguments)",
                       f"memory:         GPU peak {ph.get('peak_gib', 0):.1f} of {mem.get('gpu_memory_gib', 0):.1f} GiB "
                       f"({mem.get('gpu', '?')}): {verdict}" if mem else f"memory:         {verdict}"])
+
+
+def apply_layout(cfg: Any, choice: Optional[dict]) -> None:
+    """Put the chosen layout into the composed config too, so the snapshot and the dry-run artefacts
+    show the layout that runs (the resolved config already has it)."""
+    if not choice:
+        return
+    from omegaconf import OmegaConf, open_dict, read_write
+
+    with read_write(cfg), open_dict(cfg):
+        for key, value in choice["settings"].items():
+            if value is None and key.startswith("args."):
+                if OmegaConf.select(cfg, key) is not None:
+                    del cfg.args[key.split(".", 1)[1]]
+                continue
+            OmegaConf.update(cfg, key, value, force_add=True)
+        OmegaConf.update(cfg, "gpu_layout.auto", False)

@@ -419,7 +419,7 @@ class SweepSession:
         for j in self.jobs:
             j.plan = build_plan_from_dict(copy.deepcopy(plain[j.num]), environ=self.environ, timestamp=stamp)
             if choices.get(j.num):
-                from clawgym.app import apply_layout
+                from clawgym.prepare import apply_layout
 
                 j.plan.layout = choices[j.num]
                 # The job's composed config shows the chosen layout too (snapshot, artefacts).

@@ -16,7 +16,7 @@ from typing import Any, Dict, List, Tuple
 import pytest
 
 from clawgym.config import compose, to_plain
-from clawgym.search import memory_plan
+from clawgym.search.advice import memory_plan
 from clawgym.memory import params as P
 from clawgym.memory.rollout import auto_fraction, cell_bytes
 from clawgym.validate import violations

@@ -41,7 +41,7 @@ def _argv_lines(entrypoint: List[str]) -> List[str]:
 def _memory_lines(snap: Any) -> List[str]:
     """The run's memory plan: the one its launch recorded, else computed from its resolved config."""
     from clawgym.memory import format_memory
-    from clawgym.search import memory_plan
+    from clawgym.search.advice import memory_plan
 
     plan = (snap.plan or {}).get("memory")
     how = "as recorded at launch"

@@ -16,7 +16,7 @@ def check_memory(ctx: Context) -> str:
         # Against the GPU of the node the check runs on (a SLURM job's plan was made on the login
         # node, which may have assumed one); the plan is pure and takes milliseconds.
         from clawgym.memory import this_node_gpu
-        from clawgym.search import memory_plan
+        from clawgym.search.advice import memory_plan
 
         plan = memory_plan(ctx.c, this_node_gpu(ctx.c)).to_dict()
     from clawgym.memory import trajectories_text

@@ -645,23 +645,3 @@ def format_choice(rec: Mapping[str, Any]) -> str:
     for x in rec.get("runners_up") or []:
         lines.append(f"  runner-up ({x['step_s']:.1f} s, {x['gpu_peak_gib']:.1f} GiB): {' '.join(x['overrides'])}")
     return "\n".join(lines)
-
-
-# ---------------------------------------------------------------- memory plan with advice
-
-def memory_plan(c: Mapping[str, Any], gpu: Any = None) -> MemoryPlan:
-    """:func:`clawgym.memory.memory_plan`, with advice when it does not fit (:mod:`.advice`)."""
-    from clawgym.search.advice import advise  # (advice asks this package's search: imported once both exist)
-
-    ec = effective_config(c)
-    plan = plain_memory_plan(ec, gpu)
-    if not plan.fits:
-        plan.advice, plan.advice_overrides = advise(ec, gpu, plan)
-    return plan
-
-
-def attach(plan: Any, c: Mapping[str, Any]) -> Any:
-    """Put the memory plan of ``c`` (with advice) into a launch plan (``plan.memory``); returns the plan."""
-    if getattr(plan, "memory", None) is None:
-        plan.memory = memory_plan(c, this_node_gpu(c)).to_dict()
-    return plan

@@ -18,9 +18,13 @@ from __future__ import annotations
 import copy
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
+from clawgym.effective import effective_config
+from clawgym.memory import MemoryPlan, this_node_gpu
 from clawgym.memory import evaluate as evaluate_plan
+from clawgym.memory import memory_plan as plain_memory_plan
 from clawgym.memory.actor import tokens_per_gpu
 from clawgym.memory.gpus import GPUS
+from clawgym.search import search
 from clawgym.validate.core import Collector, run_rule
 from clawgym.validate.trainer_rules import RULES
 
@@ -118,8 +122,6 @@ def _describe(move: Move, before: Any, after: Any) -> str:
 
 def _from_layout_search(c: Mapping[str, Any], gpu: Any, plan: Any) -> Optional[Tuple[List[str], List[List[str]]]]:
     """The layout search's best layout for this config's own GPUs, as one advice line."""
-    from clawgym.search import search  # (the package imports this module: imported at call time)
-
     g = c["gpu_layout"]
     per_node = int(g["num_gpus"] or 8)
     if g["colocate"]:
@@ -193,3 +195,21 @@ def advise(c: Mapping[str, Any], gpu: Any, plan: Any, *, max_steps: int = 12,
         # blocker: SGLang's weights leaving no KV cache is).
         msg += f"; the closest ({' '.join(overrides)}) still does not fit: {'; '.join(cur_plan.problems)}"
     return [msg + "; use more GPUs/nodes or a GPU with more memory"], []
+
+
+# ---------------------------------------------------------------- memory plan with advice
+
+def memory_plan(c: Mapping[str, Any], gpu: Any = None) -> MemoryPlan:
+    """:func:`clawgym.memory.memory_plan`, with advice when it does not fit (this module: the advice asks the layout search, so it sits above it)."""
+    ec = effective_config(c)
+    plan = plain_memory_plan(ec, gpu)
+    if not plan.fits:
+        plan.advice, plan.advice_overrides = advise(ec, gpu, plan)
+    return plan
+
+
+def attach(plan: Any, c: Mapping[str, Any]) -> Any:
+    """Put the memory plan of ``c`` (with advice) into a launch plan (``plan.memory``); returns the plan."""
+    if getattr(plan, "memory", None) is None:
+        plan.memory = memory_plan(c, this_node_gpu(c)).to_dict()
+    return plan
