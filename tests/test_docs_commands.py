@@ -336,6 +336,22 @@ def test_export_points_at_the_demo_checkout(work):
     assert Path(value.replace("$PWD", str(work["dir"]))) == work["checkout"]
 
 
+#: Guide pages whose own tests read the page and run every command it shows, with its outcome.
+PAGE_TESTS = {
+    "docs/guide/explain.md": lambda c: "tests/test_guide_explain.py::test_the_guides_command_does_what_it_says",
+    "docs/guide/layouts.md": lambda c: ("tests/test_layout_search.py::"
+                                        "test_every_command_of_the_layouts_guide_runs_with_its_documented_outcome"),
+    "docs/guide/tuning.md": lambda c: (
+        "tests/test_tuner_docs.py::test_train_commands_on_the_page_dry_run_the_study_they_show"
+        if c.startswith("python train.py") else
+        "tests/test_tuner_docs.py::test_every_clawgym_command_on_the_page_is_run_by_the_study_tests"),
+}
+for _d in documented():
+    _page = _d.where.rsplit(":", 1)[0]
+    if _page in PAGE_TESTS and _d.not_run is None:
+        OUTCOMES.setdefault(_d.command, covered_by(PAGE_TESTS[_page](_d.command)))
+
+
 RUN = [c for c, o in OUTCOMES.items() if o.kind not in ("covered_by", "ci", "env")]
 
 

@@ -41,19 +41,11 @@ def test_a_broken_link_fails_the_strict_build(tmp_path):
     assert "no-such-page.md" in proc.stdout + proc.stderr
 
 
-#: Pages README links to that other branches write (docs/guide/layouts.md: `clawgym layout`;
-#: docs/guide/tuning.md: the clawgym sweeper). Remove each from this set when it is merged: the
-#: test below fails once the page exists, so the set cannot outlive the merge.
-PENDING_PAGES = {"docs/guide/layouts.md", "docs/guide/tuning.md"}
-
-
 def test_readme_is_a_front_page_whose_links_resolve():
     text = (ROOT / "README.md").read_text()
     assert len(text.splitlines()) <= 250
     links = re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", text)
     local = [link for link in links if not re.match(r"^[a-z]+://", link)]
     assert "docs/report.png" in local and "docs/guide/getting-started.md" in local
-    missing = [link for link in local if not (ROOT / link).exists() and link not in PENDING_PAGES]
+    missing = [link for link in local if not (ROOT / link).exists()]
     assert not missing, missing
-    merged = [page for page in PENDING_PAGES if (ROOT / page).exists()]
-    assert not merged, f"{merged} exist now: remove them from PENDING_PAGES and add them to mkdocs.yml's nav"

@@ -27,6 +27,8 @@ import sys
 from pathlib import Path
 from typing import List
 
+from clawgym.exit_codes import REFUSED
+
 #: Learning rates of the two jobs (the stand-in's reward rises faster with a higher one).
 LRS = ("1e-6", "4e-6")
 #: Preflight checks a machine without GPUs, Docker engine or gateway image cannot pass.
@@ -78,11 +80,11 @@ def run(args: argparse.Namespace) -> int:
     if work.exists() and (not work.is_dir() or any(work.iterdir())):
         print(f"clawgym demo: {work} exists and is not an empty folder; the demo writes a throwaway checkout there.\n"
               f"  fix: clawgym demo {shlex.quote(str(work))}-2 (a new folder), or remove it", file=sys.stderr)
-        return 2
+        return REFUSED
     if args.steps < 1:
         print(f"clawgym demo: --steps {args.steps}: the stand-in must log at least one step, e.g. --steps 4",
               file=sys.stderr)
-        return 2
+        return REFUSED
     root = work / "ClawGym-RL"
 
     _say(f"1/4 a throwaway ClawGym-RL checkout in {root}")

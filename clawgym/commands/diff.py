@@ -202,7 +202,7 @@ def run(args: argparse.Namespace) -> int:
         a, b = resolve_side(args.a), resolve_side(args.b)
     except Refused as exc:
         print(f"clawgym diff: {exc}", file=sys.stderr)
-        return 2
+        return REFUSED
     except SnapshotError as exc:
         print(redact(str(exc)), file=sys.stderr)
         return REFUSED

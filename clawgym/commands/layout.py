@@ -7,6 +7,8 @@ import json
 import sys
 from typing import Any
 
+from clawgym.exit_codes import REFUSED
+
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser = subparsers.add_parser(
@@ -31,7 +33,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 def _fail(text: str) -> int:
     print(f"clawgym layout: {text}", file=sys.stderr)
-    return 2
+    return REFUSED
 
 
 def run(args: argparse.Namespace) -> int:
