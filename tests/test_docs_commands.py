@@ -153,15 +153,15 @@ OUTCOMES: Dict[str, Outcome] = {
     "clawgym demo": accepted("==> 4/4", "report.html (2 runs)"),
     "export CLAWGYM_RL_ROOT=$PWD/clawgym-demo/ClawGym-RL": sets_env(),
     "python train.py dry_run=true": fits("launch_plan.json"),
-    "python train.py gpu_layout=colocate_8 rollout.batch_size=16 dry_run=true": fits("--colocate"),
+    "python train.py gpu_layout=colocate_8 rollout.batch_size=16 sglang.mem_fraction_static=0.7 dry_run=true": fits("--colocate"),
     "python train.py --cfg job --resolve": accepted("rollout:", "temperature: 0.7"),
     "python train.py model=qwen2_5_0_5b dry_run=true": refused("tp-divides-heads"),
     "python train.py model=qwen2_5_0_5b perf.tensor_parallel=2 dry_run=true": fits(),
     "python train.py -m gpu_layout=split_1_1 optimizer.lr=1e-6,4e-6 memory.gpu=h100_80gb dry_run=true": does_not_fit(),
     f"{SPLIT_1_1_16K} optimizer.lr=1e-6,4e-6 memory.gpu=h100_80gb dry_run=true": fits(),
-    "clawgym runs clawgym-demo/ClawGym-RL/exp --sort reward --desc": accepted("optimizer.lr=4e-06", "succeeded"),
+    "clawgym runs clawgym-demo/ClawGym-RL/exp --sort reward --desc": accepted("optimizer.lr=4e-6", "succeeded"),
     "clawgym report clawgym-demo/ClawGym-RL/exp --out report.html": accepted("(2 runs)"),
-    f"clawgym show {DEMO_RUN}4e-06": accepted("optimizer.lr=4e-06"),
+    f"clawgym show {DEMO_RUN}4e-6": accepted("optimizer.lr=4e-6"),
     # day to day
     "python train.py model=qwen3_4b gpu_layout=split_4_4": fits(),
     "python train.py preflight_only=true": preflight_fails("gpus"),
@@ -169,17 +169,17 @@ OUTCOMES: Dict[str, Outcome] = {
     TRAIN_ARGS: fits("--lr-warmup-iters 10", "--sglang-ep-size 8"),
     "python train.py --info defaults-tree": accepted("gpu_layout: split_4_4"),
     "clawgym flags warmup": accepted("--lr-warmup-iters"),
-    "clawgym runs": accepted("optimizer.lr=1e-06", "optimizer.lr=4e-06"),
+    "clawgym runs": accepted("optimizer.lr=1e-6", "optimizer.lr=4e-6"),
     "clawgym report --out report.html": accepted("(2 runs)"),
-    "python train.py -m gpu_layout=split_4_4,colocate_8 rollout.train_num_workers=32,64": fits(),
+    "python train.py -m gpu_layout=split_4_4,colocate_8 rollout.train_num_workers=32,64 sglang.mem_fraction_static=0.7": fits(),
     # guide
     f"{TRAIN_ARGS} args.moe_enable_deepep=true args.eval_prompt_data='[aime,/data/aime.jsonl]'": fits("--moe-enable-deepep"),
     "clawgym flags --trainer slime 'sglang-ep*' --json": accepted('"--sglang-ep-size"'),
     "python train.py model=qwen3_8b gpu_layout=split_2_6 rollout.max_context_len=32768 perf.max_tokens_per_gpu=32768 "
     "dry_run=true": fits(),
     "clawgym runs clawgym-demo/ClawGym-RL/exp": accepted("succeeded"),
-    f"clawgym show {DEMO_RUN}1e-06": accepted("iter_0000002"),
-    f"clawgym resume {DEMO_RUN}1e-06 rollout.temperature=0.8 --dry-run": accepted("--rollout-temperature", "0.8"),
+    f"clawgym show {DEMO_RUN}1e-6": accepted("iter_0000002"),
+    f"clawgym resume {DEMO_RUN}1e-6 rollout.temperature=0.8 --dry-run": accepted("--rollout-temperature", "0.8"),
     "python train.py preflight_only=true paths.root=/path/to/ClawGym-Agents/RL": preflight_fails("gpus"),
     "python train.py paths.root=/path/to/ClawGym-Agents/RL": fits(),
     f"{SLURM_32B} cluster=slurm slurm.partition=gpu slurm.time=2-00:00:00 slurm.account=rl slurm.cpus_per_node=96 "
@@ -189,7 +189,7 @@ OUTCOMES: Dict[str, Outcome] = {
     "kuberay.namespace=rl dry_run=true": fits("rayjob.yaml", "nvidia.com/gpu"),
     "python train.py sandbox=none model=qwen2_5_3b perf.tensor_parallel=2 'extra_args=[--prompt-data,/data/dapo-math-17k.jsonl,--input-key,"
     "prompt,--label-key,label,--rm-type,deepscaler]'": accepted("--rm-type deepscaler"),
-    "python train.py dry_run=true memory.gpu=h100_80gb": fits("trajectories       24 of 64 fit"),
+    "python train.py dry_run=true memory.gpu=h100_80gb": fits("trajectories       24 of 64 concurrent fit"),
     "python train.py model=qwen3_235b_a22b gpu_layout=colocate_8 perf.tensor_parallel=4 optimizer.cpu_offload=false "
     "memory.gpu=h100_80gb dry_run=true": does_not_fit(),
     "python train.py model=qwen3_4b gpu_layout=colocate_1 optimizer.cpu_offload=false rollout.max_context_len=131072 "
@@ -273,7 +273,10 @@ def check(outcome: Outcome, proc: subprocess.CompletedProcess) -> None:
     if outcome.kind in ("accepted", "fits"):
         assert proc.returncode == 0, where
     if outcome.kind == "fits":
-        peaks = [line for line in text.splitlines() if line.strip().startswith("GPU peak")]
+        # A single run's memory table ("GPU peak ... fits") and a sweep job's short block
+        # ("memory:  GPU peak ... : fits").
+        peaks = [line for line in text.splitlines()
+                 if line.strip().startswith("GPU peak") or line.strip().startswith("memory:  ")]
         assert peaks and all(line.rstrip().endswith("fits") for line in peaks), where
     if outcome.kind == "does_not_fit":
         assert "DOES NOT FIT" in text and proc.returncode in (0, 2), where
