@@ -28,9 +28,9 @@ DATA = Path(__file__).parent / "data" / "layout_starts.json"
 FLAVOURS = ("clawgym", "slime")
 #: Issue 25: "at least 100 found layouts across the zoo".
 MIN_LAYOUTS = 100
-#: Models of the zoo the sample covers at least (the zoo has 38; two are refused on every layout by
-#: the checkpoint's context window, some of the largest fit nowhere in 64 GPUs).
-MIN_MODELS = 30
+#: Models of the zoo the sample covers at least: all 38 but glm4_32b and mimo_7b_rl, whose checkpoint
+#: window (32768) is below the zoo's context (65536) on every layout (the search names that binding rule).
+MIN_MODELS = 36
 #: Cases whose search is re-run here (the search takes seconds per case on a loaded machine).
 RECHECKED_CASES = 4
 

@@ -163,6 +163,8 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default=str(OUT))
     ap.add_argument("--save-search", metavar="FILE", help="write the sampled layouts to FILE and stop (no judge)")
     ap.add_argument("--from-search", metavar="FILE", help="judge the layouts a --save-search run wrote")
+    ap.add_argument("--keep", metavar="FILE", help="with --flavour: the other flavours' verdicts from FILE, an "
+                                                   "earlier output over the same sample")
     ns = ap.parse_args(argv)
     flavours = ns.flavour or sorted(FLAVOUR_BASE)
     pythons = {}
@@ -266,6 +268,17 @@ def main(argv=None) -> int:
                              "stand_in_imports": jmeta["stand_in_imports"], "not_judged": jmeta.get("not_judged"),
                              "layouts": len(todo), "started": started}
 
+    if ns.keep:
+        with open(ns.keep) as f:
+            kept = json.load(f)
+        assert kept["meta"]["seed"] == ns.seed and len(kept["entries"]) == len(entries), "--keep: another sample"
+        for e, k in zip(entries, kept["entries"]):
+            for fl, r in k["flavours"].items():
+                if fl not in flavours:
+                    assert e["flavours"][fl]["overrides"] == r["overrides"], f"--keep: #{e['id']} differs"
+                    e["flavours"][fl] = r
+        for fl, m in kept["meta"]["flavours"].items():
+            meta_flavours.setdefault(fl, m)
     data = {"meta": {
         "generator": "tools/gen_layout_starts.py",
         "generated_at": _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat(),
@@ -276,7 +289,7 @@ def main(argv=None) -> int:
         "models": sorted({e["model"] for e in entries}), "zoo_size": n_models,
         "cases": len({(e["model"], e["gpus"], e["gpu"]) for e in entries}),
         "no_layout": no_layout,
-        "flavours": meta_flavours,
+        "flavours": dict(sorted(meta_flavours.items())),
     }, "entries": entries}
     os.makedirs(os.path.dirname(ns.out), exist_ok=True)
     meta = json.dumps(data["meta"], indent=1, ensure_ascii=False)
@@ -285,7 +298,7 @@ def main(argv=None) -> int:
         f.write('{"meta": ' + meta + ',\n"entries": [\n' + body + "\n]}\n")
     os.replace(ns.out + ".tmp", ns.out)
     print(f"gen_layout_starts: -> {ns.out} ({time.monotonic() - t0:.0f} s)")
-    bad = [(e["id"], fl) for e in entries for fl, r in e["flavours"].items() if r["verdict"] != "starts"]
+    bad = [(e["id"], fl) for e in entries for fl, r in e["flavours"].items() if r.get("verdict") != "starts"]
     return 1 if bad else 0
 
 

@@ -72,6 +72,15 @@ NOT_JUDGED = [
 ]
 
 
+class _Log(io.StringIO):
+    """Captured output that still has a file descriptor: Megatron's inference coordinator (imported
+    through megatron.training when megatron.rl imports) calls ``faulthandler.enable()`` at import,
+    which needs ``sys.stderr.fileno()``; a crash report goes to the real stderr."""
+
+    def fileno(self):
+        return sys.__stderr__.fileno()
+
+
 class _Reached(Exception):
     """The driver got to where it allocates GPUs: every driver-side check has passed."""
 
@@ -239,7 +248,7 @@ class _Judge:
             self._write_checkpoints(argv, req["model"])
             saved_env = dict(os.environ)
             saved_argv = sys.argv
-            log = io.StringIO()
+            log = _Log()
             os.environ.update({k: str(v) for k, v in (req.get("env") or {}).items() if k != "PYTHONPATH"})
             sys.argv = [req["script"], *argv]
             try:
@@ -463,7 +472,7 @@ def main(argv=None):
             reg.add(f"module {spec}", "imported at module level by SGLang/transformers, never called by the "
                                       "code judged (tools/README.md)")
         t0 = time.monotonic()
-        log = io.StringIO()
+        log = _Log()
         with contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
             import torch  # noqa: F401
 
