@@ -152,6 +152,7 @@ def environment(python: str) -> Dict[str, Any]:
 
 def main(argv=None) -> int:
     import gen_trainer_verdicts as gtv
+    import trainer_judge as tj
 
     ap = argparse.ArgumentParser(description="Judge a seeded sample of the search's layouts with both trainers.")
     ap.add_argument("--fork-python", help="python of the fork's CPU trainer environment")
@@ -244,9 +245,24 @@ def main(argv=None) -> int:
             reqs.append(rq)
         t2 = time.monotonic()
         jmeta, _config_json, verdicts = gtv.judge(fl, pythons[fl], ns.src, reqs)
+        # A layout whose engine stage met one of SGLang's accelerator probes (is_cuda() & co.: false on a
+        # CPU torch) is judged again without that stage, as tools/import_judge.py does: the stages after
+        # it still run, and the record names the stage not judged and the trainer's statement.
+        probed = {i: v for i, v in verdicts.items() if v.get("judged") is False and v.get("stage") == "sglang-engine"
+                  and tj._probes_hardware(v.get("where"))}
+        if probed:
+            again = [dict(r, skip=["sglang-engine"]) for r in reqs if r["id"] in probed]
+            _m, _c, verdicts2 = gtv.judge(fl, pythons[fl], ns.src, again)
+            for i, v in probed.items():
+                w = v["where"]
+                verdicts[i] = dict(verdicts2[i], not_judged=[{
+                    "stage": "sglang-engine", "why": "the refusing statement probes the accelerator kind (CPU torch)",
+                    "message": v["message"], "where": w}])
         for e in todo:
             v = verdicts[e["id"]]
             rec = e["flavours"][fl]
+            if v.get("not_judged"):
+                rec["not_judged"] = v["not_judged"]
             if v.get("judged") is False:
                 rec["verdict"] = "not judged"
             else:

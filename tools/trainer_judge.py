@@ -252,7 +252,9 @@ class _Judge:
             os.environ.update({k: str(v) for k, v in (req.get("env") or {}).items() if k != "PYTHONPATH"})
             sys.argv = [req["script"], *argv]
             try:
-                out.update(self.startup(req, log))
+                # "skip": stages the caller already found unjudgeable here (tools/gen_layout_starts.py
+                # re-judges a request whose engine stage met an accelerator probe without that stage).
+                out.update(self.startup(req, log, skip=tuple(req.get("skip") or ())))
             finally:
                 sys.argv = saved_argv
                 os.environ.clear()
@@ -327,6 +329,8 @@ class _Judge:
         elif "sglang-engine" not in skip:
             stage[0] = "sglang-engine"
             self._engine(args)
+        else:
+            self.not_run.append("sglang-engine: skipped by the caller")
         if getattr(args, "debug_rollout_only", False):
             self.not_run.append("actor-init, transformer-config: --debug-rollout-only builds no train actor")
             return
