@@ -95,6 +95,21 @@ def test_every_sampled_layout_starts_on_both_trainers(data):
     assert not refused, f"{len(refused)}/{total} found layouts do not start:\n" + "\n".join(refused)
 
 
+def test_a_stage_left_unjudged_is_only_an_accelerator_probe(data, tool):
+    """A layout may start with one stage not judged only when the trainer's refusing statement probes
+    the accelerator kind (SGLang's is_cuda() & co., false on the CPU torch of the judge): a real
+    refusal must never hide as "not judged". The rest of the startup path ran for it."""
+    import sys
+
+    sys.path.insert(0, str(ROOT / "tools"))
+    import trainer_judge
+
+    for fl in FLAVOURS:
+        for e, r in _layouts(data, fl):
+            for nj in r.get("not_judged") or []:
+                assert nj["stage"] == "sglang-engine" and trainer_judge._probes_hardware(nj["where"]), (e["id"], fl, nj)
+
+
 def test_every_recorded_layout_passes_validation_and_fits_today(data, composer):
     """A layout that clawgym's validation or memory plan refuses today is stale data (regenerate)."""
     stale = []
