@@ -32,7 +32,7 @@ MIN_LAYOUTS = 100
 #: window (32768) is below the zoo's context (65536) on every layout (the search names that binding rule).
 MIN_MODELS = 36
 #: Cases whose search is re-run here (the search takes seconds per case on a loaded machine).
-RECHECKED_CASES = 4
+RECHECKED_CASES = 12
 
 
 def _tool():
