@@ -72,6 +72,15 @@ NOT_JUDGED = [
 ]
 
 
+class _Log(io.StringIO):
+    """Captured output that still has a file descriptor: Megatron's inference coordinator (imported
+    through megatron.training when megatron.rl imports) calls ``faulthandler.enable()`` at import,
+    which needs ``sys.stderr.fileno()``; a crash report goes to the real stderr."""
+
+    def fileno(self):
+        return sys.__stderr__.fileno()
+
+
 class _Reached(Exception):
     """The driver got to where it allocates GPUs: every driver-side check has passed."""
 
@@ -239,11 +248,13 @@ class _Judge:
             self._write_checkpoints(argv, req["model"])
             saved_env = dict(os.environ)
             saved_argv = sys.argv
-            log = io.StringIO()
+            log = _Log()
             os.environ.update({k: str(v) for k, v in (req.get("env") or {}).items() if k != "PYTHONPATH"})
             sys.argv = [req["script"], *argv]
             try:
-                out.update(self.startup(req, log))
+                # "skip": stages the caller already found unjudgeable here (tools/gen_layout_starts.py
+                # re-judges a request whose engine stage met an accelerator probe without that stage).
+                out.update(self.startup(req, log, skip=tuple(req.get("skip") or ())))
             finally:
                 sys.argv = saved_argv
                 os.environ.clear()
@@ -318,6 +329,8 @@ class _Judge:
         elif "sglang-engine" not in skip:
             stage[0] = "sglang-engine"
             self._engine(args)
+        else:
+            self.not_run.append("sglang-engine: skipped by the caller")
         if getattr(args, "debug_rollout_only", False):
             self.not_run.append("actor-init, transformer-config: --debug-rollout-only builds no train actor")
             return
@@ -463,7 +476,7 @@ def main(argv=None):
             reg.add(f"module {spec}", "imported at module level by SGLang/transformers, never called by the "
                                       "code judged (tools/README.md)")
         t0 = time.monotonic()
-        log = io.StringIO()
+        log = _Log()
         with contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
             import torch  # noqa: F401
 
