@@ -246,10 +246,11 @@ def launches_dir() -> Path:
 
 
 @contextlib.contextmanager
-def _lock(name: str) -> Iterator[None]:
+def file_lock(path: Path) -> Iterator[None]:
+    """An exclusive ``flock`` on ``path`` (made if missing) for the block: one process at a time
+    reads-modifies-writes the records it guards."""
     import fcntl
 
-    path = state_dir() / f".{name}.lock"
     path.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
     try:
@@ -257,6 +258,10 @@ def _lock(name: str) -> Iterator[None]:
         yield
     finally:
         os.close(fd)
+
+
+def _lock(name: str):
+    return file_lock(state_dir() / f".{name}.lock")
 
 
 def launches() -> List[Launch]:

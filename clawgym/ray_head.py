@@ -229,19 +229,9 @@ def list_records() -> List[HeadRecord]:
     return out
 
 
-@contextlib.contextmanager
-def record_lock(dashboard_port: int) -> Iterator[None]:
+def record_lock(dashboard_port: int):
     """Serialise read-modify-write of one head's record between launches."""
-    import fcntl
-
-    path = heads_dir() / f".{int(dashboard_port)}.lock"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(fd)
+    return owners.file_lock(heads_dir() / f".{int(dashboard_port)}.lock")
 
 
 def this_launch() -> Dict[str, float]:
