@@ -77,7 +77,7 @@ def test_demo_says_each_step_and_ends_with_a_report_of_the_two_jobs(demo):
     report = demo["dir"] / "report.html"
     assert f"wrote {report} (2 runs)" in out
     page = report.read_text()
-    for lr in ("optimizer.lr=1e-06", "optimizer.lr=4e-06"):
+    for lr in ("optimizer.lr=1e-6", "optimizer.lr=4e-6"):
         assert lr in page
         # The runs table printed by step 3 shows each job as succeeded.
         assert any(lr in line and "succeeded" in line for line in out[steps[2]:steps[3]].splitlines())
