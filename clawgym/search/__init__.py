@@ -318,9 +318,13 @@ def search(c: Mapping[str, Any], *, gpus: int, gpus_per_node: Optional[int] = No
                             f"{_engines(vals)}: an engine's KV cache holds {ro.kv_tokens_per_engine:,} tokens, one "
                             f"trajectory needs {ctx:,}")
                 continue
-            if not col and ro.static_gib > usable:
+            # SGLang's static pool plus its working memory (CUDA graphs, a chunked prefill's activations:
+            # memory.rollout.working_mib), on a colocated GPU also beside what the offloaded actor leaves.
+            need = ro.static_gib + getattr(ro, "working_gib", 0.0) + (SGLANG_OFFLOADED_RESIDUE_GIB if col else 0.0)
+            if need > usable:
                 refused.add("memory-engine-peak",
-                            f"{_engines(vals)}: SGLang holds {ro.static_gib:.1f} GiB of {usable:.1f}")
+                            f"{_engines(vals)}: SGLang holds {ro.static_gib:.1f} GiB and works in "
+                            f"{getattr(ro, 'working_gib', 0.0):.1f} more, of {usable:.1f}")
                 continue
             t = rollout_times(cand, card, ro.kv_tokens_per_engine, servers(cand, ro.engines))
             found.append((t["rollout_s"], ro.static_gib, vals))
@@ -378,6 +382,11 @@ def search(c: Mapping[str, Any], *, gpus: int, gpus_per_node: Optional[int] = No
         if tuple(line) in seen:
             continue
         errors, _ = check(_with(c, {k: v for k, v in vals.items()}))
+        if gpus > per_node:
+            # More GPUs than one node: the layout runs on a cluster of several nodes (ray.address,
+            # SLURM, KubeRay), never on the one-node head cluster=local starts; that rule speaks of
+            # where it launches, which the search does not choose (format_result says so).
+            errors = [e for e in errors if e.code not in MULTI_NODE_ONLY_RULES]
         if errors:
             refused.add(errors[0].code, f"{_describe(vals)}: {errors[0].rule}")
             blocking.setdefault("rule", errors[0])
@@ -536,9 +545,17 @@ def _explain(result: SearchResult, c: Mapping[str, Any], refused: Refusals, smal
 
 # ---------------------------------------------------------------- output
 
+#: Rules about the one-node head ``cluster=local`` starts: a layout over several nodes is launched on a
+#: cluster of them (``ray.address=...``, ``cluster=slurm``, ``cluster=kuberay``), where they do not apply.
+MULTI_NODE_ONLY_RULES = ("local-head-gpus-fit",)
+
+
 def format_result(r: SearchResult) -> str:
     lines = [f"layouts for {r.gpus} x {r.gpu} ({r.gpus_per_node} per node), best first "
              f"(step time estimated by clawgym.steptime; {r.considered} joined layouts priced):"]
+    if r.gpus > r.gpus_per_node and r.layouts:
+        lines.append(f"  ({r.gpus // r.gpus_per_node} nodes: launch on a cluster of them, e.g. add ray.address=<its "
+                     f"dashboard> or cluster=slurm; cluster=local starts a one-node head)")
     for i, x in enumerate(r.layouts, 1):
         lines += [f"{i}. {' '.join(x.overrides) if x.overrides else '(the config as it is)'}",
                   f"   GPU peak {x.gpu_peak_gib:.1f} of {x.gpu_memory_gib:.1f} GiB (headroom {x.headroom_gib:.1f}); "

@@ -189,7 +189,7 @@ class Space:
                                          if t <= gpus and (t <= per_node or t % per_node == 0)])
         base = s.get("mem_fraction_static")
         fracs = self.options("sglang.mem_fraction_static",
-                             sorted({0.7, 0.8, 0.85, 0.9} | ({float(base)} if base is not None else set())))
+                             sorted({0.6, 0.7, 0.75, 0.8, 0.85, 0.9} | ({float(base)} if base is not None else set())))
         mla = bool(self.c["model"].get("multi_latent_attention"))
         for tp in tps:
             if gpus % min(tp, per_node):
