@@ -21,7 +21,7 @@ import pytest
 from clawgym.config import compose, to_plain
 from clawgym.effective import effective_config
 from clawgym.memory import evaluate
-from clawgym.validate.core import check
+from clawgym.validate import check
 
 ROOT = Path(__file__).parent.parent
 DATA = Path(__file__).parent / "data" / "layout_starts.json"
