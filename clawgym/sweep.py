@@ -123,10 +123,25 @@ def task_config(sweep_config: DictConfig) -> DictConfig:
 
 # ---------------------------------------------------------------- composition
 
-def _is_value_override(override: Any, loader: Any) -> bool:
+def _searchpath_groups(master: Any) -> set:
+    """Config groups that only ``hydra.searchpath`` folders hold (``+experiment=NAME`` of an imported
+    experiment): the loader's repository, built before the command line, does not know them."""
+    groups = set()
+    for entry in OmegaConf.select(master, "hydra.searchpath", default=None) or []:
+        text = str(entry)
+        if text.startswith("file://"):
+            root = Path(text[len("file://"):])
+            if root.is_dir():
+                groups.update(p.name for p in root.iterdir() if p.is_dir())
+    return groups
+
+
+def _is_value_override(override: Any, loader: Any, extra_groups: Any = ()) -> bool:
     """True for ``key=value`` (also ``+key=``, ``++key=``, ``~key``) on a config key: an override
     Hydra applies after composing, that cannot change the defaults list."""
     if override.is_hydra_override() or override.package is not None:
+        return False
+    if override.key_or_group in extra_groups:
         return False
     try:
         return not loader.repository.group_exists(override.key_or_group)
@@ -166,11 +181,12 @@ def compose_jobs(loader: Any, master: DictConfig, job_overrides: Sequence[Sequen
     parser = OverridesParser.create()
     base_hydra = list(OmegaConf.to_container(master.hydra.overrides.hydra))
     templates = {} if templates is None else templates
+    extra = _searchpath_groups(master)
     out: List[DictConfig] = []
     for overrides in job_overrides:
         parsed = parser.parse_overrides(overrides=list(overrides))
-        values = [o for o in parsed if _is_value_override(o, loader)]
-        shape = tuple(o.input_line for o in parsed if not _is_value_override(o, loader))
+        values = [o for o in parsed if _is_value_override(o, loader, extra)]
+        shape = tuple(o.input_line for o in parsed if not _is_value_override(o, loader, extra))
         if shape not in templates:
             templates[shape] = loader.load_configuration(config_name=master.hydra.job.config_name,
                                                          overrides=base_hydra + list(shape), run_mode=RunMode.RUN)

@@ -109,3 +109,18 @@ def test_a_jobs_resolved_values_are_those_of_its_task_config(loader, name):
     for cfg in compose_jobs(loader, master, SWEEPS[name]):
         ours, theirs = resolved_task(cfg), to_plain(task_config(cfg))
         assert ours == theirs and list(ours) == list(theirs)
+
+
+def test_an_experiment_on_hydras_searchpath_is_composed_into_each_job_as_hydra_does(loader, tmp_path):
+    """``+experiment=NAME`` whose file only a ``hydra.searchpath`` folder holds (where ``clawgym import``
+    writes): the loader's repository does not know that group, and the job was composed with a plain
+    key ``experiment`` instead of the file (its settings silently lost)."""
+    (tmp_path / "experiment").mkdir()
+    (tmp_path / "experiment" / "mine.yaml").write_text("# @package _global_\nrollout:\n  temperature: 0.93\n")
+    master = _master(loader, [f"hydra.searchpath=[file://{tmp_path}]", "hydra.sweep.dir=/tmp/somewhere"])
+    jobs = [["+experiment=mine", "optimizer.lr=1e-6"], ["+experiment=mine", "optimizer.lr=2e-6"]]
+    ours = compose_jobs(loader, master, jobs)
+    for overrides, cfg in zip(jobs, ours):
+        assert "experiment" not in cfg and cfg.rollout.temperature == 0.93
+        theirs = loader.load_sweep_config(master, list(overrides))
+        assert OmegaConf.to_yaml(cfg) == OmegaConf.to_yaml(theirs), overrides

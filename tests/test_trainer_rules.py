@@ -175,7 +175,9 @@ def test_trainer_rule(code: str):
     # log_probs_chunk_size <= 0 means no chunking (the trainer's default is -1).
     ["perf.log_probs_chunk_size=-1"],
     # A layout over more than one node's GPUs is placed by Ray; the preflight counts the cluster.
-    ["gpu_layout.actor_gpus=8", "gpu_layout.rollout_gpus=8"],
+    # 16 GPUs: a cluster of two nodes (on cluster=local's one-node head clawgym refuses it, a rule of its
+    # own cluster, local-head-gpus-fit, not the trainer's).
+    ["gpu_layout.actor_gpus=8", "gpu_layout.rollout_gpus=8", "ray.address=http://127.0.0.1:8265"],
 ])
 def test_trainer_accepts_what_upstream_starts(overrides: List[str]):
     errors, _ = check(compose(overrides))

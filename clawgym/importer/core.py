@@ -190,6 +190,8 @@ def _pick_option(group: str, wanted: Mapping[str, Any], hint: str = "") -> Tuple
     best: Tuple[int, float, str] = (-1, -1.0, "")
     for option in _group_options(group):
         values = _option_values(group, option)
+        if values.get("auto") is True:
+            continue  # gpu_layout=auto searches a layout at launch: a script's own layout is what it ran
         score = sum(1 for k, v in keys.items() if k in values and parity.same(_cfg_value(values[k]), v))
         similarity = difflib.SequenceMatcher(None, option, hint).ratio() if hint else 0.0
         if (score, similarity) > best[:2]:

@@ -104,7 +104,9 @@ def _user_overrides(run: Run) -> List[str]:
     snap = run.latest
     if snap is None:
         return []
-    typed = {a.split("=", 1)[0].lstrip("+~") for a in (snap.meta.get("command") or [])[1:] if "=" in a}
+    # Overrides on the command line (an option such as --basetemp=DIR of another program is none).
+    typed = {a.split("=", 1)[0].lstrip("+~") for a in (snap.meta.get("command") or [])[1:]
+             if "=" in a and not a.startswith("-")}
     out = []
     for o in snap.overrides or []:
         key = o.split("=", 1)[0].lstrip("+~")
