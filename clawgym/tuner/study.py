@@ -12,6 +12,7 @@ from typing import Any, Dict, List, Mapping, Optional
 import optuna
 
 from clawgym.tuner.space import SearchSpace
+from hydra_plugins.clawgym_sweeper.config import ClawGymSweeperConf
 
 SAMPLERS = ("tpe", "random", "grid", "cmaes")
 PRUNERS = ("none", "median", "successive_halving", "hyperband")
@@ -22,25 +23,30 @@ class SettingsError(ValueError):
     """A ``hydra.sweeper.*`` value that cannot work; ``str()`` names the key, the value and a fix."""
 
 
+#: The sweeper's defaults are its Hydra config node's (one source of truth: the plugin's config.py).
+_CONF = ClawGymSweeperConf()
+
+
 @dataclass
 class Settings:
     """``hydra.sweeper`` (hydra_plugins/clawgym_sweeper/config.py says what each means)."""
 
-    sampler: str = "tpe"
-    seed: Optional[int] = None
-    direction: str = "maximize"
-    n_trials: int = 20
-    max_concurrent: int = 0
-    metric: str = "rollout/raw_reward:mean_last_5"
-    min_steps: int = 1
-    pruner: str = "none"
-    startup_trials: int = 2
-    storage: Optional[str] = None
+    sampler: str = _CONF.sampler
+    seed: Optional[int] = _CONF.seed
+    direction: str = _CONF.direction
+    n_trials: int = _CONF.n_trials
+    max_concurrent: int = _CONF.max_concurrent
+    metric: str = _CONF.metric
+    min_steps: int = _CONF.min_steps
+    pruner: str = _CONF.pruner
+    startup_trials: int = _CONF.startup_trials
+    storage: Optional[str] = _CONF.storage
+    # The node's default is ``${exp_name}``, resolved by Hydra; a mapping without it gets a plain name.
     study_name: str = "study"
-    on_orphan: str = "follow"
+    on_orphan: str = _CONF.on_orphan
     params: Dict[str, Any] = field(default_factory=dict)
-    poll_interval: float = 1.0
-    progress_interval: float = 30.0
+    poll_interval: float = _CONF.poll_interval
+    progress_interval: float = _CONF.progress_interval
 
     @classmethod
     def from_mapping(cls, values: Mapping[str, Any]) -> "Settings":
