@@ -8,7 +8,7 @@ stand-in trainer there, so the tests are few and each checks several things:
   job but are absent from the batch script and from SLURM's job record; checkpoints are
   stamped inside the allocation;
 - a single run cancelled with ``scancel`` mid-run: the launcher exits with 130 and no
-  process of the job's Ray cluster is left within 10 s.
+  process of the job's Ray cluster is left well before SLURM's KillWait, and none at all after it.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Dict, List
+from typing import Dict, List, Tuple
 
 import pytest
 
@@ -53,6 +53,53 @@ def _cmdline(pid: int) -> str:
         return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")[:200]
     except OSError:
         return "(gone)"
+
+
+def _stat(pid: int) -> Tuple[str, int, str]:
+    """(state, parent pid, command name) of a live process."""
+    text = Path(f"/proc/{pid}/stat").read_text()
+    comm = text[text.index("(") + 1:text.rindex(")")]
+    state, ppid = text[text.rindex(")") + 2:].split()[:2]
+    return state, int(ppid), comm
+
+
+def _but_the_temp_dir_removal(pids: List[int], job_id: str) -> List[int]:
+    """``pids`` less the teardown's removal of Ray's temp dir (``timeout ... rm -rf /tmp/cg-slurm-<job>-...``)
+    and the batch shell waiting on it: on a disk that stalls it may still run, inside SLURM's tracking."""
+    allowed = set()
+    for pid in pids:
+        cmd = _cmdline(pid)
+        if f"/tmp/cg-slurm-{job_id}-" in cmd and cmd.split(" ")[0] in ("rm", "timeout"):
+            p = pid
+            try:
+                while p > 1 and len(allowed) < 64:
+                    _, ppid, comm = _stat(p)
+                    if comm == "slurmstepd":
+                        break
+                    allowed.add(p)
+                    p = ppid
+            except (OSError, ValueError):
+                continue
+    return [pid for pid in pids if pid not in allowed]
+
+
+def _described(pids: List[int]) -> str:
+    """Each pid with its state (D: in the kernel, e.g. waiting on the disk), kernel wait and command."""
+    out = []
+    for pid in pids:
+        try:
+            state, ppid, _ = _stat(pid)
+            wchan = Path(f"/proc/{pid}/wchan").read_text()
+        except (OSError, ValueError):
+            state, ppid, wchan = "gone", 0, ""
+        out.append(f"{pid} [{state} {wchan or '-'} ppid {ppid}] {_cmdline(pid)}")
+    return "; ".join(out)
+
+
+def _job_output(checkout: Path, run_name: str) -> str:
+    """The tail of the job's SLURM output (the teardown's lines)."""
+    outs = sorted((checkout / "exp" / run_name / "clawgym" / "slurm").glob("*/slurm-*.out"))
+    return "".join(f"--- {p}\n{p.read_text(errors='replace')[-3000:]}" for p in outs)
 
 
 def marker_processes(job_id: str) -> List[int]:
@@ -153,18 +200,29 @@ def test_scancel_mid_run_leaves_no_ray_process(slurm_cluster, clawgym_checkout, 
     job_id = re.search(r"submitted SLURM job (\d+)", "".join(lines)).group(1)
     assert marker_processes(job_id), "the job's Ray processes should carry its marker"
     slurm_cluster.run("scancel", job_id)
-    # scancel TERMs the job's processes; SLURM SIGKILLs the ones it still tracks KILL_WAIT s later,
-    # but not Ray's job drivers, which live in sessions of their own. What is gone well before
-    # then was stopped by the batch script's own teardown (runner <= 6 s, reap <= 8 s, temp dir <= 6 s).
+    # scancel TERMs the job's processes; SLURM SIGKILLs the ones it still tracks KILL_WAIT s later, but
+    # not Ray's job drivers, which live in sessions of their own. The batch script's teardown stops
+    # them (runner <= 6 s, reap <= 8 s): no process of the job's Ray cluster, nor the runner or reap,
+    # may be left well before SLURM's SIGKILL.
     bound = KILL_WAIT - 5
     t0 = time.time()
-    while marker_processes(job_id) and time.time() - t0 < bound:
+    while _but_the_temp_dir_removal(marker_processes(job_id), job_id) and time.time() - t0 < bound:
         time.sleep(0.25)
-    left = {pid: _cmdline(pid) for pid in marker_processes(job_id)}
-    assert not left, f"processes of SLURM job {job_id} still alive {bound} s after scancel: {left}"
+    left = _but_the_temp_dir_removal(marker_processes(job_id), job_id)
+    assert not left, (f"processes of SLURM job {job_id} still alive {bound} s after scancel: "
+                      f"scancel: {_described(left)}\n{_job_output(clawgym_checkout, run_name)}")
+    # The temp dir's removal (bounded, timeout -k 1 5) may still run where the disk stalls (twice on the
+    # CI machine, never here): it is in the batch shell's tree, so at the latest SLURM's SIGKILL ends it.
+    while marker_processes(job_id) and time.time() - t0 < KILL_WAIT + 30:
+        time.sleep(0.25)
+    left = marker_processes(job_id)
+    assert not left, (f"processes of SLURM job {job_id} alive {KILL_WAIT + 30} s after scancel: {_described(left)}"
+                      f"\n{_job_output(clawgym_checkout, run_name)}")
     assert not subprocess.run(["pgrep", "-f", f"cg-slurm-{job_id}-"], capture_output=True).stdout
-    # Ray's temp dir of the job went with it.
-    assert not list(Path("/tmp").glob(f"cg-slurm-{job_id}-*"))
+    # Ray's temp dir of the job went with it, or the job's output says it could not be removed in time.
+    temp = list(Path("/tmp").glob(f"cg-slurm-{job_id}-*"))
+    if temp:
+        assert f"could not remove {temp[0]}" in _job_output(clawgym_checkout, run_name), temp
     try:
         rc = proc.wait(timeout=60)
     finally:

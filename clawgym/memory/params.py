@@ -43,6 +43,10 @@ QK_NORM_PER_LAYER = {"minimax-m2"}
 
 def moe_pattern(m: Mapping[str, Any]) -> List[int]:
     """1 per MoE layer, 0 per dense layer (slime's ``--moe-layer-freq`` literal, or every layer)."""
+    return list(_memo("moe_pattern", m, (), lambda: _moe_pattern(m)))
+
+
+def _moe_pattern(m: Mapping[str, Any]) -> List[int]:
     n = int(m["num_layers"])
     if not m.get("num_experts"):
         return [0] * n
@@ -168,6 +172,21 @@ def layer_params(m: Mapping[str, Any]) -> List[LayerParams]:
 _LAYERS: Dict[Any, List[LayerParams]] = {}
 
 
+def _memo(what: str, m: Mapping[str, Any], args: tuple, compute):
+    """``compute()``'s value, kept by the model's values and ``args`` (results are never changed by callers:
+    counts and per-stage parameters are returned as new objects by their public functions)."""
+    key = (what, _model_key(m), args)
+    found = _MEMO.get(key)
+    if found is None:
+        if len(_MEMO) > 4096:
+            _MEMO.clear()
+        found = _MEMO[key] = compute()
+    return found
+
+
+_MEMO: Dict[Any, Any] = {}
+
+
 def _model_key(m: Mapping[str, Any]) -> Any:
     # The same dict asked again with the same values (the search's case): its key without rebuilding it.
     values = tuple(m.values())
@@ -205,6 +224,10 @@ class Counts:
 
 
 def count(m: Mapping[str, Any]) -> Counts:
+    return Counts(**_memo("count", m, (), lambda: _count(m)).to_dict())
+
+
+def _count(m: Mapping[str, Any]) -> Counts:
     layers = layer_params(m)
     h, v = int(m["hidden_size"]), int(m["vocab_size"])
     emb = v * h
@@ -232,6 +255,11 @@ def per_stage(m: Mapping[str, Any], *, tp: int, pp: int = 1, ep: int = 1, etp: i
     """Parameters one GPU of each pipeline stage holds (checked against Megatron's own model, built
     per stage under fake process groups: tests/data/rank_param_counts.json)."""
     tp, pp, ep, etp = max(1, tp), max(1, pp), max(1, ep), max(1, etp)
+    stages = _memo("per_stage", m, (tp, pp, ep, etp), lambda: _per_stage(m, tp, pp, ep, etp))
+    return [RankParams(r.dense, r.expert) for r in stages]
+
+
+def _per_stage(m: Mapping[str, Any], tp: int, pp: int, ep: int, etp: int) -> List[RankParams]:
     layers = layer_params(m)
     h = int(m["hidden_size"])
     vshard = padded_vocab(m, tp) // tp * h

@@ -45,6 +45,7 @@ workers_pid=""
 
 teardown() {
   trap '' TERM INT
+  local began=$SECONDS
   if [ -n "$runner_pid" ]; then
     # The runner stops the Ray job (a few seconds at most), then exits.
     kill -TERM "$runner_pid" 2>/dev/null
@@ -62,6 +63,7 @@ teardown() {
   # shell ends before SLURM's SIGKILL and leaves no process behind.
   [ -n "${TEMP_DIR:-}" ] && { timeout -k 1 5 rm -rf "$TEMP_DIR" || echo "[clawgym] could not remove $TEMP_DIR" >&2; }
   [ -n "$workers_pid" ] && wait "$workers_pid" 2>/dev/null
+  echo "[clawgym] teardown done in $((SECONDS - began)) s" >&2
   return 0
 }
 
