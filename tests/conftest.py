@@ -69,3 +69,32 @@ def _restore_root_logging():
         if h not in root.handlers:
             root.addHandler(h)
     root.setLevel(level)
+
+
+# ---------------------------------------------------------------- two workers, services on one
+#
+# README's test command runs the suite on two pytest-xdist workers (``-n 2 --dist loadgroup``).
+# Every test that starts or watches a real service (a Ray head, the SLURM cluster, the Docker
+# engine, Chromium, W&B's service) or scans this machine's processes is in one group, so those
+# run one after another on one worker as they always did: none sees another's heads, ports,
+# containers or processes. The other worker takes the tests that only compute or run clawgym's
+# own short-lived commands (compose, validation, dry runs, the layout search, the docs' commands).
+
+#: Test files whose tests start or watch real services, or look at every process on the machine.
+SERVICE_FILES = frozenset({
+    "test_demo.py", "test_head_early.py", "test_head_ownership.py", "test_head_start.py", "test_kuberay.py",
+    "test_launch.py", "test_launcher_plugin.py", "test_loopback_head.py", "test_lost_contact.py",
+    "test_ownership.py", "test_preflight.py", "test_preflight_chroot.py", "test_preflight_docker.py",
+    "test_ray_head.py", "test_resume.py", "test_runs.py", "test_sandbox_none.py", "test_slurm_cluster.py",
+    "test_slurm_ownership.py", "test_slurm_refusals.py", "test_snapshot.py", "test_snapshot_integrity.py",
+    "test_snapshot_watcher.py", "test_sweep.py", "test_tuner.py", "test_wandb_env.py", "test_import_sandbox.py",
+    "test_memory_preflight.py", "test_import_confined.py",
+})
+#: Fixtures of real services: a test using one joins the group wherever it lives.
+SERVICE_FIXTURES = frozenset({"ray_cluster", "slurm_cluster", "docker_client", "docker_images", "head4", "own_head"})
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if item.path.name in SERVICE_FILES or SERVICE_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.xdist_group("services"))

@@ -148,7 +148,7 @@ OUTCOMES: Dict[str, Outcome] = {
         "tests/test_demo.py::test_clawgym_comes_from_the_fresh_venvs_install_not_this_checkout"),
     "pip install -e .": covered_by("tests/test_demo.py::test_clawgym_comes_from_the_fresh_venvs_install_not_this_checkout"),
     "pip install -e . && python train.py paths.root=/path/to/ClawGym-Agents/RL": fits(),
-    "pip install -e '.[test]' && python -m pytest tests -q": ci_runs_it(),
+    "pip install -e '.[test]' && python -m pytest tests -q -n 2": ci_runs_it(),
     # the tour
     "clawgym demo": accepted("==> 4/4", "report.html (2 runs)"),
     "export CLAWGYM_RL_ROOT=$PWD/clawgym-demo/ClawGym-RL": sets_env(),
