@@ -77,8 +77,11 @@ def _restore_root_logging():
 # Every test that starts or watches a real service (a Ray head, the SLURM cluster, the Docker
 # engine, Chromium, W&B's service) or scans this machine's processes is in one group, so those
 # run one after another on one worker as they always did: none sees another's heads, ports,
-# containers or processes. The other worker takes the tests that only compute or run clawgym's
-# own short-lived commands (compose, validation, dry runs, the layout search, the docs' commands).
+# containers or processes. The other tests only compute or run clawgym's own short-lived commands
+# (compose, validation, dry runs, the layout search, the importer's jail); each file is a group of its
+# own, so its module fixtures are made once. One of them starts a head: tests/test_docs_commands.py
+# runs `clawgym demo` as the docs do, with a state dir of its own and on free ports, beside the
+# services (a head of its own, found by nobody else's record or marker).
 
 #: Test files whose tests start or watch real services, or look at every process on the machine.
 SERVICE_FILES = frozenset({
@@ -87,8 +90,7 @@ SERVICE_FILES = frozenset({
     "test_ownership.py", "test_preflight.py", "test_preflight_chroot.py", "test_preflight_docker.py",
     "test_ray_head.py", "test_resume.py", "test_runs.py", "test_sandbox_none.py", "test_slurm_cluster.py",
     "test_slurm_ownership.py", "test_slurm_refusals.py", "test_snapshot.py", "test_snapshot_integrity.py",
-    "test_snapshot_watcher.py", "test_sweep.py", "test_tuner.py", "test_wandb_env.py", "test_import_sandbox.py",
-    "test_memory_preflight.py", "test_import_confined.py",
+    "test_snapshot_watcher.py", "test_sweep.py", "test_tuner.py", "test_wandb_env.py",
 })
 #: Fixtures of real services: a test using one joins the group wherever it lives.
 SERVICE_FIXTURES = frozenset({"ray_cluster", "slurm_cluster", "docker_client", "docker_images", "head4", "own_head"})
@@ -98,3 +100,5 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if item.path.name in SERVICE_FILES or SERVICE_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.xdist_group("services"))
+        else:
+            item.add_marker(pytest.mark.xdist_group(item.path.name))

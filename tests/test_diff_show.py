@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from clawgym.cli import main as cli
-from clawgym.commands.diff import SET, config_changes, flag_changes, parse_flags, resolve_side
+from clawgym.commands.diff import SET, clip, config_changes, flag_changes, parse_flags, resolve_side
 from tests.test_snapshot import launch_snapshot
 from tests.test_snapshot_watcher import write_checkpoint
 
@@ -32,7 +32,8 @@ def test_diff_two_save_dirs_shows_changed_keys_and_flags(tmp_path, capsys):
             for line in out.splitlines() if "│" in line}
     assert rows["rollout.temperature"] == ["0.7", "0.9"]
     assert rows["gpu_layout.colocate"] == ["false", "true"]
-    assert rows["paths.save"] == [str(a), str(b)]
+    # Long values lose their middle, not their ends: two save dirs still read differently.
+    assert rows["paths.save"] == [clip(str(a)), clip(str(b))] and clip(str(a)) != clip(str(b))
     assert rows["--rollout-temperature"] == ["0.7", "0.9"]
     assert rows["(trainer script)"] == ["train_async.py", "train.py"]
     assert rows["--colocate"] == ["(absent)", "(set)"]
@@ -98,3 +99,9 @@ def test_show_prints_config_overrides_argv_versions_and_checkpoints(tmp_path, ca
 def test_show_of_a_dir_without_snapshot_fails_clearly(tmp_path, capsys):
     assert cli(["show", str(tmp_path)]) == 2
     assert "no clawgym snapshot" in capsys.readouterr().err
+
+
+def test_a_long_cell_keeps_both_ends():
+    assert clip("abc", width=5) == "abc"
+    assert clip("/tmp/a-very-long-folder/run-a", width=12) == "/tmp/a…run-a"
+    assert len(clip("x" * 100, width=12)) == 12

@@ -104,7 +104,16 @@ def _cell(value: Any) -> str:
         text = "null" if value is None else str(value).lower()
     else:
         text = value if isinstance(value, str) else repr(value) if isinstance(value, (list, dict)) else str(value)
-    return text if len(text) <= MAX_CELL else text[:MAX_CELL - 1] + "…"
+    return clip(text)
+
+
+def clip(text: str, width: int = MAX_CELL) -> str:
+    """``text`` in at most ``width`` characters, the middle left out: two long values that differ at
+    their ends (save dirs, paths) still read differently."""
+    if len(text) <= width:
+        return text
+    tail = (width - 1) // 2
+    return text[:width - 1 - tail] + "…" + text[len(text) - tail:]
 
 
 def render_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
