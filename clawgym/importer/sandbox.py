@@ -10,7 +10,8 @@ run for real. So the script runs under bubblewrap (``bwrap``, Debian package
   (builtin, ``command kill``, ``/bin/kill``, python) cannot reach a process outside:
   none is visible. ``hostname NAME`` changes nothing (no CAP_SYS_ADMIN, own UTS).
 * PID 1 of the jail is a small guard (:data:`GUARD`, ``--as-pid-1``) whose only child is the
-  script. The guard exits when the script exits, or when its lifeline (a pipe only the
+  script. The guard exits when the script exits (what the script left running gets
+  :data:`BACKGROUND_GRACE_S` to end first, so a backgrounded stand-in finishes its record), or when its lifeline (a pipe only the
   importer can write) closes: the importer ended the jail (timeout, Ctrl-C) or died, even
   by SIGKILL, even while bwrap was still setting up. When PID 1 exits, the kernel kills
   every process of the namespace (backgrounded, ``setsid``, double-forked, all of them).
@@ -368,11 +369,16 @@ class Jail:
             pass
 
 
+#: Seconds the jail's PID 1 waits, once the script has ended, for what it left running (a stand-in
+#: it started with ``&`` still writing its record on a loaded machine) before all of it is killed.
+BACKGROUND_GRACE_S = 3.0
+
 #: PID 1 of the jail: runs the command as its child and exits when the command exits (with its
 #: status) or when the lifeline (fd argv[1]) closes, i.e. the importer ended the jail or died.
 #: Standard library only, run with -I -S by the base interpreter.
 GUARD = """\
-import os, select, sys
+import os, select, sys, time
+GRACE = {grace}
 life = int(sys.argv[1])
 pid = os.fork()
 if pid == 0:
@@ -386,10 +392,23 @@ while True:
     ready = [fd for fd, _ in poll.poll()]
     if child in ready:
         code = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
-        os._exit(code if code >= 0 else 128 - code)
+        break
     if life in ready:
         os._exit(137)
-"""
+# What the script left running (a server it started with &: a stand-in still writing its record)
+# has GRACE s to end; as PID 1 we reap it. Then our exit kills whatever is left.
+poll.unregister(child)
+end = time.monotonic() + GRACE
+while time.monotonic() < end:
+    try:
+        if os.waitpid(-1, os.WNOHANG)[0]:
+            continue
+    except ChildProcessError:
+        break
+    if poll.poll(50):
+        os._exit(137)
+os._exit(code if code >= 0 else 128 - code)
+""".replace("{grace}", repr(BACKGROUND_GRACE_S))
 
 
 #: Bytes of the script's output kept (the last ones).
