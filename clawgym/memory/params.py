@@ -155,26 +155,20 @@ def _mlp(m: Mapping[str, Any], moe: bool) -> LayerParams:
 
 
 def layer_params(m: Mapping[str, Any]) -> List[LayerParams]:
-    # Memoised by the model's values: the layout search asks it for one model thousands of times.
-    key = _model_key(m)
-    found = _LAYERS.get(key)
-    if found is None:
-        found = []
-        for i, is_moe in enumerate(moe_pattern(m)):
-            a, b = _attention(m, i), _mlp(m, bool(is_moe))
-            found.append(LayerParams(a.tp + b.tp, a.rep + b.rep, a.expert + b.expert))
-        if len(_LAYERS) > 64:
-            _LAYERS.clear()
-        _LAYERS[key] = found
-    return list(found)
+    return list(_memo("layer_params", m, (), lambda: _layer_params(m)))
 
 
-_LAYERS: Dict[Any, List[LayerParams]] = {}
+def _layer_params(m: Mapping[str, Any]) -> List[LayerParams]:
+    out = []
+    for i, is_moe in enumerate(moe_pattern(m)):
+        a, b = _attention(m, i), _mlp(m, bool(is_moe))
+        out.append(LayerParams(a.tp + b.tp, a.rep + b.rep, a.expert + b.expert))
+    return out
 
 
 def _memo(what: str, m: Mapping[str, Any], args: tuple, compute):
-    """``compute()``'s value, kept by the model's values and ``args`` (results are never changed by callers:
-    counts and per-stage parameters are returned as new objects by their public functions)."""
+    """``compute()``'s value, kept by the model's values and ``args``: the layout search asks for one model's
+    layers, counts and stages thousands of times. The public functions hand out copies of what is kept."""
     key = (what, _model_key(m), args)
     found = _MEMO.get(key)
     if found is None:
