@@ -18,13 +18,13 @@ if __name__ == "__main__" and any(a == "--explain" or a.startswith("--explain=")
 import hydra
 from omegaconf import DictConfig
 
-import clawgym.config  # noqa: F401  (registers the schemas and resolvers)
-import clawgym.hydra_mode
+import clawgym.config.compose  # noqa: F401  (registers the schemas and resolvers)
+import clawgym.config.hydra_mode
 from clawgym.app import run
 
 # Hydra would compose the whole config once more only to read hydra.mode, which clawgym's
-# tree never sets (clawgym/hydra_mode.py).
-clawgym.hydra_mode.install()
+# tree never sets (clawgym/config/hydra_mode.py).
+clawgym.config.hydra_mode.install()
 
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="config")

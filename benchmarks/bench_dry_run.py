@@ -83,7 +83,7 @@ def registry_load_ms(flavour: str, reps: int) -> Tuple[float, float, float]:
 MEMORY_TARGET_MS = 50.0
 
 MEMORY_PROBE = (
-    "import time; from clawgym.config import compose, to_plain; c = to_plain(compose({overrides!r})); "
+    "import time; from clawgym.config.compose import compose, to_plain; c = to_plain(compose({overrides!r})); "
     # A dry run has validated the config first (the flag registry is loaded by then).
     "from clawgym.validate import violations; violations(c); "
     "t0, c0 = time.perf_counter(), time.process_time(); "
@@ -106,7 +106,7 @@ def memory_plan_ms(overrides: List[str], reps: int) -> Tuple[float, float]:
 
 def group_count() -> int:
     sys.path.insert(0, str(ROOT))
-    from clawgym.schema import GROUPS
+    from clawgym.config.schema import GROUPS
 
     return len(GROUPS)
 

@@ -52,7 +52,7 @@ def _answers(address: str) -> bool:
 
 
 def run_once(work: Path, sleep: float) -> Dict[str, float]:
-    from clawgym import ray_head
+    from clawgym.backends import ray_head
     from tests.fixtures.checkout import build_checkout
 
     checkout = build_checkout(work / "checkout")

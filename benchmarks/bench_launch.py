@@ -32,7 +32,7 @@ from typing import Dict, List, Optional
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from clawgym import ray_head  # noqa: E402
+from clawgym.backends import ray_head  # noqa: E402
 from tests.fixtures.checkout import LAUNCH_SKIPS, build_checkout, checkout_overrides  # noqa: E402
 
 DEFAULT_SEED = Path(os.environ.get("CLAWGYM_SHARED", ROOT.parent / "shared")) / "seed" / "run_qwen3_4b.sh"

@@ -35,7 +35,7 @@ SWEEP = ["gpu_layout=split_4_4,split_2_2,split_1_1", "rollout.temperature=0.6,0.
 
 
 def job_gpus(argv: list) -> int:
-    """GPUs a job holds, from its trainer argv (as clawgym.plan.gpus_required computes it)."""
+    """GPUs a job holds, from its trainer argv (as clawgym.plan.build.gpus_required computes it)."""
     def flag(name: str) -> int:
         return int(argv[argv.index(name) + 1])
 
@@ -51,7 +51,7 @@ def main() -> int:
 
     from ray.job_submission import JobSubmissionClient
 
-    from clawgym import ray_head
+    from clawgym.backends import ray_head
     from tests.fixtures.checkout import build_checkout
     from tests.fixtures.ray_cluster import head_argv
 

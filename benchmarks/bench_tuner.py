@@ -129,7 +129,7 @@ def main() -> int:
               "--no-deps 'hydra-optuna-sweeper==1.3.0' 'optuna<3'", file=sys.stderr)
         return 2
 
-    from clawgym import ray_head
+    from clawgym.backends import ray_head
     from tests.fixtures.checkout import build_checkout
     from tests.fixtures.ray_cluster import head_argv
 

@@ -68,8 +68,8 @@ def outside_space(c: Dict[str, Any]) -> List[str]:
 
 
 def compare(name: str, conf: Path) -> Dict[str, Any]:
-    from clawgym.config import compose, to_plain
-    from clawgym.effective import effective_config
+    from clawgym.config.compose import compose, to_plain
+    from clawgym.trainer.effective import effective_config
     from clawgym.memory import evaluate
     from clawgym.search import search
     from clawgym.steptime import step_time

@@ -14,18 +14,18 @@ from omegaconf.errors import OmegaConfBaseException
 
 from hydra.experimental.callback import Callback
 
-from clawgym.config import to_plain
-from clawgym.console import say
-from clawgym.plan import LaunchPlan, build_plan_from_dict, format_plan
+from clawgym.config.compose import to_plain
+from clawgym.common.console import say
+from clawgym.plan.build import LaunchPlan, build_plan_from_dict, format_plan
 from clawgym.memory import this_node_gpu
-from clawgym.prepare import (PLAN_FILE, apply_layout, attach_memory, discard_own_output_dir, failed_check,
+from clawgym.pipeline.prepare import (PLAN_FILE, apply_layout, attach_memory, discard_own_output_dir, failed_check,
                              format_plan_brief, memory_banner, prepared_plan, record_created_output_dir, timestamp)
 from clawgym.registry import RegistryError
 from clawgym.search import NoLayout, format_choice, is_auto, resolve_auto
-from clawgym.secrets import env_secrets
+from clawgym.common.secrets import env_secrets
 from clawgym.validate import ConfigError, Violation
 
-from clawgym.exit_codes import INTERRUPTED as EXIT_INTERRUPTED, REFUSED as EXIT_REFUSED
+from clawgym.common.exit_codes import INTERRUPTED as EXIT_INTERRUPTED, REFUSED as EXIT_REFUSED
 # True once ClawGymCallback validated this single run's config (the task function need not again).
 _VALIDATED_RUN = False
 # A dry run refused for its memory plan keeps its output dir: launch_plan.json says why.
@@ -265,7 +265,7 @@ class ClawGymCallback(Callback):
             refuse(failed_check(exc))
 
     def _run_start(self, config: DictConfig) -> None:
-        from clawgym.config import is_clawgym_config
+        from clawgym.config.compose import is_clawgym_config
 
         if not is_clawgym_config(config):
             return
@@ -294,7 +294,7 @@ class ClawGymCallback(Callback):
             _prepare_output_dir("hydra.run.dir", str(config.hydra.run.dir))
         except BaseException:
             # Refused (or failed): the head begun for it is stopped before the report ends the command.
-            from clawgym.clusters import drop_early_head
+            from clawgym.pipeline.clusters import drop_early_head
 
             drop_early_head()
             raise
@@ -303,7 +303,7 @@ class ClawGymCallback(Callback):
         _CALLBACK_RESOLVED = (raw, kept) if kept is not None and raw is not None else None
 
     def _multirun_start(self, config: DictConfig) -> None:
-        from clawgym.config import is_clawgym_config
+        from clawgym.config.compose import is_clawgym_config
 
         if not is_clawgym_config(config):
             return
@@ -320,7 +320,7 @@ def _begin_head_early(config: DictConfig) -> None:
     environment and secrets follow from ``ray``, ``cluster``, ``sandbox`` and ``wandb`` alone,
     resolved here on their own. Not for a dry run or ``preflight_only`` (they start nothing),
     nor when any of those nodes does not resolve (validation says why). A refusal stops the head
-    again (``_run_start``); the launch adopts it (:func:`clawgym.clusters.begin_head_early`)."""
+    again (``_run_start``); the launch adopts it (:func:`clawgym.pipeline.clusters.begin_head_early`)."""
     from hydra.core.hydra_config import HydraConfig
     from omegaconf import OmegaConf
 
@@ -334,7 +334,7 @@ def _begin_head_early(config: DictConfig) -> None:
         c = {key: OmegaConf.to_container(config[key], resolve=True) for key in ("ray", "cluster", "sandbox", "wandb")}
     except Exception:  # noqa: BLE001 - validation reports what does not resolve
         return
-    from clawgym.clusters import begin_head_early
+    from clawgym.pipeline.clusters import begin_head_early
 
     try:
         begin_head_early(c, os.environ)
@@ -380,8 +380,8 @@ def _hydra_settings_with_secrets(config: DictConfig) -> list:
 
 
 def _secret_env_names(config: DictConfig) -> list:
-    from clawgym.plan import SGLANG_KEY_ENV, WANDB_KEY_TARGET
-    from clawgym.secrets import KNOWN_SECRET_ENV, config_key_env
+    from clawgym.plan.build import SGLANG_KEY_ENV, WANDB_KEY_TARGET
+    from clawgym.common.secrets import KNOWN_SECRET_ENV, config_key_env
 
     return sorted({*KNOWN_SECRET_ENV, SGLANG_KEY_ENV, WANDB_KEY_TARGET, *config_key_env(config)})
 
@@ -485,7 +485,7 @@ def _run(cfg: DictConfig) -> Any:
         from clawgym.preflight import preflight_only
 
         return preflight_only(cfg, plan)
-    from clawgym.pipeline import launch_single  # heavy imports (ray) only for real launches
+    from clawgym.pipeline.core import launch_single  # heavy imports (ray) only for real launches
 
     # Every backend (local head, existing cluster, SLURM, KubeRay) goes through the one pipeline.
     return launch_single(cfg, plan)
@@ -494,7 +494,7 @@ def _run(cfg: DictConfig) -> Any:
 def dry_run_artefact(plan: LaunchPlan, cfg: Any, out: Optional[Path], plain: Optional[dict] = None) -> None:
     """Print (and write next to launch_plan.json) what the backend would hand its cluster
     besides the plan (SLURM's batch script, the RayJob manifest): the backend renders it."""
-    from clawgym.clusters import ClusterError, dry_run_artefact as rendered, renders_dry_run_artefact
+    from clawgym.pipeline.clusters import ClusterError, dry_run_artefact as rendered, renders_dry_run_artefact
 
     if not renders_dry_run_artefact(cfg):
         return
@@ -509,7 +509,7 @@ def dry_run_artefact(plan: LaunchPlan, cfg: Any, out: Optional[Path], plain: Opt
     name, text = artefact
     say(f"\n{name}:\n{text}", out=True)
     if out is not None:
-        from clawgym.fsutil import atomic_write_text
+        from clawgym.common.fsutil import atomic_write_text
 
         atomic_write_text(out / name, text)
         say(f"{name} written to {out / name}", out=True)

@@ -12,7 +12,7 @@ import importlib
 import sys
 from typing import List, Optional
 
-from clawgym.exit_codes import INTERRUPTED
+from clawgym.common.exit_codes import INTERRUPTED
 
 #: Subcommand modules under clawgym.commands, in help order.
 COMMANDS = ["explain", "show", "diff", "resume", "stamp", "preflight", "layout", "jobs", "runs", "report", "flags",

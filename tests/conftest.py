@@ -22,7 +22,7 @@ import pytest  # noqa: E402
 
 # Register clawgym's schemas and resolvers before any test snapshots Hydra's global state
 # (the fixture below restores that state, which would otherwise drop a later registration).
-import clawgym.config  # noqa: E402,F401
+import clawgym.config.compose  # noqa: E402,F401
 
 
 @pytest.fixture(autouse=True)

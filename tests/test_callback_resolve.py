@@ -7,7 +7,7 @@ import pytest
 from omegaconf import OmegaConf
 
 import clawgym.app as app
-from clawgym.config import compose, to_plain
+from clawgym.config.compose import compose, to_plain
 
 
 @pytest.fixture(autouse=True)

@@ -9,9 +9,9 @@ from typing import Any, Callable, Dict, List, Tuple
 import pytest
 from hydra.errors import ConfigCompositionException
 
-from clawgym.config import compose, group_options, to_plain
-from clawgym.plan import LaunchPlan, build_plan
-from clawgym.schema import GROUPS
+from clawgym.config.compose import compose, group_options, to_plain
+from clawgym.plan.build import LaunchPlan, build_plan
+from clawgym.config.schema import GROUPS
 from clawgym.validate import violations
 
 TS = "20260101_000000"
@@ -268,7 +268,7 @@ def test_yaml_option_is_checked_against_the_schema(tmp_path, line: str, words: L
     from hydra import initialize_config_dir
     from hydra.errors import HydraException
 
-    from clawgym.config import config_dir
+    from clawgym.config.compose import config_dir
 
     conf = tmp_path / "conf"
     shutil.copytree(config_dir(), conf)

@@ -1,4 +1,4 @@
-"""One exit-code table (clawgym/exit_codes.py) for train.py and every clawgym command: 0 done, 1 the job
+"""One exit-code table (clawgym/common/exit_codes.py) for train.py and every clawgym command: 0 done, 1 the job
 failed, 2 refused before anything started (composition, validation, preflight, memory), 130 interrupted.
 Failed jobs (1, with the trainer's code in the message) and Ctrl-C (130) are driven through a real Ray head
 in tests/test_launch.py and tests/test_sweep.py; a memory plan that does not fit in tests/test_memory_preflight.py."""
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from clawgym import exit_codes
+from clawgym.common import exit_codes
 from tests.conftest import ROOT
 
 
@@ -26,7 +26,7 @@ def run(args, cwd: Path, module: bool = False) -> subprocess.CompletedProcess:
 def test_the_exit_code_page_is_generated_from_the_table_and_current():
     page = ROOT / "docs" / "reference" / "exit-codes.md"
     assert page.read_text() == exit_codes.markdown(), \
-        "regenerate: python -m clawgym.exit_codes > docs/reference/exit-codes.md"
+        "regenerate: python -m clawgym.common.exit_codes > docs/reference/exit-codes.md"
     assert [r.code for r in exit_codes.TABLE] == [0, 1, 2, 129, 130]
 
 

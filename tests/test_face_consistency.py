@@ -6,8 +6,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from clawgym.config import compose
-from clawgym.plan import build_plan
+from clawgym.config.compose import compose
+from clawgym.plan.build import build_plan
 from tests.conftest import ROOT
 
 

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from clawgym.config import compose, to_plain
+from clawgym.config.compose import compose, to_plain
 from clawgym.memory import gpus as G
 from clawgym.memory import memory_plan, this_node_gpu
 from tests.test_preflight import fake_nvidia_smi

@@ -14,10 +14,10 @@ from typing import Any, Dict, List
 
 import pytest
 
-from clawgym import ray_head
+from clawgym.backends import ray_head
 from clawgym.backends import local
-from clawgym.config import compose
-from clawgym.plan import build_plan
+from clawgym.config.compose import compose
+from clawgym.plan.build import build_plan
 
 
 class FakeStart:

@@ -17,7 +17,7 @@ from typing import Dict, List
 
 import pytest
 
-from clawgym import ray_head
+from clawgym.backends import ray_head
 from tests.test_launch import (ROOT, alive, base_overrides, clawgym_cli, head_processes, job_info, launcher_env,
                                run_train, submission_id_of, train_cmd)
 

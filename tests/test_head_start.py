@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from clawgym import ray_head
+from clawgym.backends import ray_head
 from tests.fixtures.ray_cluster import head_argv
 
 
@@ -74,8 +74,8 @@ def test_a_port_in_use_refuses_the_head_before_ray_start_runs():
 
 
 def test_preflight_counts_the_ports_of_the_head_being_started_as_its_own():
-    from clawgym.config import compose
-    from clawgym.plan import build_plan
+    from clawgym.config.compose import compose
+    from clawgym.plan.build import build_plan
     from clawgym.preflight.core import CheckFailed, Context, plain_config
     from clawgym.preflight.machine import check_ports
 

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from clawgym.config import config_dir
-from clawgym.hydra_mode import known_mode
+from clawgym.config.compose import config_dir
+from clawgym.config.hydra_mode import known_mode
 
 CONF = config_dir()
 

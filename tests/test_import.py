@@ -29,7 +29,7 @@ def _registries_present() -> bool:
 
         for flavour in FLAVOURS:
             load_registry(flavour)
-        import clawgym.flagmap  # noqa: F401
+        import clawgym.trainer.flagmap  # noqa: F401
     except Exception:  # noqa: BLE001 - any failure means: not there yet
         return False
     return True
@@ -37,7 +37,7 @@ def _registries_present() -> bool:
 
 needs_registry = pytest.mark.skipif(
     not _registries_present(),
-    reason="the flag registries (clawgym/registry/data/*.json) or the owner table (clawgym/flagmap.py) are "
+    reason="the flag registries (clawgym/registry/data/*.json) or the owner table (clawgym/trainer/flagmap.py) are "
            "absent: parity needs the trainer's parser as data",
 )
 
@@ -213,7 +213,7 @@ def test_model_and_layout_are_the_closest_options(imported):
 
 
 def _options(group):
-    from clawgym.config import group_options
+    from clawgym.config.compose import group_options
 
     return group_options(group)
 

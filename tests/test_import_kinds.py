@@ -45,8 +45,8 @@ def kinds(checkout, tmp_path_factory):
 
 
 def _plan(result):
-    from clawgym.config import compose
-    from clawgym.plan import build_plan
+    from clawgym.config.compose import compose
+    from clawgym.plan.build import build_plan
 
     out_dir = result.path.parent.parent
     cfg = compose([f"hydra.searchpath=[file://{out_dir}]", f"+experiment={result.name}"])
@@ -75,7 +75,7 @@ def test_sft_script_becomes_a_layout_without_rollout_engine(kinds):
     assert "--rollout-num-gpus" not in argv
     # The run holds the actor's GPUs only; the memory plan sizes no rollout engine.
     assert plan.gpus_required == 8
-    from clawgym.config import to_plain
+    from clawgym.config.compose import to_plain
     from clawgym.memory import memory_plan
 
     mem = memory_plan(to_plain(cfg)).to_dict()
@@ -227,9 +227,9 @@ def test_check_after_a_broken_edit_is_a_clean_error(edit, words, kinds, checkout
 
 
 def test_null_curated_key_emits_no_flag_and_validates_with_the_trainer_default():
-    from clawgym.config import compose, to_plain
-    from clawgym.effective import effective_config
-    from clawgym.plan import build_plan
+    from clawgym.config.compose import compose, to_plain
+    from clawgym.trainer.effective import effective_config
+    from clawgym.plan.build import build_plan
     from clawgym.validate import violations
 
     cfg = compose(["trainer=slime", "sandbox=none", "sglang.mem_fraction_static=null", "rollout.temperature=null",
@@ -251,8 +251,8 @@ def _free_port() -> int:
 
 def test_supervisor_starts_service_waits_for_health_and_stops_it(tmp_path):
     """run_services.py: the service answers before the command runs; it is stopped after."""
-    from clawgym.snapshot import write_job_files
-    from clawgym.plan import LaunchPlan
+    from clawgym.snapshot.core import write_job_files
+    from clawgym.plan.build import LaunchPlan
 
     port = _free_port()
     pidfile = tmp_path / "service.pid"

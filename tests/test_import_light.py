@@ -7,7 +7,7 @@ import sys
 from tests.conftest import ROOT
 
 HEAVY = ("ray", "torch", "docker", "wandb")
-MODULES = ("clawgym", "clawgym.config", "clawgym.plan", "clawgym.validate", "clawgym.app")
+MODULES = ("clawgym", "clawgym.config.compose", "clawgym.plan.build", "clawgym.validate", "clawgym.app")
 
 
 def test_import_clawgym_imports_no_heavy_module():

@@ -18,7 +18,7 @@ from typing import Dict, List, Optional
 
 import pytest
 
-from clawgym import ray_head
+from clawgym.backends import ray_head
 from tests.fixtures.checkout import LAUNCH_SKIPS, checkout_overrides
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -62,8 +62,8 @@ def run_train(overrides: List[str], tmp_path: Path, env: Dict[str, str], timeout
 
 
 def plan_for(overrides: List[str], environ: Dict[str, str]):
-    from clawgym.config import compose
-    from clawgym.plan import build_plan
+    from clawgym.config.compose import compose
+    from clawgym.plan.build import build_plan
 
     return build_plan(compose(overrides), environ=environ, timestamp="test")
 
@@ -267,7 +267,7 @@ def test_jobs_command_names_the_fix_for_an_unknown_job(ray_cluster, state_dir):
 
 
 def test_jobs_command_at_a_dead_address_says_no_dashboard_answers_there(state_dir):
-    from clawgym.ray_head import free_port
+    from clawgym.backends.ray_head import free_port
 
     dead = f"http://127.0.0.1:{free_port()}"  # nothing listens there
     for args in (["status", "clawgym-some-job"], ["logs", "clawgym-some-job"], ["stop", "clawgym-some-job"], ["list"]):
@@ -418,8 +418,8 @@ def test_ctrl_c_stops_the_job_exits_130_and_leaves_nothing_running(clawgym_check
 
 
 def test_follow_falls_back_to_polling_when_the_log_stream_drops(ray_cluster, tmp_path, capsys):
-    from clawgym.launch import JobHandle, submit
-    from clawgym.plan import LaunchPlan
+    from clawgym.launch.rayjob import JobHandle, submit
+    from clawgym.plan.build import LaunchPlan
 
     class DroppedStream(JobHandle):
         def _tail(self, out):  # the websocket closes at once while the job runs on

@@ -23,7 +23,7 @@ from hydra.core.plugins import Plugins
 from hydra.plugins.launcher import Launcher
 from hydra.test_utils.launcher_common_tests import IntegrationTestSuite, LauncherTestSuite
 
-import clawgym.config  # noqa: F401  (makes the plugin importable from a bare checkout)
+import clawgym.config.compose  # noqa: F401  (makes the plugin importable from a bare checkout)
 
 ROOT = Path(__file__).resolve().parent.parent
 LAUNCHERS = ROOT / "launchers"
@@ -161,7 +161,7 @@ def test_editable_install_lists_launcher(tmp_path) -> None:
     src = tmp_path / "src"
     listed = _plugins_listed(python, src / "train.py", tmp_path)
     assert "ClawGymLauncher" in listed
-    # Hydra's own scan finds it through the install alone (clawgym.config, which would
+    # Hydra's own scan finds it through the install alone (clawgym.config.compose, which would
     # add launchers/ of a bare checkout to sys.path, is not imported here): hydra#2359.
     code = ("from hydra.core.plugins import Plugins; from hydra.plugins.launcher import Launcher;"
             "import hydra_plugins.clawgym_launcher as m; print(m.__file__);"

@@ -9,7 +9,7 @@ resolved against the importing package) and held against four rules:
 - no import cycle among clawgym modules (every import counts, also one inside a function: Python
   runs it all the same, only later);
 - no private name (``_x``) of another module imported or reached as ``module._x``;
-- the face names no backend (``clawgym.backends*``, ``clawgym.ray_head``): it asks the pipeline.
+- the face names no backend (``clawgym.backends*``, ``clawgym.backends.ray_head``): it asks the pipeline.
 """
 
 from __future__ import annotations
@@ -32,21 +32,21 @@ FLOORS: List[Tuple[str, Tuple[str, ...]]] = [
     (
         "sweep/tuner",
         (
-            "clawgym.sweep",
+            "clawgym.sweep.core",
             "clawgym.tuner",
             "hydra_plugins.clawgym_launcher",
             "hydra_plugins.clawgym_sweeper",
         ),
     ),
-    ("pipeline", ("clawgym.pipeline", "clawgym.clusters", "clawgym.prepare")),
+    ("pipeline", ("clawgym.pipeline.core", "clawgym.pipeline.clusters", "clawgym.pipeline.prepare")),
     (
         "backends",
         (
             "clawgym.backends",
             "clawgym.preflight",
-            "clawgym.snapshot",
-            "clawgym.launch",
-            "clawgym.ray_head",
+            "clawgym.snapshot.core",
+            "clawgym.launch.rayjob",
+            "clawgym.backends.ray_head",
             "clawgym.runs",
             "clawgym.importer",
         ),
@@ -54,39 +54,39 @@ FLOORS: List[Tuple[str, Tuple[str, ...]]] = [
     ("search", ("clawgym.search",)),
     (
         "translations",
-        ("clawgym.plan", "clawgym.allocation", "clawgym.validate", "clawgym.memory", "clawgym.steptime"),
+        ("clawgym.plan.build", "clawgym.plan.allocation", "clawgym.validate", "clawgym.memory", "clawgym.steptime"),
     ),
     (
         "base",
         (
             "clawgym",
-            "clawgym.config",
-            "clawgym.schema",
-            "clawgym.schema_cache",
-            "clawgym.hydra_mode",
+            "clawgym.config.compose",
+            "clawgym.config.schema",
+            "clawgym.config.schema_cache",
+            "clawgym.config.hydra_mode",
             "clawgym.registry",
-            "clawgym.secrets",
-            "clawgym.effective",
-            "clawgym.flagmap",
-            "clawgym.generated",
-            "clawgym.trainer_args",
-            "clawgym.wandb_env",
-            "clawgym.layout",
+            "clawgym.common.secrets",
+            "clawgym.trainer.effective",
+            "clawgym.trainer.flagmap",
+            "clawgym.trainer.generated",
+            "clawgym.trainer.args",
+            "clawgym.trainer.wandb_env",
+            "clawgym.common.savedir",
             "clawgym.jobside",
-            "clawgym.fsutil",
-            "clawgym.text",
-            "clawgym.console",
-            "clawgym.overrides",
-            "clawgym.ownership",
-            "clawgym.exit_codes",
-            "clawgym.keys",
-            "clawgym.provenance",
+            "clawgym.common.fsutil",
+            "clawgym.common.text",
+            "clawgym.common.console",
+            "clawgym.common.overrides",
+            "clawgym.common.ownership",
+            "clawgym.common.exit_codes",
+            "clawgym.config.keys",
+            "clawgym.config.provenance",
         ),
     ),
 ]
 
 #: What the face may not name: it reaches a cluster through the pipeline.
-BACKEND_MODULES = ("clawgym.backends", "clawgym.ray_head")
+BACKEND_MODULES = ("clawgym.backends", "clawgym.backends.ray_head")
 
 #: Roots whose table entry is the package's own __init__ only (not a catch-all for what is under it).
 EXACT_ONLY = {"clawgym"}
@@ -350,7 +350,7 @@ def test_the_table_knows_the_modules_it_checks():
     # The reader itself must see what the rules are about: the face, a backend, the launcher
     # plugin, and imports both at the top and inside functions; otherwise every check above
     # would pass on an empty list.
-    assert {"train", "clawgym.app", "clawgym.backends.local", "clawgym.pipeline"} <= set(MODULES)
+    assert {"train", "clawgym.app", "clawgym.backends.local", "clawgym.pipeline.core"} <= set(MODULES)
     assert "hydra_plugins.clawgym_launcher._core" in MODULES
     assert any(imp.top for imp in IMPORTS) and any(not imp.top for imp in IMPORTS)
     assert floor_of("clawgym.search.layout") == floor_of("clawgym.search")

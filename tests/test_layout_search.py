@@ -12,7 +12,7 @@ from typing import List, Tuple
 
 import pytest
 
-from clawgym.config import compose, config_dir, to_plain
+from clawgym.config.compose import compose, config_dir, to_plain
 from clawgym.memory import memory_plan
 from clawgym.search import constraint_keys, search
 from clawgym.validate import violations
@@ -199,12 +199,12 @@ def test_gpu_layout_auto_with_nothing_that_fits_is_refused_with_exit_2(tmp_path)
 
 
 def test_the_snapshot_of_an_auto_launch_records_the_choice_and_clawgym_show_prints_it(tmp_path, capsys):
-    from clawgym import snapshot as snap_mod
+    from clawgym.snapshot import core as snap_mod
     from clawgym.app import apply_layout
     from clawgym.cli import main
-    from clawgym.plan import build_plan_from_dict
+    from clawgym.plan.build import build_plan_from_dict
     from clawgym.search import resolve_auto
-    from clawgym.snapshot import LaunchRecord, recorded_launch, write_launch_snapshot
+    from clawgym.snapshot.core import LaunchRecord, recorded_launch, write_launch_snapshot
 
     # What app.run does for a launch with gpu_layout=auto, up to the snapshot the pipeline writes.
     overrides = [f"paths.save={tmp_path}", "model=qwen3_4b", "gpu_layout=auto", "memory.gpu=h100_80gb"]

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from clawgym.config import compose, to_plain
-from clawgym.effective import effective_config
+from clawgym.config.compose import compose, to_plain
+from clawgym.trainer.effective import effective_config
 from clawgym.memory import evaluate
 from clawgym.validate import check
 

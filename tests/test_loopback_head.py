@@ -1,7 +1,7 @@
 """A local head clawgym starts listens on loopback only, every one of its services.
 
 Started the way a launch starts it (the plan's ``ray start`` argv and head environment,
-through :mod:`clawgym.ray_head`), with a job running on it so the job's supervisor actor and
+through :mod:`clawgym.backends.ray_head`), with a job running on it so the job's supervisor actor and
 driver are there too; then every listening TCP socket and every bound UDP socket of the
 head's processes (found by its session and marker, as stopping it finds them) must be on
 127.0.0.0/8 or ::1 (IPv4-mapped loopback included).
@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from clawgym import ray_head
+from clawgym.backends import ray_head
 
 
 @pytest.fixture(autouse=True)
@@ -45,9 +45,9 @@ def _bound_sockets(pids):
 
 
 def test_every_socket_a_started_head_listens_on_is_loopback(tmp_path):
-    from clawgym.config import compose
-    from clawgym.launch import submit
-    from clawgym.plan import build_plan
+    from clawgym.config.compose import compose
+    from clawgym.launch.rayjob import submit
+    from clawgym.plan.build import build_plan
 
     gcs, dash = ray_head.free_port(), ray_head.free_port()
     plan = build_plan(compose([f"ray.port={gcs}", f"ray.dashboard_port={dash}", "ray.num_gpus=8"]),

@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
-from clawgym import ray_head
-from clawgym.launch import EXIT_LOST_CONTACT, JobHandle, submit
-from clawgym.plan import LaunchPlan
+from clawgym.backends import ray_head
+from clawgym.launch.rayjob import EXIT_LOST_CONTACT, JobHandle, submit
+from clawgym.plan.build import LaunchPlan
 from tests.fixtures.ray_cluster import head_argv
 
 

@@ -15,7 +15,7 @@ from typing import Any, Dict, List, Tuple
 
 import pytest
 
-from clawgym.config import compose, to_plain
+from clawgym.config.compose import compose, to_plain
 from clawgym.search.advice import memory_plan
 from clawgym.memory import params as P
 from clawgym.memory.rollout import auto_fraction, cell_bytes
@@ -167,7 +167,7 @@ def test_a_null_mem_fraction_static_is_sglangs_own_choice():
 
 
 def test_the_plan_imports_no_torch_megatron_or_sglang():
-    code = ("import sys; from clawgym.config import compose, to_plain; from clawgym.memory import memory_plan; "
+    code = ("import sys; from clawgym.config.compose import compose, to_plain; from clawgym.memory import memory_plan; "
             "memory_plan(to_plain(compose([]))); "
             "bad = [m for m in ('torch', 'megatron', 'sglang') if m in sys.modules]; assert not bad, bad")
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)

@@ -10,10 +10,10 @@ import sys
 from pathlib import Path
 from typing import List
 
-from clawgym.prepare import attach_memory
+from clawgym.pipeline.prepare import attach_memory
 from clawgym.cli import main as cli
-from clawgym.config import compose
-from clawgym.plan import build_plan
+from clawgym.config.compose import compose
+from clawgym.plan.build import build_plan
 from clawgym.preflight import PreflightError, check_names, run_preflight
 from clawgym.validate import validate
 from tests.conftest import ROOT
@@ -115,7 +115,7 @@ def test_the_memory_table_says_the_kv_cache_is_why_a_plan_whose_peak_fits_does_n
 
     # SGLang keeps too little for its KV cache; the actor's peak (41 GiB) is well within the GPU.
     cfg = compose(["memory.gpu=h100_80gb", "sglang.mem_fraction_static=0.12"])
-    from clawgym.config import to_plain
+    from clawgym.config.compose import to_plain
     from clawgym.memory import memory_plan
 
     plan = memory_plan(to_plain(cfg)).to_dict()

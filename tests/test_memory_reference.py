@@ -13,7 +13,7 @@ from typing import Any, Dict, List
 
 import pytest
 
-from clawgym.config import compose, to_plain
+from clawgym.config.compose import compose, to_plain
 from clawgym.memory import memory_plan
 from tests.conftest import ROOT
 

@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from clawgym.config import compose, to_plain
+from clawgym.config.compose import compose, to_plain
 from tests.conftest import ROOT
 
 REFERENCE = ROOT / "benchmarks" / "memory_reference.json"

@@ -18,9 +18,9 @@ from typing import Any, Dict, Iterator, List, Tuple
 
 import pytest
 
-from clawgym.config import compose, config_dir, group_options, to_plain
-from clawgym.flagmap import get_key, upstream_only_rows
-from clawgym.plan import build_plan
+from clawgym.config.compose import compose, config_dir, group_options, to_plain
+from clawgym.trainer.flagmap import get_key, upstream_only_rows
+from clawgym.plan.build import build_plan
 from clawgym.preflight.checkpoint import all_moe, check_checkpoint, compare, layer_pattern
 from clawgym.preflight.core import CheckFailed, Context
 from clawgym.validate import violations

@@ -1,8 +1,8 @@
 """One owner per resource (issue 28: findings 2, 3, 5, 6 and 13a): what a launch takes is
-recorded when it takes it (clawgym/ownership.py), and nobody else's is touched.
+recorded when it takes it (clawgym/common/ownership.py), and nobody else's is touched.
 
 Real parts: real dockerd containers, real processes holding the records (a launcher is a
-Python process that claimed through clawgym.ownership), a real Ray head for the launches, and
+Python process that claimed through clawgym.common.ownership), a real Ray head for the launches, and
 the job supervisor (clawgym/jobside/run_services.py) run as the job runs it.
 """
 
@@ -24,8 +24,10 @@ from typing import Dict, List
 
 import pytest
 
-from clawgym import ownership, ray_head
-from clawgym.config import compose
+from clawgym.common import ownership
+
+from clawgym.backends import ray_head
+from clawgym.config.compose import compose
 from clawgym.preflight import cleanup_leftovers
 from clawgym.preflight.sandbox import engine_address
 from tests.test_launch import ROOT, base_overrides, clawgym_cli, launcher_env, run_train, submission_id_of
@@ -42,10 +44,10 @@ def state(tmp_path, monkeypatch) -> Path:
 
 
 def holder(state: Path, code: str) -> subprocess.Popen:
-    """Another launcher: a process that claims through clawgym.ownership, prints its launch id, and waits."""
+    """Another launcher: a process that claims through clawgym.common.ownership, prints its launch id, and waits."""
     script = textwrap.dedent(f"""
         import sys, time
-        from clawgym import ownership
+        from clawgym.common import ownership
         {code}
         print(rec.id, flush=True)
         time.sleep(600)
@@ -112,7 +114,7 @@ def test_a_save_dir_a_live_launch_holds_is_refused_with_who_holds_it_and_only_on
     other = tmp_path / "exp" / "race"
     racers = [subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
         import time
-        from clawgym import ownership
+        from clawgym.common import ownership
         time.sleep(max(0.0, {time.time() + 2.0} - time.time()))
         try:
             ownership.claim(runs=['race'], save_dirs=[{str(other)!r}], sandboxes=[])
@@ -178,7 +180,7 @@ def test_a_port_reserved_for_a_head_being_started_cannot_be_reserved_again(state
     port = ray_head.free_port()
     other = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
         import time
-        from clawgym import ray_head
+        from clawgym.backends import ray_head
         r = ray_head.PortReservation()
         r.hold('127.0.0.1', {port}, 'ray.port')
         print('held', flush=True)

@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from clawgym.memory.params import count
-from clawgym.schema import ModelConfig
+from clawgym.config.schema import ModelConfig
 from tests.conftest import ROOT
 
 DATA = json.loads((Path(__file__).resolve().parent / "data" / "param_counts.json").read_text())

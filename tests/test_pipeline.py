@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from clawgym.launch import ports_of, trainer_exit_code
-from clawgym.plan import LaunchPlan
+from clawgym.launch.rayjob import ports_of, trainer_exit_code
+from clawgym.plan.build import LaunchPlan
 
 
 def _plan(argv, env=None, ray_start=None, address="http://127.0.0.1:1") -> LaunchPlan:
@@ -28,7 +28,7 @@ def test_the_trainer_exit_code_is_read_from_rays_failure_message():
 
 def test_backend_for_picks_a_local_head_or_an_existing_cluster_from_the_plan():
     from clawgym.backends import Backend
-    from clawgym.clusters import backend_for
+    from clawgym.pipeline.clusters import backend_for
     from clawgym.backends.existing import ExistingCluster
     from clawgym.backends.local import LocalHead
 
@@ -43,7 +43,7 @@ def test_backend_for_picks_a_local_head_or_an_existing_cluster_from_the_plan():
 def test_the_pipeline_has_no_backend_specific_branches():
     import inspect
 
-    import clawgym.pipeline as pipeline
+    import clawgym.pipeline.core as pipeline
 
     source = inspect.getsource(pipeline)
     for name in ("LocalHead", "ExistingCluster", "ray_start", "ray_head", "isinstance(", ".name =="):
@@ -56,16 +56,16 @@ def test_backends_render_their_dry_run_artefacts_and_never_reach_into_the_pipeli
     import clawgym.app as app
     import clawgym.backends.slurm_run as slurm_run
     from clawgym.backends import Backend
-    from clawgym.clusters import backend_for
+    from clawgym.pipeline.clusters import backend_for
     from clawgym.backends.kuberay import KubeRayBackend
     from clawgym.backends.slurm import SlurmBackend
-    from clawgym.config import compose, to_plain
-    from clawgym.plan import build_plan
+    from clawgym.config.compose import compose, to_plain
+    from clawgym.plan.build import build_plan
 
     source = inspect.getsource(app)
     for name in ("slurm", "kuberay", "batch_script", "manifest_yaml"):
         assert name not in source, name
-    assert "clawgym.pipeline" not in inspect.getsource(slurm_run)
+    assert "clawgym.pipeline.core" not in inspect.getsource(slurm_run)
     for overrides, kind, artefact in ((["cluster=slurm"], SlurmBackend, "slurm_batch.sh"),
                                       (["cluster=kuberay", "kuberay.image=i:1", "kuberay.pvc=p"], KubeRayBackend,
                                        "rayjob.yaml"),

@@ -18,8 +18,8 @@ from typing import Dict, List, Tuple
 
 import pytest
 
-from clawgym.config import compose
-from clawgym.plan import LaunchPlan, build_plan, format_plan
+from clawgym.config.compose import compose
+from clawgym.plan.build import LaunchPlan, build_plan, format_plan
 from clawgym.validate import violations
 
 GOLDEN = Path(__file__).resolve().parent / "golden"

@@ -16,8 +16,8 @@ from typing import Any, List, Tuple
 
 import pytest
 
-from clawgym.config import compose
-from clawgym.plan import build_plan
+from clawgym.config.compose import compose
+from clawgym.plan.build import build_plan
 from clawgym.preflight import PreflightError, Report, check_names, run_preflight
 from clawgym.preflight.checkpoint import layer_pattern
 from clawgym.validate import validate
@@ -405,7 +405,7 @@ def test_preflight_only_failure_exits_2_like_a_preflight_failure_during_a_launch
         [sys.executable, str(ROOT / "train.py"), "preflight_only=true", f"paths.root={checkout}",
          "skip_checks=[docker,image,gpus]", f"hydra.run.dir={tmp_path}/run", *_ports()],
         cwd=tmp_path, env=_cli_env(), capture_output=True, text=True, timeout=120)
-    # Refused before anything started (clawgym/exit_codes.py): 2, as the same failure during a launch.
+    # Refused before anything started (clawgym/common/exit_codes.py): 2, as the same failure during a launch.
     assert out.returncode == 2, out.stdout + out.stderr
     assert "✗ checkpoint" in out.stdout and "set model.rotary_base=1000000" in out.stdout
     assert "preflight failed at 'checkpoint' (1 check)" in out.stderr and "Traceback" not in out.stderr

@@ -13,7 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from clawgym.config import compose
+from clawgym.config.compose import compose
 from clawgym.preflight import PreflightError, Report
 from tests.fixtures.docker_engine import run_checks, build_rootfs, require_rootfs_tools
 
@@ -106,8 +106,8 @@ def test_rootfs_whose_bash_cannot_run_fails_the_chroot_entry(openclaw_rootfs, cl
 def test_chroot_preflight_never_contacts_or_imports_docker(openclaw_rootfs, clawgym_checkout):
     script = (
         "import sys\n"
-        "from clawgym.config import compose\n"
-        "from clawgym.plan import build_plan\n"
+        "from clawgym.config.compose import compose\n"
+        "from clawgym.plan.build import build_plan\n"
         "from clawgym.preflight import cleanup_leftovers, run_preflight\n"
         f"cfg = compose(['paths.root={clawgym_checkout}', 'sandbox=chroot', 'sandbox.rootfs={openclaw_rootfs}',"
         f" '{OFF}'])\n"

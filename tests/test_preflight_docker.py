@@ -13,7 +13,7 @@ from typing import List
 
 import pytest
 
-from clawgym.config import compose
+from clawgym.config.compose import compose
 from tests.fixtures.docker_engine import run_checks
 from clawgym.preflight import PreflightError, Report, cleanup_leftovers
 

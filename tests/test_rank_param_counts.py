@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from clawgym.memory.params import per_rank, per_stage
-from clawgym.schema import ModelConfig
+from clawgym.config.schema import ModelConfig
 from tests.conftest import ROOT
 
 DATA = json.loads((Path(__file__).resolve().parent / "data" / "rank_param_counts.json").read_text())

@@ -1,4 +1,4 @@
-"""clawgym.ray_head: a head is stopped through its record, and nothing else ever is."""
+"""clawgym.backends.ray_head: a head is stopped through its record, and nothing else ever is."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ import uuid
 
 import pytest
 
-from clawgym import ray_head
-from clawgym.launch import resolve_secrets
-from clawgym.plan import LaunchPlan
+from clawgym.backends import ray_head
+from clawgym.launch.rayjob import resolve_secrets
+from clawgym.plan.build import LaunchPlan
 
 
 @pytest.fixture(autouse=True)

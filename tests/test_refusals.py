@@ -12,7 +12,7 @@ from typing import Dict, List
 
 import pytest
 
-from clawgym.config import compose
+from clawgym.config.compose import compose
 from clawgym.validate import ConfigError, violations
 from tests.conftest import ROOT
 

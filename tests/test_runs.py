@@ -155,8 +155,8 @@ def row_of(rows: List[dict], lr: str) -> dict:
 
 @pytest.mark.parametrize("flavour", ["clawgym", "slime"])
 def test_events_go_to_the_save_dir_in_both_flavours_unless_turned_off(flavour):
-    from clawgym.config import compose
-    from clawgym.plan import build_plan
+    from clawgym.config.compose import compose
+    from clawgym.plan.build import build_plan
 
     base = [f"trainer={flavour}", "paths.root=/ckpt/ClawGym-RL"]
     plan = build_plan(compose(base), environ={}, timestamp="20260101_000000")
@@ -462,11 +462,11 @@ def test_status_of_a_run_whose_cluster_is_gone_is_the_end_the_launcher_saw(sweep
     ended = json.loads((snap / "ended.json").read_text())
     assert ended["status"] == "succeeded" and ended["exit_code"] == 0
     # The snapshot is still whole (ended.json is one of the files added after it was written).
-    from clawgym.snapshot import verify_snapshot
+    from clawgym.snapshot.core import verify_snapshot
 
     verify_snapshot(snap)
     sub = json.loads((snap / "submitted.json").read_text())
-    from clawgym import ray_head
+    from clawgym.backends import ray_head
 
     sub["address"] = f"http://127.0.0.1:{ray_head.free_port()}"  # nobody answers there
     (snap / "submitted.json").write_text(json.dumps(sub))

@@ -17,8 +17,8 @@ from typing import Any, List, Tuple
 
 import pytest
 
-from clawgym.config import compose, to_plain
-from clawgym.plan import build_plan
+from clawgym.config.compose import compose, to_plain
+from clawgym.plan.build import build_plan
 from clawgym.preflight import PreflightError, Report, run_preflight
 from clawgym.preflight.data import trainer_flags
 from clawgym.validate import violations
@@ -276,8 +276,8 @@ def test_prompt_data_run_needs_no_docker_engine_or_rootfs(checkout, data, tmp_pa
     """Preflight and leftover cleanup of sandbox=none pass with no engine reachable, and never import docker."""
     script = textwrap.dedent(f"""
         import sys
-        from clawgym.config import compose
-        from clawgym.plan import build_plan
+        from clawgym.config.compose import compose
+        from clawgym.plan.build import build_plan
         from clawgym.preflight import cleanup_leftovers, run_preflight
         from clawgym.validate import validate
         cfg = compose({["sandbox=none", f"paths.root={checkout}", "skip_checks=[gpus,ports,cluster]", RM,

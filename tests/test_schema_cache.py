@@ -9,7 +9,9 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from clawgym import config, schema_cache
+from clawgym.config import compose as config
+
+from clawgym.config import schema_cache
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -56,7 +58,7 @@ def test_schema_change_changes_the_key(tmp_path, monkeypatch):
     key = schema_cache.cache_key()
     fake_schema = tmp_path / "schema.py"
     fake_schema.write_text(Path(schema_cache.__file__).with_name("schema.py").read_text() + "\n# changed\n")
-    import clawgym.schema as s
+    import clawgym.config.schema as s
     monkeypatch.setattr(s, "__file__", str(fake_schema))
     assert schema_cache.cache_key() != key
 
@@ -68,7 +70,7 @@ def test_unwritable_cache_dir_still_composes(tmp_path):
     env = {**os.environ, "CLAWGYM_CACHE_DIR": str(ro / "sub")}
     # root ignores permissions; a file where the dir should be makes it unwritable for anyone.
     (ro / "sub").write_text("not a dir") if os.geteuid() == 0 else None
-    proc = subprocess.run([sys.executable, "-c", "from clawgym.config import compose; print(compose([]).model.name)"],
+    proc = subprocess.run([sys.executable, "-c", "from clawgym.config.compose import compose; print(compose([]).model.name)"],
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip()

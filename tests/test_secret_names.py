@@ -12,8 +12,8 @@ import json
 
 import pytest
 
-from clawgym.config import compose
-from clawgym.secrets import MASK
+from clawgym.config.compose import compose
+from clawgym.common.secrets import MASK
 from clawgym.validate import ConfigError, check
 from tests.test_snapshot import launch_snapshot
 
@@ -60,7 +60,7 @@ def test_a_short_secret_is_found_and_masked(monkeypatch):
 
 
 def test_redact_config_masks_secret_names_and_flags_whatever_their_length():
-    from clawgym.secrets import redact_config
+    from clawgym.common.secrets import redact_config
 
     c = {"extra_env": {"HF_TOKEN": "abc", "PLAIN": "keep"}, "extra_args": ["--router-api-key", "xy", "--lr", "1"],
          "args": {"sglang_api_key": "z"}, "note": f"holds {WANDB}"}

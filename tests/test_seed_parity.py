@@ -364,8 +364,8 @@ def run_seed(root: Path, env: Mapping[str, str], tmp_path: Path) -> SeedRun:
 
 
 def our_plan(root: Path, overrides: List[str], environ: Mapping[str, str]):
-    from clawgym.config import compose
-    from clawgym.plan import build_plan
+    from clawgym.config.compose import compose
+    from clawgym.plan.build import build_plan
     from clawgym.validate import violations
 
     cfg = compose([f"paths.root={root}", *overrides])
@@ -376,9 +376,9 @@ def our_plan(root: Path, overrides: List[str], environ: Mapping[str, str]):
 def assert_parity(seed: SeedRun, cfg, plan, environ: Mapping[str, str], exported: set) -> None:
     """Same effective trainer flags, script, working dir, PYTHONPATH, job environment and head,
     up to the deliberate differences (each asserted here, never silently skipped)."""
-    from clawgym.config import to_plain
-    from clawgym.plan import format_plan
-    from clawgym.wandb_env import wandb_job_env
+    from clawgym.config.compose import to_plain
+    from clawgym.plan.build import format_plan
+    from clawgym.trainer.wandb_env import wandb_job_env
 
     c = to_plain(cfg)
     assert seed.returncode == 0, seed.output[-3000:]
@@ -620,7 +620,7 @@ def test_layouts_the_seed_refuses_are_reported(env, code, seed_checkout, tmp_pat
     """The seed refuses a layout over one node's GPUs, and so does clawgym on the one node of a
     head it starts (cluster=local); on a cluster of several nodes slime starts it (Ray places it
     over them), so there clawgym only warns and leaves the GPU count to the capacity check."""
-    from clawgym.config import compose
+    from clawgym.config.compose import compose
     from clawgym.validate import check
 
     seed = run_seed(seed_checkout, env, tmp_path)

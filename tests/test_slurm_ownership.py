@@ -16,7 +16,7 @@ from typing import Dict
 
 import pytest
 
-from clawgym import snapshot as snap_mod
+from clawgym.snapshot import core as snap_mod
 from tests.fixtures.checkout import LAUNCH_SKIPS, checkout_overrides
 from tests.test_snapshot import launch_snapshot
 
@@ -80,7 +80,7 @@ def _status(save: Path):
 
 def test_the_recorded_cluster_and_end_win_over_another_clusters_job_with_the_same_id(slurm_cluster, slurm_env,
                                                                                      tmp_path):
-    from clawgym.ownership import slurm_cluster as cluster_here
+    from clawgym.common.ownership import slurm_cluster as cluster_here
 
     here = cluster_here()
     assert here.get("cluster") == "clawgymtest" and here.get("controller"), here

@@ -23,8 +23,8 @@ from typing import Dict, List, Tuple
 import pytest
 
 from clawgym.backends.slurm import allocation, batch_script, sbatch_directives
-from clawgym.config import compose, to_plain
-from clawgym.plan import build_plan_from_dict
+from clawgym.config.compose import compose, to_plain
+from clawgym.plan.build import build_plan_from_dict
 from clawgym.validate import violations
 
 GOLDEN = Path(__file__).resolve().parent / "golden"

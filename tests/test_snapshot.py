@@ -1,4 +1,4 @@
-"""Launch snapshots: content, atomicity, no overwrite, no secrets (clawgym/snapshot.py)."""
+"""Launch snapshots: content, atomicity, no overwrite, no secrets (clawgym/snapshot/core.py)."""
 
 from __future__ import annotations
 
@@ -13,11 +13,11 @@ from typing import List, Optional, Sequence
 import pytest
 import yaml
 
-from clawgym import snapshot as snap_mod
-from clawgym.config import compose, config_dir
-from clawgym.plan import build_plan
-from clawgym.schema import GROUPS
-from clawgym.snapshot import (CHOICES_FILE, CONFIG_FILE, MANIFEST_FILE, META_FILE, OVERRIDES_FILE, PLAN_FILE,
+from clawgym.snapshot import core as snap_mod
+from clawgym.config.compose import compose, config_dir
+from clawgym.plan.build import build_plan
+from clawgym.config.schema import GROUPS
+from clawgym.snapshot.core import (CHOICES_FILE, CONFIG_FILE, MANIFEST_FILE, META_FILE, OVERRIDES_FILE, PLAN_FILE,
                               RESOLVED_FILE, SUBMITTED_FILE, LaunchRecord, SnapshotError, find_snapshot,
                               list_snapshots, recorded_launch,
                               write_launch_snapshot)
@@ -158,9 +158,9 @@ def test_crash_mid_write_leaves_no_visible_snapshot(tmp_path):
     script = textwrap.dedent(f"""
         import os, sys
         sys.path.insert(0, {str(ROOT)!r})
-        from clawgym import snapshot
-        from clawgym.config import compose
-        from clawgym.plan import build_plan
+        from clawgym.snapshot import core as snapshot
+        from clawgym.config.compose import compose
+        from clawgym.plan.build import build_plan
         real, n = snapshot.write_synced, []
         def dying(path, text):
             n.append(path)
@@ -209,9 +209,9 @@ def test_hydra_run_records_task_overrides_and_group_choices(tmp_path):
         import os, sys
         sys.path.insert(0, {str(ROOT)!r})
         import hydra
-        import clawgym.config
-        from clawgym.plan import build_plan
-        from clawgym.snapshot import write_launch_snapshot
+        import clawgym.config.compose
+        from clawgym.plan.build import build_plan
+        from clawgym.snapshot.core import write_launch_snapshot
 
         @hydra.main(version_base="1.3", config_path={str(config_dir())!r}, config_name="config")
         def main(cfg):
@@ -237,7 +237,7 @@ def test_hydra_run_records_task_overrides_and_group_choices(tmp_path):
 def test_sweep_jobs_each_snapshot_their_own_overrides_and_stamp_their_checkpoints(
         clawgym_checkout, ray_cluster, tmp_path):
     """A real two-job sweep on the session's Ray head: per-job overrides, choices and stamps."""
-    from clawgym.snapshot import list_checkpoints
+    from clawgym.snapshot.core import list_checkpoints
     from tests.fixtures.checkout import LAUNCH_SKIPS, checkout_overrides
 
     overrides = [*checkout_overrides(clawgym_checkout, skip_checks=LAUNCH_SKIPS), *ray_cluster.overrides(),

@@ -10,9 +10,9 @@ import shutil
 
 import pytest
 
-from clawgym import snapshot as snap_mod
+from clawgym.snapshot import core as snap_mod
 from clawgym.cli import main as cli
-from clawgym.snapshot import (MANIFEST_FILE, META_FILE, RESOLVED_FILE, SNAPSHOTS_RELPATH, SUBMITTED_FILE,
+from clawgym.snapshot.core import (MANIFEST_FILE, META_FILE, RESOLVED_FILE, SNAPSHOTS_RELPATH, SUBMITTED_FILE,
                               SnapshotError, discard_unsubmitted, find_snapshot, list_snapshots, load_snapshot,
                               mark_submitted, verify_snapshot)
 from tests.test_snapshot import SNAPSHOT_FILES, launch_snapshot
@@ -136,11 +136,11 @@ def test_stamped_copy_in_a_checkpoint_is_verified_too(tmp_path, capsys):
 def test_launch_stopped_before_submission_leaves_no_snapshot(clawgym_checkout, tmp_path, monkeypatch, stop):
     """The real launch path: preflight, then snapshots while the cluster comes up, then the
     cluster step fails or Ctrl-C arrives before the job is submitted."""
-    from clawgym import pipeline
+    from clawgym.pipeline import core as pipeline
     from clawgym.backends import BackendError
     from clawgym.backends.existing import ExistingCluster
-    from clawgym.config import compose
-    from clawgym.plan import build_plan
+    from clawgym.config.compose import compose
+    from clawgym.plan.build import build_plan
     from tests.fixtures.checkout import checkout_overrides
 
     save = tmp_path / "run"
@@ -195,7 +195,7 @@ def test_cut_short_format_2_snapshot_is_not_taken_for_format_1(tmp_path):
 
 
 def test_an_interrupted_launch_leaves_no_snapshots_dir_that_marks_the_folder_as_a_run(tmp_path):
-    from clawgym.config import compose
+    from clawgym.config.compose import compose
     from clawgym.validate import violations
 
     save = tmp_path / "exp" / "interrupted"

@@ -11,8 +11,8 @@ from typing import Dict, List
 
 import pytest
 
-from clawgym.config import compose, to_plain
-from clawgym.effective import effective_config
+from clawgym.config.compose import compose, to_plain
+from clawgym.trainer.effective import effective_config
 from clawgym.memory import gpus as G
 from clawgym.steptime import CONSTANTS, step_time
 from clawgym.steptime.compute import achieved_fraction

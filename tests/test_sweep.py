@@ -20,9 +20,9 @@ from typing import Dict, List, Optional
 import pytest
 from hydra.core.utils import JobStatus
 
-from clawgym import ray_head
-from clawgym.overrides import differing_overrides
-from clawgym.sweep import default_run_name
+from clawgym.backends import ray_head
+from clawgym.common.overrides import differing_overrides
+from clawgym.sweep.core import default_run_name
 from tests.fixtures.checkout import checkout_overrides
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from omegaconf import OmegaConf
 
-from clawgym.config import config_dir
-from clawgym.sweep import compose_jobs
+from clawgym.config.compose import config_dir
+from clawgym.sweep.core import compose_jobs
 
 SWEEPS = {
     "values only": [["rollout.temperature=0.5"], ["rollout.temperature=0.9"], ["rollout.temperature=1.0"]],
@@ -102,8 +102,8 @@ def test_the_sweepers_validation_compose_is_shared_and_handed_to_the_launcher(lo
 
 @pytest.mark.parametrize("name", list(SWEEPS))
 def test_a_jobs_resolved_values_are_those_of_its_task_config(loader, name):
-    from clawgym.config import to_plain
-    from clawgym.sweep import resolved_task, task_config
+    from clawgym.config.compose import to_plain
+    from clawgym.sweep.core import resolved_task, task_config
 
     master = _master(loader, ["hydra.sweep.dir=/tmp/somewhere"])
     for cfg in compose_jobs(loader, master, SWEEPS[name]):

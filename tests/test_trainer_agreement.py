@@ -11,7 +11,7 @@ nothing by design), and a refusal names the trainer's constraint among its error
 
 Composition is Hydra's once per set of group choices (model, layout, trainer); each entry's
 value overrides are then applied to a copy of that composition the way clawgym's sweeps do
-(clawgym/sweep.py: apply_value_overrides); a sample is checked against a full Hydra compose.
+(clawgym/sweep/core.py: apply_value_overrides); a sample is checked against a full Hydra compose.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from typing import Dict, List, Tuple
 import pytest
 from omegaconf import OmegaConf, open_dict, read_write
 
-from clawgym.config import compose, config_dir, to_plain
+from clawgym.config.compose import compose, config_dir, to_plain
 from clawgym.validate import check
 
 DATA = Path(__file__).parent / "data" / "trainer_verdicts"

@@ -19,11 +19,11 @@ from typing import Any, Dict, List, Tuple
 
 import pytest
 
-from clawgym.config import compose, to_plain
-from clawgym.flagmap import KINDS, ROWS, Owner, fork_only_rows, owned_dests, owners
-from clawgym.plan import build_plan
+from clawgym.config.compose import compose, to_plain
+from clawgym.trainer.flagmap import KINDS, ROWS, Owner, fork_only_rows, owned_dests, owners
+from clawgym.plan.build import build_plan
 from clawgym.registry import FLAVOURS, Flag, load_registry
-from clawgym.trainer_args import check_arg, choice_texts, lookup, render_arg
+from clawgym.trainer.args import check_arg, choice_texts, lookup, render_arg
 from clawgym.validate import violations
 from tests.conftest import ROOT
 
@@ -80,7 +80,7 @@ def test_closest_names_a_real_flag_for_a_typo():
 
 def test_loading_the_registry_is_lazy_and_imports_no_trainer():
     code = (
-        "import sys, json; import clawgym.config, clawgym.plan, clawgym.validate, clawgym.app, clawgym.registry as r;"
+        "import sys, json; import clawgym.config.compose, clawgym.plan.build, clawgym.validate, clawgym.app, clawgym.registry as r;"
         "lazy = r.load_registry.cache_info().currsize == 0;"
         "[r.load_registry(f) for f in r.FLAVOURS];"
         "heavy = sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'slime', 'megatron', 'sglang', 'ray'));"
@@ -366,8 +366,8 @@ def test_clawgym_flags_text_table_has_the_columns(capsys):
 
 def test_args_reach_cfg_job_snapshot_diff_and_wandb_config(tmp_path):
     from clawgym.commands.diff import config_changes, flag_changes, resolve_side
-    from clawgym.snapshot import RESOLVED_FILE, LaunchRecord, snapshot_files
-    from clawgym.wandb_env import wandb_config_document
+    from clawgym.snapshot.core import RESOLVED_FILE, LaunchRecord, snapshot_files
+    from clawgym.trainer.wandb_env import wandb_config_document
 
     proc = subprocess.run([sys.executable, "train.py", "--cfg", "job", "args.lr_warmup_iters=10"], cwd=ROOT,
                           capture_output=True, text=True, timeout=120)
@@ -404,12 +404,12 @@ def test_abbreviated_flag_is_refused_naming_the_whole_flag(flavour: str):
 
 def test_secret_index_matches_the_registries():
     """clawgym/registry/data/secret_options.json is derived from the registries (tools/gen_flag_registry.py
-    rewrites it; so does clawgym.secrets.write_secret_index()): every entry matches its file."""
-    from clawgym.secrets import _indexed_secret_options, _scan_secret_options
+    rewrites it; so does clawgym.common.secrets.write_secret_index()): every entry matches its file."""
+    from clawgym.common.secrets import _indexed_secret_options, _scan_secret_options
 
     for flavour in FLAVOURS:
         indexed = _indexed_secret_options(flavour)
-        assert indexed is not None, f"stale secret index for {flavour}: run clawgym.secrets.write_secret_index()"
+        assert indexed is not None, f"stale secret index for {flavour}: run clawgym.common.secrets.write_secret_index()"
         assert set(indexed) == _scan_secret_options(load_registry(flavour))
 
 
@@ -418,7 +418,7 @@ def test_a_secret_index_of_another_registry_file_is_not_used(tmp_path, monkeypat
     import shutil
 
     import clawgym.registry as registry
-    import clawgym.secrets as secrets
+    import clawgym.common.secrets as secrets
 
     data = tmp_path / "data"
     shutil.copytree(registry.DATA_DIR, data)

@@ -8,7 +8,7 @@ from typing import Dict, List, NamedTuple
 
 import pytest
 
-from clawgym.config import compose
+from clawgym.config.compose import compose
 from clawgym.validate import ConfigError, check, format_warnings
 from tests.conftest import ROOT
 from tests.test_validation import rule_codes_in_source

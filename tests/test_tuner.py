@@ -1,6 +1,6 @@
 """The clawgym sweeper (``hydra/sweeper=clawgym``): an asynchronous Optuna study of clawgym jobs.
 
-A real Ray head declaring 4 GPUs (started once for the module through clawgym.ray_head, stopped
+A real Ray head declaring 4 GPUs (started once for the module through clawgym.backends.ray_head, stopped
 through its record), ``python train.py -m hydra/sweeper=clawgym ...`` run as users run it, and
 the fixture checkout's stand-in trainer, whose logged reward is a known function of the swept
 values (STANDIN_PEAK_LR: a peak in log-lr, rising with the step) and whose trials last 1x to 3x
@@ -25,7 +25,7 @@ from optuna.storages import JournalStorage
 from optuna.storages.journal import JournalFileBackend
 from optuna.trial import TrialState
 
-from clawgym import ray_head
+from clawgym.backends import ray_head
 from tests.fixtures.checkout import checkout_overrides
 from tests.fixtures.ray_cluster import head_argv
 

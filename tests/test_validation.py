@@ -11,7 +11,7 @@ from typing import Any, Dict, List, NamedTuple
 
 import pytest
 
-from clawgym.config import compose
+from clawgym.config.compose import compose
 from clawgym.validate import ConfigError, Violation, check, validate, violations
 from tests.conftest import ROOT
 

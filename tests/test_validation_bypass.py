@@ -11,7 +11,7 @@ from typing import List
 
 import pytest
 
-from clawgym.config import compose, to_plain
+from clawgym.config.compose import compose, to_plain
 from clawgym.validate import ConfigError, check, violations
 from tests.conftest import ROOT
 
@@ -110,7 +110,7 @@ def test_dry_run_piped_to_head_writes_the_plan_without_traceback(tmp_path):
 
 def test_a_400_digit_int_is_refused_without_overflow():
     from clawgym.registry import load_registry
-    from clawgym.trainer_args import check_token
+    from clawgym.trainer.args import check_token
 
     huge = "9" * 400
     flag = load_registry("clawgym").by_dest("empty_unused_memory_level")
@@ -153,7 +153,7 @@ def test_option_strings_inside_args_lists_are_refused(value, code):
 
 def _secret_dests():
     from clawgym.registry import FLAVOURS, load_registry
-    from clawgym.secrets import secret_options
+    from clawgym.common.secrets import secret_options
 
     out = []
     for flavour in FLAVOURS:
@@ -250,7 +250,7 @@ def test_nan_inf_and_absurd_numbers_are_refused(override, key):
     ("+args.no_offload_rollout=false", "--offload-rollout", "--no-offload-rollout"),
 ])
 def test_args_no_star_means_the_option_it_spells(override, emitted, absent):
-    from clawgym.plan import trainer_argv
+    from clawgym.plan.build import trainer_argv
 
     c = to_plain(compose([override]))
     assert violations(c) == []

@@ -14,10 +14,10 @@ from typing import Any, Dict, List
 import yaml
 
 from clawgym.commands.diff import parse_flags
-from clawgym.config import compose, to_plain
-from clawgym.plan import build_plan_from_dict
-from clawgym.snapshot import LaunchRecord
-from clawgym.wandb_env import CONFIG_FILE_ENV, run_tags, wandb_job_env
+from clawgym.config.compose import compose, to_plain
+from clawgym.plan.build import build_plan_from_dict
+from clawgym.snapshot.core import LaunchRecord
+from clawgym.trainer.wandb_env import CONFIG_FILE_ENV, run_tags, wandb_job_env
 from tests.test_snapshot import SECRET_SGLANG, SECRET_WANDB, assert_no_secret_in_tree, launch_snapshot
 
 
@@ -31,7 +31,7 @@ def test_no_wandb_no_wandb_env():
 
 def test_tags_and_notes_come_from_experiment_and_sweep_run_name():
     c = plain(["exp_name=grpo4b"])
-    # As clawgym.sweep names a sweep job.
+    # As clawgym.sweep.core names a sweep job.
     c["run_name"] = "grpo4b_rollout.temperature=0.8,gpu_layout=split_1_1"
     env = wandb_job_env(c, use_wandb=True)
     assert env["WANDB_TAGS"].split(",") == ["grpo4b", "grpo4b_rollout.temperature=0.8;gpu_layout=split_1_1",

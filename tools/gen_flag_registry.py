@@ -682,7 +682,7 @@ def main(argv=None):
     if os.path.dirname(os.path.abspath(ns.out)) == os.path.join(repo, "clawgym", "registry", "data"):
         # Derived from the registries: the secret option strings, keyed by each file's sha256.
         sys.path.insert(0, repo)
-        from clawgym.secrets import write_secret_index
+        from clawgym.common.secrets import write_secret_index
 
         print(f"secret option index -> {write_secret_index()}")
     meta = registry["meta"]

@@ -54,7 +54,7 @@ FLAVOUR_BASE = {"clawgym": [], "slime": ["trainer=slime"]}
 
 
 def _is_group(override: str) -> bool:
-    from clawgym.config import config_dir
+    from clawgym.config.compose import config_dir
 
     key = override.split("=", 1)[0]
     return "." not in key and not key.startswith(("+", "~")) and (config_dir() / key).is_dir()
@@ -62,7 +62,7 @@ def _is_group(override: str) -> bool:
 
 class Composer:
     """Hydra's composition once per set of group choices (model, trainer); a layout line's value
-    overrides applied to a copy, as clawgym's sweeps do (clawgym/sweep.py); ``~key`` deletes.
+    overrides applied to a copy, as clawgym's sweeps do (clawgym/sweep/core.py); ``~key`` deletes.
     tests/test_layout_starts.py checks a sample against a full Hydra compose."""
 
     def __init__(self, path_root: Optional[str] = None):
@@ -75,7 +75,7 @@ class Composer:
     def plain(self, overrides: Sequence[str]) -> dict:
         from omegaconf import OmegaConf, open_dict, read_write
 
-        from clawgym.config import compose, to_plain
+        from clawgym.config.compose import compose, to_plain
 
         groups = tuple(o for o in overrides if _is_group(o))
         if groups not in self.templates:
@@ -97,7 +97,7 @@ class Composer:
 
 
 def models() -> List[str]:
-    from clawgym.config import group_options
+    from clawgym.config.compose import group_options
 
     return sorted(group_options("model"))
 
@@ -131,7 +131,7 @@ def found_layouts(flavour: str, case: Dict[str, Any], composer: Composer, top: i
 
 def request(i: int, overrides: Sequence[str], composer: Composer) -> Tuple[dict, dict]:
     """The judge request of a layout line (compose, build_plan; no validation: the trainer judges)."""
-    from clawgym.plan import build_plan_from_dict
+    from clawgym.plan.build import build_plan_from_dict
 
     c = composer.plain(overrides)
     plan = build_plan_from_dict(c, environ={}, timestamp="corpus")

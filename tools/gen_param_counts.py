@@ -29,7 +29,7 @@ OUT = ROOT / "tests" / "data" / "param_counts.json"
 
 
 def model_fields(path: Path) -> dict:
-    from clawgym.schema import ModelConfig
+    from clawgym.config.schema import ModelConfig
 
     base = {f.name: (f.default if f.default is not dataclasses.MISSING else None)
             for f in dataclasses.fields(ModelConfig)}

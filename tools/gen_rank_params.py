@@ -87,7 +87,7 @@ NOT_BUILDABLE = {
 
 
 def model_fields(name: str) -> dict:
-    from clawgym.schema import ModelConfig
+    from clawgym.config.schema import ModelConfig
 
     base = {f.name: (f.default if f.default is not dataclasses.MISSING else None)
             for f in dataclasses.fields(ModelConfig)}

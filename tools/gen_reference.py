@@ -3,8 +3,8 @@
     python tools/gen_reference.py            # rewrite the three pages
     python tools/gen_reference.py --check    # exit 1 naming every page that differs
 
-- ``config.md``: every key of the typed schema (``clawgym/schema.py``): group, type, default,
-  the help from the comment above the field, the trainer flag it owns (``clawgym/flagmap.py``),
+- ``config.md``: every key of the typed schema (``clawgym/config/schema.py``): group, type, default,
+  the help from the comment above the field, the trainer flag it owns (``clawgym/trainer/flagmap.py``),
   the keys and environment variables it derives from (its interpolation), and the
   ``conf/`` options that set it.
 - ``rules.md``: every validation rule code found in clawgym's source (a collector's ``add``,
@@ -209,7 +209,8 @@ def option_settings() -> Dict[str, List[str]]:
 
 
 def config_keys() -> List[Key]:
-    from clawgym import flagmap, schema
+    from clawgym.trainer import flagmap
+    from clawgym.config import schema
 
     comments = field_comments(ROOT / "clawgym" / "schema.py")
 
@@ -238,14 +239,14 @@ def _options_cell(options: List[str]) -> str:
 
 
 def render_config() -> str:
-    from clawgym import schema
+    from clawgym.config import schema
 
     keys = config_keys()
     out = [GENERATED, "", "# Config keys", "",
-           "Every key of the typed schema (`clawgym/schema.py`), group by group: its type, its default",
+           "Every key of the typed schema (`clawgym/config/schema.py`), group by group: its type, its default",
            "(the schema's: the one source of truth; `${...}` is an interpolation, so the key follows the",
            "keys it names), what it means (the schema's comment), the trainer flag it owns",
-           "(`clawgym/flagmap.py`; `clawgym flags` shows every other flag) and the `conf/` options that",
+           "(`clawgym/trainer/flagmap.py`; `clawgym flags` shows every other flag) and the `conf/` options that",
            "set it. Set any key on the command line: `python train.py group.key=value`.", ""]
     order = list(schema.GROUPS) + ["slurm", "kuberay", "(top level)"]
     seen = []

@@ -247,8 +247,8 @@ def _zoo(flavour: str) -> List[str]:
     """The zoo's models whose plan the flavour's trainer can take (a model that needs a flag of the
     other flavour, e.g. upstream's --allgather-cp, is refused by clawgym's trainer-flag rules
     before any trainer check: not a trainer verdict)."""
-    from clawgym.config import compose, group_options, to_plain
-    from clawgym.plan import build_plan_from_dict
+    from clawgym.config.compose import compose, group_options, to_plain
+    from clawgym.plan.build import build_plan_from_dict
 
     base = [] if flavour == "clawgym" else ["trainer=slime"]
     usable = []
@@ -353,18 +353,18 @@ def corpus(flavour: str, seed: int, draws: int) -> List[List[str]]:
 
 def requests(flavour: str, entries: List[List[str]]):
     """Plans for every entry (clawgym's compose and build_plan, no validation) as judge requests."""
-    from clawgym.config import compose, to_plain
-    from clawgym.plan import build_plan_from_dict
+    from clawgym.config.compose import compose, to_plain
+    from clawgym.plan.build import build_plan_from_dict
 
     import copy
 
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from omegaconf import OmegaConf, open_dict, read_write
 
-    from clawgym.config import config_dir
+    from clawgym.config.compose import config_dir
 
     # Hydra composes once per set of group choices; value overrides go on a copy (as clawgym's
-    # sweeps do, clawgym/sweep.py), which tests/test_trainer_agreement.py checks against Hydra.
+    # sweeps do, clawgym/sweep/core.py), which tests/test_trainer_agreement.py checks against Hydra.
     parser = OverridesParser.create()
     templates: Dict[tuple, Any] = {}
     reqs, plain = [], []

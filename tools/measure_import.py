@@ -95,7 +95,7 @@ def _model_of(out_dir: Path, result) -> Optional[Dict[str, Any]]:
     if not option:
         return None
     try:
-        from clawgym.config import compose
+        from clawgym.config.compose import compose
 
         cfg = compose([f"model={option}"])
         model = OmegaConf.to_container(cfg.model, resolve=True)
@@ -163,8 +163,8 @@ def import_one(rel: str, slime: Path, out_dir: Path) -> Dict[str, Any]:
         row["reason"] = f"import: {one_line(problems[0])}" + (f" (+{len(problems) - 1} more)" if len(problems) > 1 else "")
         row["model"] = _model_of(out_dir, result)
         return row
-    from clawgym.config import compose
-    from clawgym.plan import build_plan
+    from clawgym.config.compose import compose
+    from clawgym.plan.build import build_plan
     from omegaconf import OmegaConf
 
     cfg = compose([f"hydra.searchpath=[file://{out_dir.resolve()}]", f"+experiment={name}"])
@@ -210,7 +210,7 @@ def judge(rows: List[Dict[str, Any]], ns: argparse.Namespace) -> Dict[str, Dict[
 
 
 def compare_namespaces(a: Dict[str, Any], b: Dict[str, Any], row: Dict[str, Any]) -> List[str]:
-    from clawgym.generated import normalised
+    from clawgym.trainer.generated import normalised
     from clawgym.importer.parity import same
 
     diffs = []

@@ -1,6 +1,6 @@
 """Cluster backends: where the Ray cluster of a launch comes from, behind one small interface.
 
-The launch pipeline (:mod:`clawgym.pipeline`) talks to a :class:`Backend` only, and never
+The launch pipeline (:mod:`clawgym.pipeline.core`) talks to a :class:`Backend` only, and never
 asks which one it is. A backend answers six questions for the jobs of one launch (a single
 run is a sweep of one):
 
@@ -14,7 +14,7 @@ run is a sweep of one):
                    None = the backend queues jobs itself (e.g. SLURM), the pipeline does not pack
 ``ports_in_use``   ports that jobs already running there claimed (port -> who), to refuse clashes
 ``submit``         submit one job (plan + cfg + snapshot dir) and return a handle with
-                   ``follow`` / ``stop`` / ``status`` (:class:`clawgym.launch.JobHandle` for Ray jobs)
+                   ``follow`` / ``stop`` / ``status`` (:class:`clawgym.launch.rayjob.JobHandle` for Ray jobs)
 ``close``          clean up what this backend started, through what it recorded at start
 =================  ===========================================================================
 
@@ -26,8 +26,8 @@ clean up jobs nobody follows). Handles returned by ``submit`` follow with
 ``follow(echo=, lost_contact_after=, say=)`` and stop with ``stop()``.
 
 One owner per resource: what a backend starts, it records when it starts it and stops
-through that record (the local head's record lives in :mod:`clawgym.ray_head`). Backends
-are picked by :func:`clawgym.clusters.backend_for`; a new one (SLURM allocation, KubeRay RayJob) is a
+through that record (the local head's record lives in :mod:`clawgym.backends.ray_head`). Backends
+are picked by :func:`clawgym.pipeline.clusters.backend_for`; a new one (SLURM allocation, KubeRay RayJob) is a
 module here with a class implementing :class:`Backend`, and a line in that function.
 
 =============  ===========================================================
@@ -54,7 +54,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 
-from clawgym.allocation import backend_name
+from clawgym.plan.allocation import backend_name
 
 
 class BackendError(Exception):

@@ -14,12 +14,12 @@ class RayJobsBackend(Backend):
     started_here = False
 
     def total_gpus(self) -> float:
-        from clawgym import ray_head
+        from clawgym.backends import ray_head
 
         return ray_head.cluster_gpus(self.address)
 
     def _running(self) -> List[Any]:
-        from clawgym import ray_head
+        from clawgym.backends import ray_head
 
         return ray_head.running_job_details(self.address)
 
@@ -37,7 +37,7 @@ class RayJobsBackend(Backend):
         return [j.describe() for j in self._running()]
 
     def submit(self, plan: Any, cfg: Any, snapshot: Optional[str], secrets: Mapping[str, str]) -> Any:
-        from clawgym import launch
+        from clawgym.launch import rayjob as launch
 
         return launch.submit(self.address, plan, secrets=secrets, started_here=self.started_here,
                              pass_secrets=bool(cfg.ray.pass_secrets_in_runtime_env))

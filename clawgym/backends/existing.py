@@ -19,13 +19,13 @@ class ExistingCluster(RayJobsBackend):
         return False
 
     def answers(self) -> bool:
-        from clawgym import ray_head
+        from clawgym.backends import ray_head
 
         return ray_head.dashboard_responds(self.address, timeout=5.0)
 
     def start(self, secrets: Mapping[str, str], *, on_address: Optional[Callable[[str], None]] = None,
               while_waiting: Optional[Callable[[], None]] = None) -> Optional[str]:
-        from clawgym import launch
+        from clawgym.launch import rayjob as launch
 
         try:
             launch.jobs_client(self.address)  # reachable, or a clear error

@@ -36,7 +36,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 import yaml
 
 from clawgym.backends import BackendError, BackendRefused, ClusterPerJobBackend
-from clawgym.plan import WANDB_KEY_TARGET, LaunchPlan
+from clawgym.plan.build import WANDB_KEY_TARGET, LaunchPlan
 
 #: File written next to launch_plan.json.
 MANIFEST_FILE = "rayjob.yaml"
@@ -98,7 +98,7 @@ def _container(name: str, image: str, *, resources: Dict[str, Any], env: List[Di
 
 def manifest(plan: LaunchPlan, c: Mapping[str, Any]) -> Dict[str, Any]:
     """The RayJob for a plan and its resolved config (pure)."""
-    from clawgym.allocation import size_from_layout
+    from clawgym.plan.allocation import size_from_layout
 
     k = c["kuberay"]
     alloc = size_from_layout(c)
@@ -264,7 +264,7 @@ class NotAppliedHandle:
 class KubeRayHandle:
     """An applied RayJob, as the pipeline sees a job: once its cluster's dashboard answers
     and KubeRay's submitter registered the job (``spec.jobId`` = the plan's submission id), it
-    is followed through the Ray Jobs API (:class:`clawgym.launch.JobHandle`) like any cluster."""
+    is followed through the Ray Jobs API (:class:`clawgym.launch.rayjob.JobHandle`) like any cluster."""
 
     def __init__(self, plan: LaunchPlan, *, name: str, namespace: Optional[str], context: str,
                  dashboard: Optional[str], wait_s: float, redact: Sequence[str] = ()) -> None:
@@ -294,7 +294,8 @@ class KubeRayHandle:
     def wait_for_job(self, *, poll: float = 2.0) -> Any:
         """The Ray job once the dashboard answers and the job is registered there; raises LaunchError
         after ``wait_s``."""
-        from clawgym import launch, ray_head
+        from clawgym.launch import rayjob as launch
+        from clawgym.backends import ray_head
 
         deadline = time.time() + self.wait_s
         seen = None
@@ -367,7 +368,7 @@ class KubeRayBackend(ClusterPerJobBackend):
         self.context: Optional[str] = None
 
     def _c(self, cfg: Any) -> Mapping[str, Any]:
-        from clawgym.config import to_plain
+        from clawgym.config.compose import to_plain
 
         return to_plain(cfg) if hasattr(cfg, "_metadata") else cfg
 
@@ -393,7 +394,7 @@ class KubeRayBackend(ClusterPerJobBackend):
         self.address = f"KubeRay (context {self.context})"
 
     def submit(self, plan: Any, cfg: Any, snapshot: Optional[str], secrets: Mapping[str, str]) -> Any:
-        from clawgym.fsutil import atomic_write_text
+        from clawgym.common.fsutil import atomic_write_text
 
         c = self._c(cfg)
         k = c["kuberay"]

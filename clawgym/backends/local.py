@@ -1,6 +1,6 @@
 """A Ray head that clawgym starts on this machine, or reuses when an earlier launch left one.
 
-Its lifecycle (start, record, shared use, stop) lives in :mod:`clawgym.ray_head`; this
+Its lifecycle (start, record, shared use, stop) lives in :mod:`clawgym.backends.ray_head`; this
 backend decides when: ``settle`` deals with what an earlier launch left on the dashboard
 port; ``begin`` (before preflight) reserves the new head's ports and runs ``ray start`` in
 the background, or adopts the head :func:`speculate` began with the same settings while the
@@ -90,7 +90,7 @@ def speculate(c: Mapping[str, Any], environ: Mapping[str, str]) -> None:
     """Begin the local head of a single run before its config is validated.
 
     ``c`` holds the resolved ``ray``, ``cluster``, ``sandbox`` and ``wandb`` nodes: all that
-    decides the head's ``ray start`` argv, environment and secrets (:mod:`clawgym.plan`). Only
+    decides the head's ``ray start`` argv, environment and secrets (:mod:`clawgym.plan.build`). Only
     when no record of an earlier head is on its dashboard port (what is there is the pipeline's
     to settle, after validation: nothing of it is touched here) and its ports are free. Quiet:
     a refused config must not read as if a head had started. The head belongs to this process
@@ -99,7 +99,11 @@ def speculate(c: Mapping[str, Any], environ: Mapping[str, str]) -> None:
     global _SPECULATIVE
     import atexit
 
-    from clawgym import launch, plan, ray_head
+    from clawgym.launch import rayjob as launch
+
+    from clawgym.plan import build as plan
+
+    from clawgym.backends import ray_head
 
     if _SPECULATIVE is not None:
         return
@@ -135,7 +139,7 @@ def adopt(argv: Sequence[str], env: Mapping[str, str], secrets: Mapping[str, str
 def drop() -> None:
     """Stop the head :func:`speculate` began and nobody adopted (nothing is left of it)."""
     global _SPECULATIVE
-    from clawgym import ray_head
+    from clawgym.backends import ray_head
 
     with ray_head.signals_deferred():
         head, _SPECULATIVE = _SPECULATIVE, None
@@ -169,7 +173,7 @@ class LocalHead(RayJobsBackend):
         return self.reusable is None
 
     def settle(self, secrets: Mapping[str, str]) -> None:
-        from clawgym import ray_head
+        from clawgym.backends import ray_head
 
         try:
             self.reusable = ray_head.settle(self.argv, self.env, secrets)
@@ -185,7 +189,7 @@ class LocalHead(RayJobsBackend):
 
     def begin(self, secrets: Mapping[str, str]) -> None:
         # Reserve the head's ports and run `ray start` in the background while preflight runs.
-        from clawgym import ray_head
+        from clawgym.backends import ray_head
 
         if self.reusable is not None or self.pending is not None:
             return
@@ -217,7 +221,7 @@ class LocalHead(RayJobsBackend):
 
     def start(self, secrets: Mapping[str, str], *, on_address: Optional[Callable[[str], None]] = None,
               while_waiting: Optional[Callable[[], None]] = None) -> Optional[str]:
-        from clawgym import ray_head
+        from clawgym.backends import ray_head
         from clawgym.backends.workdir import Packages
 
         if not self._settled:
@@ -276,7 +280,7 @@ class LocalHead(RayJobsBackend):
         return self.reusable is None
 
     def total_gpus(self) -> float:
-        from clawgym import ray_head
+        from clawgym.backends import ray_head
 
         declared = ray_head.declared_gpus(self.argv)
         if self._fresh() and declared is not None:
@@ -294,7 +298,7 @@ class LocalHead(RayJobsBackend):
         return [] if self._fresh() else super().running_elsewhere()
 
     def submit(self, plan: Any, cfg: Any, snapshot: Optional[str], secrets: Mapping[str, str]) -> Any:
-        from clawgym import launch
+        from clawgym.launch import rayjob as launch
 
         package = self.packages.get(plan) if self.packages is not None else None
         return launch.submit(self.address, plan, secrets=secrets, started_here=self.started_here,
@@ -319,7 +323,7 @@ class LocalHead(RayJobsBackend):
         return call
 
     def _report_reuse(self, rec: Any, state: str) -> None:
-        from clawgym import ray_head
+        from clawgym.backends import ray_head
 
         addr = rec.dashboard_address
         started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(rec.start_time))
@@ -351,7 +355,7 @@ class LocalHead(RayJobsBackend):
         _say("\n".join(lines))
 
     def close(self, *, keep: bool, reason: str = "", ignore_jobs: Sequence[str] = ()) -> None:
-        from clawgym import ray_head
+        from clawgym.backends import ray_head
 
         self._drop_packages()
         if self._closed or self.record is None:

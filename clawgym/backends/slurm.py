@@ -35,8 +35,8 @@ from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 from clawgym.backends import ClusterPerJobBackend
-from clawgym.allocation import Allocation, allocation
-from clawgym.plan import LaunchPlan
+from clawgym.plan.allocation import Allocation, allocation
+from clawgym.plan.build import LaunchPlan
 
 #: Module that runs inside the allocation.
 RUNNER_MODULE = "clawgym.backends.slurm_run"
@@ -345,7 +345,7 @@ def sbatch_env(plan: LaunchPlan, environ: Mapping[str, str]) -> Dict[str, str]:
     SLURM's default ``--export=ALL`` hands it to the batch job; the values appear in no
     file clawgym writes and on no command line.
     """
-    from clawgym.launch import resolve_secrets
+    from clawgym.launch.rayjob import resolve_secrets
 
     env = {k: v for k, v in environ.items() if k != "RAY_ADDRESS"}
     env.update(resolve_secrets(plan, environ))
@@ -387,8 +387,8 @@ def job_dir(snapshot: str) -> Path:
 
 def write_script(plan: LaunchPlan, c: Mapping[str, Any], snapshot: str) -> tuple:
     """Write the batch script next to the snapshot; returns (script path, output pattern)."""
-    from clawgym.fsutil import atomic_write_text
-    from clawgym.snapshot import PLAN_FILE
+    from clawgym.common.fsutil import atomic_write_text
+    from clawgym.snapshot.core import PLAN_FILE
 
     directory = job_dir(snapshot)
     directory.mkdir(parents=True, exist_ok=True)
@@ -409,7 +409,7 @@ def interpreter(c: Mapping[str, Any]) -> str:
 # ---------------------------------------------------------------- records (clawgym jobs slurm)
 
 def records_dir() -> Path:
-    from clawgym.ray_head import state_dir
+    from clawgym.backends.ray_head import state_dir
 
     return state_dir() / "slurm"
 
@@ -417,7 +417,7 @@ def records_dir() -> Path:
 def record_job(job: SlurmJob, *, script: str) -> None:
     import json
 
-    from clawgym.fsutil import atomic_write_text
+    from clawgym.common.fsutil import atomic_write_text
 
     records_dir().mkdir(parents=True, exist_ok=True)
     atomic_write_text(records_dir() / f"{job.job_id}-{job.submission_id}.json", json.dumps(
@@ -455,7 +455,7 @@ class SlurmHandle:
         self.log_file = job.output
         self._info: Dict[str, str] = {}
         # The cluster it was submitted to (job ids repeat across clusters and controller resets).
-        from clawgym.ownership import slurm_cluster
+        from clawgym.common.ownership import slurm_cluster
 
         self.cluster = slurm_cluster()
 
@@ -544,7 +544,7 @@ class SlurmBackend(ClusterPerJobBackend):
 
     def dry_run_artefact(self, plan: LaunchPlan, c: Mapping[str, Any], where: Path) -> Optional[tuple]:
         """The batch script as sbatch would get it, with the plan and output next to ``where``."""
-        from clawgym.snapshot import PLAN_FILE
+        from clawgym.snapshot.core import PLAN_FILE
 
         return SCRIPT_FILE, batch_script(plan, c, plan_file=str(where / PLAN_FILE),
                                          output=str(where / "slurm-%j.out"), python=interpreter(c))
@@ -562,7 +562,7 @@ class SlurmBackend(ClusterPerJobBackend):
 
     def submit(self, plan: LaunchPlan, cfg: Any, snapshot: Optional[str], secrets: Mapping[str, str]) -> SlurmHandle:
         from clawgym.backends import BackendError
-        from clawgym.config import to_plain
+        from clawgym.config.compose import to_plain
 
         c = to_plain(cfg) if hasattr(cfg, "_metadata") else cfg
         if not snapshot:
@@ -571,7 +571,7 @@ class SlurmBackend(ClusterPerJobBackend):
             script, output = write_script(plan, c, snapshot)
             job = submit(script, plan, environ=os.environ, output=output)
         except SlurmError as err:
-            from clawgym.launch import LaunchError
+            from clawgym.launch.rayjob import LaunchError
 
             raise LaunchError(str(err)) from None
         sys.stdout.write(f"[clawgym] submitted SLURM job {job.job_id} ({plan.run_name}); batch script {script}\n"

@@ -32,10 +32,10 @@ from typing import TYPE_CHECKING, Dict, List, Optional, Tuple
 # Only what ``reap`` needs is imported here: it runs during teardown, between SLURM's SIGTERM
 # and its SIGKILL KillWait seconds later, and the plan's imports (Hydra, OmegaConf) cost
 # seconds of that on a loaded node. The other steps import what they use.
-from clawgym import ray_head
+from clawgym.backends import ray_head
 
 if TYPE_CHECKING:
-    from clawgym.plan import LaunchPlan
+    from clawgym.plan.build import LaunchPlan
 
 #: How long the runner gives the Ray job to stop on SIGTERM (the script waits 6 s for it).
 STOP_TIMEOUT = 5.0
@@ -47,7 +47,7 @@ def _say(text: str) -> None:
 
 
 def load_plan(path: str) -> "LaunchPlan":
-    from clawgym.plan import LaunchPlan
+    from clawgym.plan.build import LaunchPlan
 
     return LaunchPlan.from_dict(json.loads(Path(path).read_text()))
 
@@ -109,7 +109,7 @@ def cmd_preflight(args) -> int:
     env = plan.runtime_env.get("env_vars", {})
     api_host, api_port = env.get("HOST", "127.0.0.1"), env.get("PORT")
     if api_port:
-        from clawgym.preflight.machine import port_free
+        from clawgym.common.net import port_free
 
         busy = port_free(api_host if api_host not in ("0.0.0.0", "") else "127.0.0.1", int(api_port))
         if busy:
@@ -160,7 +160,7 @@ def wait_for_nodes(address: str, nodes: int, gpus: int, timeout: float, head_pid
 def submit_when_ready(address: str, plan: LaunchPlan, secrets, *, timeout: float, head_pid: Optional[int] = None):
     """Submit the plan; the head lists its nodes a little before its job API takes jobs, so a
     refused connection is retried until ``timeout`` (or until the head exits)."""
-    from clawgym import launch as L
+    from clawgym.launch import rayjob as L
 
     deadline = time.time() + timeout
     while True:
@@ -200,7 +200,7 @@ def _quick_stop(stop):
 
 
 def cmd_run(args) -> int:
-    from clawgym import launch as L
+    from clawgym.launch import rayjob as L
 
     plan = load_plan(args.plan)
     env = dict(plan.runtime_env.get("env_vars", {}))
@@ -218,7 +218,7 @@ def cmd_run(args) -> int:
         wait_for_nodes(args.address, args.nodes, args.gpus, args.wait_nodes, head_pid=args.head_pid)
         handle = submit_when_ready(args.address, plan, secrets, timeout=args.wait_nodes, head_pid=args.head_pid)
         if args.snapshot:
-            from clawgym.snapshot import start_checkpoint_watcher
+            from clawgym.snapshot.core import start_checkpoint_watcher
 
             # Checkpoints are stamped here, inside the allocation, while the job runs.
             watcher = start_checkpoint_watcher(plan, args.snapshot)

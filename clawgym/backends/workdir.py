@@ -56,7 +56,7 @@ class Packages:
             from ray._private import ray_constants
             from ray._private.runtime_env.packaging import create_package
 
-            from clawgym.launch import quiet_ray_sdk
+            from clawgym.launch.rayjob import quiet_ray_sdk
         except ImportError:
             return None
         quiet_ray_sdk()  # packaging.py logs each package it creates at INFO

@@ -27,7 +27,7 @@ import sys
 from pathlib import Path
 from typing import List
 
-from clawgym.exit_codes import REFUSED
+from clawgym.common.exit_codes import REFUSED
 
 #: Learning rates of the two jobs (the stand-in's reward rises faster with a higher one).
 LRS = ("1e-6", "4e-6")

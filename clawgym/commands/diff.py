@@ -14,7 +14,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Sequence, Tuple
-from clawgym.exit_codes import REFUSED
+from clawgym.common.exit_codes import REFUSED
 
 #: Shown for a key or flag one side does not have.
 ABSENT = "(absent)"
@@ -153,8 +153,8 @@ class Refused(Exception):
 
 def side_from_overrides(text: str, *, environ: Mapping[str, str] = os.environ) -> Side:
     """Compose an override set as train.py would, validate it as a launch does, and plan it."""
-    from clawgym.config import compose, to_plain
-    from clawgym.plan import build_plan_from_dict
+    from clawgym.config.compose import compose, to_plain
+    from clawgym.plan.build import build_plan_from_dict
     from clawgym.validate import ConfigError, violations
 
     overrides = shlex.split(text)
@@ -171,7 +171,7 @@ def side_from_overrides(text: str, *, environ: Mapping[str, str] = os.environ) -
 
 
 def side_from_path(path: str) -> Side:
-    from clawgym.snapshot import find_snapshot
+    from clawgym.snapshot.core import find_snapshot
 
     snap, _ = find_snapshot(path)
     return Side(label=path, source=f"snapshot {snap.path}", config=snap.config,
@@ -184,16 +184,16 @@ def resolve_side(arg: str) -> Side:
     if arg and Path(arg).expanduser().exists():
         return side_from_path(arg)
     if arg and "=" not in arg and ("/" in arg or arg.startswith(".")):
-        from clawgym.snapshot import SnapshotError
+        from clawgym.snapshot.core import SnapshotError
 
         raise SnapshotError(f"clawgym: {arg} does not exist (and is not an override set such as 'key=value')")
     return side_from_overrides(arg)
 
 
 def redacted(side: Side, values: Sequence[str]) -> Side:
-    """``side`` as it may be printed: its config through :func:`clawgym.secrets.redact_config`, its
+    """``side`` as it may be printed: its config through :func:`clawgym.common.secrets.redact_config`, its
     argv and job environment with secret flags' values, secret-named variables and ``values`` masked."""
-    from clawgym.secrets import redact, redact_argv, redact_config, redact_env
+    from clawgym.common.secrets import redact, redact_argv, redact_config, redact_env
 
     return Side(label=redact(side.label, values), source=redact(side.source, values),
                 config=redact_config(side.config), entrypoint=redact_argv(side.entrypoint, values),
@@ -204,8 +204,8 @@ def run(args: argparse.Namespace) -> int:
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
-    from clawgym.secrets import MIN_SECRET_LEN, config_secret_values, redact
-    from clawgym.snapshot import SnapshotError
+    from clawgym.common.secrets import MIN_SECRET_LEN, config_secret_values, redact
+    from clawgym.snapshot.core import SnapshotError
 
     try:
         a, b = resolve_side(args.a), resolve_side(args.b)

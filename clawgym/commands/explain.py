@@ -2,7 +2,7 @@
 
 The overrides are those of a run (python train.py ... takes the same): group choices such as
 model=qwen3_4b, key=value settings, +experiment=NAME. For each KEY it prints the key's help (the
-comment above it in clawgym/schema.py), its type, its resolved value (and the value as typed when
+comment above it in clawgym/config/schema.py), its type, its resolved value (and the value as typed when
 that differs), and every layer that set it, first to last (the last one wins): the schema default,
 conf/<group>/<option>.yaml, a global file (trainer=slime), an experiment (+experiment=NAME, or one
 written by clawgym import, with its script), config.yaml, the command line. A value that
@@ -22,7 +22,7 @@ import os
 import sys
 from typing import Any, List, Optional, Sequence, Tuple
 
-from clawgym.exit_codes import DONE, REFUSED
+from clawgym.common.exit_codes import DONE, REFUSED
 
 
 def fmt_value(value: Any) -> str:
@@ -47,7 +47,7 @@ def split_args(items: Sequence[str]) -> Tuple[List[str], List[str]]:
 
 
 def _secret(key: str) -> bool:
-    from clawgym.secrets import is_secret_name, names_secret
+    from clawgym.common.secrets import is_secret_name, names_secret
 
     last = key.rpartition(".")[2]
     if key.startswith(("extra_env.", "sandbox.env.")):
@@ -58,12 +58,12 @@ def _secret(key: str) -> bool:
 def _unknown(key: str) -> str:
     """The refusal of a key the schema does not define: the closest key, or the key that owns a
     trainer flag of that name (``perf.tensor_model_parallel_size`` -> ``perf.tensor_parallel``)."""
-    from clawgym.keys import closest
+    from clawgym.config.keys import closest
 
     last = key.rpartition(".")[2]
     owner = None
     try:
-        from clawgym.flagmap import owned_dests
+        from clawgym.trainer.flagmap import owned_dests
 
         found = owned_dests().get(last)
         owner = found.key if found is not None else None
@@ -80,8 +80,8 @@ def _unknown(key: str) -> str:
 
 
 def _chain(origin: Any, secrets: List[str], indent: str, secret: bool) -> List[str]:
-    from clawgym.provenance import OVERRIDE
-    from clawgym.secrets import redact
+    from clawgym.config.provenance import OVERRIDE
+    from clawgym.common.secrets import redact
 
     def show(value: Any) -> str:
         return "<redacted>" if secret and value not in (None, "", "???") else redact(fmt_value(value), secrets)
@@ -105,8 +105,8 @@ def _chain(origin: Any, secrets: List[str], indent: str, secret: bool) -> List[s
 
 
 def explain_key(prov: Any, key: str, secrets: List[str]) -> str:
-    from clawgym.keys import keys
-    from clawgym.secrets import redact
+    from clawgym.config.keys import keys
+    from clawgym.common.secrets import redact
 
     info = keys().get(key)
     origin = prov.origin(key)
@@ -134,7 +134,7 @@ def explain_key(prov: Any, key: str, secrets: List[str]) -> str:
 
 def explain(items: Sequence[str], environ: Optional[dict] = None) -> Tuple[str, str, int]:
     """(stdout, stderr, exit code) of ``clawgym explain ITEMS``."""
-    from clawgym.keys import is_known
+    from clawgym.config.keys import is_known
 
     keys_, overrides = split_args(items)
     if not keys_:
@@ -145,14 +145,14 @@ def explain(items: Sequence[str], environ: Optional[dict] = None) -> Tuple[str, 
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
-    from clawgym import provenance
-    from clawgym.config import to_plain
-    from clawgym.secrets import known_secrets
+    from clawgym.config import provenance
+    from clawgym.config.compose import to_plain
+    from clawgym.common.secrets import known_secrets
 
     try:
         prov = provenance.compose(overrides)
     except (HydraException, OmegaConfBaseException) as exc:
-        from clawgym.keys import composition_report
+        from clawgym.config.keys import composition_report
 
         return "", composition_report(exc), REFUSED
     try:

@@ -20,7 +20,7 @@ import sys
 from typing import Any, Dict, List, Optional
 
 from clawgym.registry import FLAVOURS, Flag, Registry, RegistryError, load_registry
-from clawgym.exit_codes import REFUSED
+from clawgym.common.exit_codes import REFUSED
 
 #: Longest help text shown in the table (the JSON has it whole).
 MAX_HELP = 60
@@ -44,7 +44,7 @@ def matches(flag: Flag, pattern: Optional[str]) -> bool:
 
 def owner_keys(flavour: str) -> Dict[str, str]:
     """Option string -> the clawgym key that owns it."""
-    from clawgym.flagmap import owners
+    from clawgym.trainer.flagmap import owners
 
     return {opt: owner.key for opt, owner in owners(flavour).items()}
 
@@ -72,7 +72,7 @@ def _short(value: Any, limit: int = 28) -> str:
 
 def _set_with(record: Dict[str, Any]) -> str:
     """How a user sets a flag no key owns: ``args.<dest>``, or for a secret flag where its value comes from."""
-    from clawgym.secrets import names_secret, secret_options
+    from clawgym.common.secrets import names_secret, secret_options
 
     opts = set(record["option_strings"])
     if names_secret(record["dest"]) or opts & set(secret_options()):

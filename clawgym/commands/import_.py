@@ -19,7 +19,7 @@ import argparse
 import sys
 from pathlib import Path
 from typing import Any, Dict, List
-from clawgym.exit_codes import REFUSED
+from clawgym.common.exit_codes import REFUSED
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -69,7 +69,7 @@ def parse_env(items: List[str]) -> Dict[str, str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from clawgym import secrets
+    from clawgym.common import secrets
     from clawgym.importer.capture import DEFAULT_TIMEOUT
     from clawgym.importer.core import ImportFailure, format_result, import_script
     from clawgym.registry import RegistryError

@@ -21,9 +21,9 @@ import os
 import sys
 import time
 from typing import List, Optional
-from clawgym.exit_codes import REFUSED
+from clawgym.common.exit_codes import REFUSED
 
-from clawgym import clusters
+from clawgym.pipeline import clusters
 
 
 class _UserError(Exception):
@@ -86,7 +86,7 @@ def _answering(address: str) -> str:
 
 
 def _cmd_list(args) -> int:
-    from clawgym.launch import jobs_client
+    from clawgym.launch.rayjob import jobs_client
 
     client = jobs_client(_answering(resolve_address(args.address)))
     jobs = sorted(client.list_jobs(), key=lambda j: j.start_time or 0)
@@ -98,7 +98,7 @@ def _cmd_list(args) -> int:
 
 
 def _handle(args, *, log_file: Optional[str] = None):
-    from clawgym.launch import JobHandle
+    from clawgym.launch.rayjob import JobHandle
 
     address = _answering(resolve_address(args.address))
     handle = JobHandle.attach(address, args.submission_id, log_file=log_file)
@@ -203,7 +203,7 @@ _COMMANDS = {"list": _cmd_list, "status": _cmd_status, "logs": _cmd_logs, "stop"
 
 
 def run(args) -> int:
-    from clawgym.launch import LaunchError
+    from clawgym.launch.rayjob import LaunchError
 
     try:
         return _COMMANDS[args.jobs_command](args)

@@ -7,7 +7,7 @@ import json
 import sys
 from typing import Any
 
-from clawgym.exit_codes import REFUSED
+from clawgym.common.exit_codes import REFUSED
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -40,7 +40,7 @@ def run(args: argparse.Namespace) -> int:
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
-    from clawgym.config import compose, to_plain
+    from clawgym.config.compose import compose, to_plain
     from clawgym.memory import gpus as G
     from clawgym.search import constraint_keys, format_result, search
 

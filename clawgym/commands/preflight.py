@@ -6,7 +6,7 @@ import argparse
 import os
 import sys
 from typing import Any, List, Optional, Tuple
-from clawgym.exit_codes import REFUSED
+from clawgym.common.exit_codes import REFUSED
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -50,8 +50,8 @@ def run(args: argparse.Namespace) -> int:
     from omegaconf.errors import OmegaConfBaseException
 
     from clawgym.app import timestamp
-    from clawgym.config import compose
-    from clawgym.plan import build_plan
+    from clawgym.config.compose import compose
+    from clawgym.plan.build import build_plan
     from clawgym.preflight import preflight_only
     from clawgym.validate import ConfigError, validate
 
@@ -64,7 +64,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         cfg = compose(overrides)
     except (HydraException, OmegaConfBaseException, ValueError) as exc:
-        from clawgym.keys import composition_report
+        from clawgym.config.keys import composition_report
 
         print(f"clawgym preflight: cannot compose the config: {composition_report(exc)}", file=sys.stderr)
         return REFUSED

@@ -15,7 +15,7 @@ import os
 import sys
 from pathlib import Path
 
-from clawgym.exit_codes import REFUSED
+from clawgym.common.exit_codes import REFUSED
 
 
 def add_parser(subparsers) -> None:
@@ -67,7 +67,7 @@ def run(args) -> int:
     # as written and as HTML escapes them.
     import html
 
-    from clawgym.secrets import config_secret_values, redact
+    from clawgym.common.secrets import config_secret_values, redact
 
     values = config_secret_values(None)
     page = redact(redact(page, values), [html.escape(v) for v in values])

@@ -20,7 +20,7 @@ import os
 import sys
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
-from clawgym.exit_codes import REFUSED
+from clawgym.common.exit_codes import REFUSED
 
 #: Passes of pinning drifted values before giving up on the unresolved form.
 MAX_PIN_PASSES = 5
@@ -45,9 +45,9 @@ def _pinned_base(unresolved: Dict[str, Any], resolved: Dict[str, Any]) -> Any:
     from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
 
-    import clawgym.config  # noqa: F401  (resolvers)
+    import clawgym.config.compose  # noqa: F401  (resolvers)
     from clawgym.commands.diff import flatten
-    from clawgym.schema import ClawGymConfig
+    from clawgym.config.schema import ClawGymConfig
 
     try:
         base = OmegaConf.merge(OmegaConf.structured(ClawGymConfig), unresolved)
@@ -75,7 +75,7 @@ def _group_node(group: str, option: str) -> Any:
     """The unresolved node of one group option, as composition would produce it."""
     from omegaconf import OmegaConf
 
-    from clawgym.config import compose
+    from clawgym.config.compose import compose
 
     composed = compose([f"{group}={option}"])
     return OmegaConf.to_container(composed[group], resolve=False)
@@ -86,8 +86,8 @@ def apply_overrides(cfg: Any, overrides: Sequence[str]) -> List[str]:
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from omegaconf import OmegaConf, open_dict
 
-    from clawgym.config import group_options
-    from clawgym.schema import GROUPS
+    from clawgym.config.compose import group_options
+    from clawgym.config.schema import GROUPS
 
     from hydra.errors import OverrideParseException
 
@@ -123,8 +123,8 @@ def build_resume(save_dir: str | os.PathLike, overrides: Sequence[str] = (), *,
                  environ: Optional[Dict[str, str]] = None, timestamp: Optional[str] = None) -> Tuple[Any, Any, Any, Any]:
     """(snapshot, config, plan, launch record) of a resume; raises ResumeError or ConfigError."""
     from clawgym.app import timestamp as now_stamp
-    from clawgym.plan import build_plan
-    from clawgym.snapshot import LaunchRecord, SnapshotError, find_snapshot, has_checkpoint
+    from clawgym.plan.build import build_plan
+    from clawgym.snapshot.core import LaunchRecord, SnapshotError, find_snapshot, has_checkpoint
     from clawgym.validate import validate
 
     save = Path(save_dir).expanduser().resolve()
@@ -171,9 +171,9 @@ def _exit_code(result: Any) -> int:
 
 def run(args: argparse.Namespace) -> int:
     from clawgym.commands.diff import Side, format_diff
-    from clawgym.config import to_plain
-    from clawgym.plan import format_plan
-    from clawgym.snapshot import recorded_launch
+    from clawgym.config.compose import to_plain
+    from clawgym.plan.build import format_plan
+    from clawgym.snapshot.core import recorded_launch
     from clawgym.validate import ConfigError
 
     try:
@@ -204,7 +204,7 @@ def run(args: argparse.Namespace) -> int:
             print(banner, file=sys.stderr)
             return REFUSED
         return 0
-    from clawgym.pipeline import launch_single  # heavy imports (ray) only for real launches
+    from clawgym.pipeline.core import launch_single  # heavy imports (ray) only for real launches
 
     with recorded_launch(record):
         return _exit_code(launch_single(cfg, plan))

@@ -24,7 +24,7 @@ import sys
 from pathlib import Path
 from typing import Optional
 
-from clawgym.exit_codes import FAILED, REFUSED
+from clawgym.common.exit_codes import FAILED, REFUSED
 
 
 def add_common(p: argparse.ArgumentParser) -> None:
@@ -118,9 +118,9 @@ def no_rows(found: list, args) -> str:
 
 def mask_secrets(runs) -> list:
     """Mask, in place, what the runs' snapshots hold of secrets before anything is printed of them (as a
-    launch masks its reports): their configs through :func:`clawgym.secrets.redact_config`, their
+    launch masks its reports): their configs through :func:`clawgym.common.secrets.redact_config`, their
     overrides; returns the secret values found (with the environment's), for a last pass over the text."""
-    from clawgym.secrets import MIN_SECRET_LEN, config_secret_values, redact_config, redact_overrides
+    from clawgym.common.secrets import MIN_SECRET_LEN, config_secret_values, redact_config, redact_overrides
 
     values: set = set()
     for r in runs:
@@ -159,7 +159,7 @@ def run(args) -> int:
     except BadArgs as exc:
         print(f"clawgym runs: {exc}", file=sys.stderr)
         return REFUSED
-    from clawgym.secrets import config_secret_values, redact
+    from clawgym.common.secrets import config_secret_values, redact
 
     # The snapshots are masked (collect); this pass catches the environment's secrets anywhere else.
     values = config_secret_values(None)

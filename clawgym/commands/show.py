@@ -13,8 +13,8 @@ import sys
 from typing import Any, List
 
 from clawgym.commands.diff import render_table
-from clawgym.secrets import config_secret_values, redact_argv, redact_config, redact_overrides, redact_text
-from clawgym.exit_codes import REFUSED
+from clawgym.common.secrets import config_secret_values, redact_argv, redact_config, redact_overrides, redact_text
+from clawgym.common.exit_codes import REFUSED
 
 
 def _git_line(name: str, info: dict) -> str:
@@ -56,7 +56,7 @@ def _memory_lines(snap: Any) -> List[str]:
 
 def format_show(target: str, *, config: str = "resolved") -> str:
     """The whole report for a save dir, snapshot dir or checkpoint dir."""
-    from clawgym.snapshot import find_snapshot
+    from clawgym.snapshot.core import find_snapshot
 
     snap, save = find_snapshot(target)
     text = _format_show(snap, save, config=config)
@@ -68,7 +68,7 @@ def format_show(target: str, *, config: str = "resolved") -> str:
 def _format_show(snap: Any, save: Any, *, config: str) -> str:
     import yaml
 
-    from clawgym.snapshot import STAMP_DIRNAME, list_checkpoints, list_snapshots, read_tracker, unsubmitted_snapshots
+    from clawgym.snapshot.core import STAMP_DIRNAME, list_checkpoints, list_snapshots, read_tracker, unsubmitted_snapshots
 
     values = config_secret_values(snap.config)
     out: List[str] = []
@@ -133,7 +133,7 @@ def _format_show(snap: Any, save: Any, *, config: str) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from clawgym.snapshot import SnapshotError
+    from clawgym.snapshot.core import SnapshotError
 
     config = "none" if args.no_config else "unresolved" if args.unresolved else "resolved"
     try:

@@ -13,11 +13,11 @@ import argparse
 import sys
 import time
 from typing import Any
-from clawgym.exit_codes import REFUSED
+from clawgym.common.exit_codes import REFUSED
 
 
 def run(args: argparse.Namespace) -> int:
-    from clawgym.snapshot import CheckpointWatcher, SnapshotError, find_snapshot, stamp_save_dir
+    from clawgym.snapshot.core import CheckpointWatcher, SnapshotError, find_snapshot, stamp_save_dir
 
     try:
         snap, save = find_snapshot(args.save_dir)

@@ -8,11 +8,11 @@ as ``python train.py -m ...``, so the demo walks the normal pipeline.
 import hydra
 from omegaconf import DictConfig
 
-import clawgym.config  # noqa: F401  (registers the schemas and resolvers)
-import clawgym.hydra_mode
+import clawgym.config.compose  # noqa: F401  (registers the schemas and resolvers)
+import clawgym.config.hydra_mode
 from clawgym.app import run
 
-clawgym.hydra_mode.install()
+clawgym.config.hydra_mode.install()
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="config")

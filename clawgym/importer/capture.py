@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
-from clawgym import secrets
+from clawgym.common import secrets
 from clawgym.importer import sandbox
 
 RECORDER = Path(__file__).resolve().parent / "recorder.py"
@@ -509,7 +509,7 @@ def run_script(script: Path, *, slime_root: Optional[Path] = None, env: Optional
 
 def file_flags() -> List[str]:
     """Trainer options whose value is a file the job reads (``flagmap`` rows of kind ``file``)."""
-    from clawgym.flagmap import ROWS
+    from clawgym.trainer.flagmap import ROWS
 
     return sorted({r.flag for r in ROWS if r.kind == "file"})
 

@@ -5,7 +5,7 @@
    (GPU count) and what it exported before starting the head.
 2. The trainer flavour's registry parses the script's argv (:mod:`.parity`).
 3. The closest ``model`` / ``gpu_layout`` options are picked by comparing the keys the
-   script's flags set (through the owner table, :func:`clawgym.flagmap.owners`) with each
+   script's flags set (through the owner table, :func:`clawgym.trainer.flagmap.owners`) with each
    option's values; ``trainer`` and ``sandbox`` follow from the flags and environment.
 4. Starting from that composition, every dest that still differs is set through the key
    that owns its flag, else ``args.<dest>``; every variable through the key that owns it
@@ -35,8 +35,8 @@ from clawgym.importer import parity
 from clawgym.importer.capture import (CLOCK_EPOCHS, DEFAULT_TIMEOUT, Capture, CaptureError, Submit, classify,
                                       clock_values, run_script)
 from clawgym.importer.parity import MISSING_VALUE, Difference
-from clawgym import secrets
-from clawgym.secrets import redact
+from clawgym.common import secrets
+from clawgym.common.secrets import redact
 
 #: Interpreters a Ray entrypoint may run the trainer with.
 INTERPRETERS = ("python", "python3")
@@ -139,13 +139,13 @@ def _get(tree: Mapping[str, Any], key: str) -> Any:
 
 
 def _group_exists(group: str) -> bool:
-    from clawgym.config import config_dir
+    from clawgym.config.compose import config_dir
 
     return (config_dir() / group).is_dir()
 
 
 def _group_options(group: str) -> List[str]:
-    from clawgym.config import group_options
+    from clawgym.config.compose import group_options
 
     return group_options(group) if _group_exists(group) else []
 
@@ -153,7 +153,7 @@ def _group_options(group: str) -> List[str]:
 @functools.lru_cache(maxsize=None)
 def _schema_defaults(group: str) -> Dict[str, Any]:
     """A group's schema defaults as a plain dict (interpolations unresolved)."""
-    from clawgym.schema import GROUPS
+    from clawgym.config.schema import GROUPS
 
     schema = GROUPS.get(group)
     if schema is None:
@@ -163,7 +163,7 @@ def _schema_defaults(group: str) -> Dict[str, Any]:
 
 def _option_values(group: str, option: str) -> Dict[str, Any]:
     """The resolved values of one group option over its schema's defaults (no Hydra compose)."""
-    from clawgym.config import config_dir
+    from clawgym.config.compose import config_dir
 
     with open(config_dir() / group / f"{option}.yaml", encoding="utf-8") as fh:
         container = yaml.safe_load(fh) or {}
@@ -214,7 +214,7 @@ class Owners:
     """Which clawgym key owns each trainer flag (the owner table) and each job variable."""
 
     def __init__(self, flavour: str, reg: Any):
-        from clawgym.flagmap import owners
+        from clawgym.trainer.flagmap import owners
 
         self.reg = reg
         self.by_option = owners(flavour)
@@ -270,7 +270,7 @@ def probe_env_owners(plain: Mapping[str, Any]) -> Dict[str, List[Tuple[str, Any]
     (``how`` None); a variable that follows a boolean is the key's with the two values
     it takes (``how`` = {True: "1", False: "0"}).
     """
-    from clawgym.plan import build_plan_from_dict
+    from clawgym.plan.build import build_plan_from_dict
 
     def env_of(c: Mapping[str, Any]) -> Dict[str, str]:
         plan = build_plan_from_dict(c, environ={}, timestamp=TIMESTAMP)
@@ -479,7 +479,7 @@ class Importer:
     # -- composing and planning
 
     def base_config(self, choices: Mapping[str, str]) -> DictConfig:
-        from clawgym.config import compose
+        from clawgym.config.compose import compose
 
         return compose([f"{g}={o}" for g, o in choices.items()])
 
@@ -503,8 +503,8 @@ class Importer:
         return cfg, refused
 
     def plan_of(self, cfg: DictConfig) -> Any:
-        from clawgym.config import to_plain
-        from clawgym.plan import build_plan_from_dict
+        from clawgym.config.compose import to_plain
+        from clawgym.plan.build import build_plan_from_dict
 
         return build_plan_from_dict(to_plain(cfg), environ={}, timestamp=TIMESTAMP)
 
@@ -520,7 +520,7 @@ class Importer:
     def by_content(self, launch: Launch, files: Optional[Mapping[str, str]]) -> Launch:
         """``launch`` with each generated-file flag's path replaced by the file's content
         (the script's: as the recorder read it inside the jail; ours: the plan's file)."""
-        from clawgym.generated import normalised
+        from clawgym.trainer.generated import normalised
 
         values = dict(launch.parsed.values)
         changed = False
@@ -645,7 +645,7 @@ class Importer:
         the recorder read it inside the jail when the script submitted (a file it generated, or one of
         the checkout). A path the jail does not show (outside the checkout, the slime checkout and the
         script's own HOME and /tmp; ``~`` is the jail's HOME) is refused, never read by this process."""
-        from clawgym.generated import models_from_text
+        from clawgym.trainer.generated import models_from_text
 
         if path is None:
             return []
@@ -664,7 +664,7 @@ class Importer:
             return []
 
     def solve(self, base: DictConfig) -> Dict[str, Any]:
-        from clawgym.config import to_plain
+        from clawgym.config.compose import to_plain
 
         self.base = base
         has_args = "args" in base
@@ -860,7 +860,7 @@ def _typed_like(text: str, current: Any) -> Any:
 
 def _order(key: str) -> Tuple[int, str]:
     """Experiment keys in the schema's group order, then args, then extra_env; by name within."""
-    from clawgym.schema import GROUPS
+    from clawgym.config.schema import GROUPS
 
     order = [*PICKED_GROUPS, *GROUPS, "args", "extra_env"]
     top = key.split(".", 1)[0]
@@ -936,7 +936,7 @@ def _write_atomic(path: Path, text: str) -> None:
 
 
 def _searchpath_override(out_dir: Path) -> List[str]:
-    from clawgym.config import config_dir
+    from clawgym.config.compose import config_dir
 
     if out_dir.resolve() == config_dir().resolve():
         return []
@@ -971,7 +971,7 @@ def choose_flavour(capture: Capture, submit: Submit, requested: Optional[str]) -
 def _compose_experiment(out_dir: Path, name: str, target: Path) -> DictConfig:
     """Compose ``+experiment=name`` as train.py will; a file that does not parse or compose
     (broken YAML, a misspelled key, a wrong type) is a clean error naming the file and why."""
-    from clawgym.config import compose
+    from clawgym.config.compose import compose
 
     try:
         return compose([*_searchpath_override(out_dir), f"+experiment={name}"])
@@ -998,7 +998,7 @@ def import_script(script: Path, *, name: Optional[str] = None, trainer: Optional
     commands (installs, downloads, conversions) make the import fail instead of being listed
     as prerequisites. ``gpus_per_node``/``nvlink``: how the ``nvidia-smi`` stand-in answers.
     ``timeout``: seconds the script may run (its jail is killed after)."""
-    from clawgym.config import compose, config_dir
+    from clawgym.config.compose import compose, config_dir
     from clawgym.validate import violations
 
     script = Path(script)

@@ -114,8 +114,8 @@ class Parsed:
 
 def strip_secrets(argv: Sequence[str]) -> Tuple[List[str], List[str]]:
     """argv without secret flags (every flag naming a key, token, password or secret:
-    :func:`clawgym.secrets.secret_option`) and their values; returns (argv, removed flags)."""
-    from clawgym.secrets import secret_option
+    :func:`clawgym.common.secrets.secret_option`) and their values; returns (argv, removed flags)."""
+    from clawgym.common.secrets import secret_option
 
     out: List[str] = []
     removed: List[str] = []

@@ -1,6 +1,6 @@
 """Will it fit? The per-GPU memory plan of a run: a pure function of the resolved config.
 
-The second translation beside ``clawgym/plan.py``: ``memory_plan(c, gpu=None)`` estimates, per
+The second translation beside ``clawgym/plan/build.py``: ``memory_plan(c, gpu=None)`` estimates, per
 GPU, the actor's train step and log-prob passes (``actor.py``), the SGLang engines' weights and
 KV pool (``rollout.py``), how colocated phases take turns (``colocate.py``), host RAM per node
 (``host.py``), against a GPU model (``gpus.py``). Which knobs would make a plan that does not fit
@@ -142,8 +142,8 @@ def evaluate(c: Mapping[str, Any], gpu: Any = None) -> MemoryPlan:
 def memory_plan(c: Mapping[str, Any], gpu: Any = None) -> MemoryPlan:
     """The memory plan of a resolved plain config, without advice (``clawgym.search.memory_plan`` adds
     it); ``gpu``: this node's GPU (``gpus.detect``).
-    Null curated keys count with the value the trainer will use (:func:`clawgym.effective.effective_config`)."""
-    from clawgym.effective import effective_config
+    Null curated keys count with the value the trainer will use (:func:`clawgym.trainer.effective.effective_config`)."""
+    from clawgym.trainer.effective import effective_config
 
     return evaluate(effective_config(c), gpu)
 

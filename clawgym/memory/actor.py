@@ -31,7 +31,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Dict, Mapping
 
-from clawgym.effective import effective
+from clawgym.trainer.effective import effective
 from clawgym.memory import params as P
 
 GIB = float(1 << 30)

@@ -18,7 +18,7 @@ def trainer_flag(c: Mapping[str, Any], dest: str) -> Optional[bool]:
     args = c.get("args") or {}
     if dest in args and args[dest] is not None:
         return bool(args[dest])
-    # args.no_<dest>=true names the negative option (clawgym.trainer_args.negated).
+    # args.no_<dest>=true names the negative option (clawgym.trainer.args.negated).
     if f"no_{dest}" in args and args[f"no_{dest}"] is not None:
         return not bool(args[f"no_{dest}"])
     flag = "--" + dest.replace("_", "-")

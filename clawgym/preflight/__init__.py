@@ -151,7 +151,7 @@ def cleanup_leftovers(cfg: Any, *, echo: Optional[Callable[[str], None]] = print
 
 def preflight_only(cfg: Any, plan: Any, *, local_head: Optional[bool] = None) -> int:
     """``preflight_only=true``: print the checklist, exit 2 on failure (refused before anything started,
-    as a preflight failure during a launch: clawgym/exit_codes.py), return 0 otherwise.
+    as a preflight failure during a launch: clawgym/common/exit_codes.py), return 0 otherwise.
 
     The head counts as local unless ``ray.address`` is configured (what a launch would
     do) or ``local_head`` says otherwise. Nothing is removed: leftovers are only counted.
@@ -164,7 +164,7 @@ def preflight_only(cfg: Any, plan: Any, *, local_head: Optional[bool] = None) ->
     except PreflightError as err:
         sys.stdout.flush()
         print(failure_line(err), file=sys.stderr)
-        from clawgym.exit_codes import REFUSED
+        from clawgym.common.exit_codes import REFUSED
 
         sys.exit(REFUSED)
     done = [r for r in report.results if r.status == OK]

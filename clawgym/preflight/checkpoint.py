@@ -393,7 +393,7 @@ def check_save_dir(ctx: Context) -> str:
     path = Path(save)
     if not path.is_dir():
         return f"{save} (new)"
-    from clawgym.ownership import save_dir_holder
+    from clawgym.common.ownership import save_dir_holder
 
     holder = save_dir_holder(str(path))
     if holder is not None:

@@ -59,7 +59,7 @@ class CheckResult:
             line += f": {self.detail}"
         if self.status == FAILED and self.fix:
             line += f"\n               fix: {self.fix}"
-        from clawgym.secrets import redact
+        from clawgym.common.secrets import redact
 
         # A detail may quote a config value or a tool's output: never a secret's value.
         return redact(line)
@@ -111,7 +111,7 @@ class PreflightError(Exception):
         self.check = self.checks[0] if self.checks else ""
         summary = "\n".join(f"preflight check '{f.name}' failed: {f.detail}\n  fix: {f.fix}" for f in failures) \
             or "preflight failed"
-        from clawgym.secrets import redact
+        from clawgym.common.secrets import redact
 
         super().__init__(redact(summary))
 
@@ -136,7 +136,7 @@ def plain_config(cfg: Any) -> Mapping[str, Any]:
     from omegaconf import DictConfig
 
     if isinstance(cfg, DictConfig):
-        from clawgym.config import to_plain
+        from clawgym.config.compose import to_plain
 
         return to_plain(cfg, resolve=True)
     return cfg
@@ -148,7 +148,7 @@ class Context:
 
     # Resolved plain config.
     c: Mapping[str, Any]
-    # The launch plan (clawgym.plan.LaunchPlan).
+    # The launch plan (clawgym.plan.build.LaunchPlan).
     plan: Any
     # True when clawgym starts the Ray head on this machine.
     local_head: bool

@@ -13,6 +13,7 @@ import socket
 import subprocess
 from typing import Dict, List, Optional, Tuple
 
+from clawgym.common.net import port_free
 from clawgym.preflight.core import CheckFailed, Context, NotApplicable
 
 
@@ -80,7 +81,7 @@ def describe_gpus(models: List[Tuple[str, Optional[int]]]) -> str:
 
 
 def layout_gpus(layout: Dict[str, object]) -> int:
-    """GPUs a gpu_layout option holds (as :func:`clawgym.plan.gpus_required`)."""
+    """GPUs a gpu_layout option holds (as :func:`clawgym.plan.build.gpus_required`)."""
     actor = int(layout["actor_gpus"]) * int(layout.get("actor_num_nodes", 1) or 1)  # type: ignore[arg-type]
     rollout = int(layout["rollout_gpus"])  # type: ignore[arg-type]
     return max(actor, rollout) if layout["colocate"] else actor + rollout
@@ -88,7 +89,7 @@ def layout_gpus(layout: Dict[str, object]) -> int:
 
 def layouts_that_fit(have: int) -> List[Tuple[str, int]]:
     """(gpu_layout option, GPUs it holds) of the shipped layouts that fit ``have`` GPUs, largest first."""
-    from clawgym.config import compose, group_options
+    from clawgym.config.compose import compose, group_options
 
     out = []
     for name in group_options("gpu_layout"):
@@ -144,31 +145,6 @@ def check_gpus(ctx: Context) -> str:
     return f"{seen} visible; the run holds {need} ({layout})"
 
 
-def port_free(host: str, port: int) -> Optional[str]:
-    """None when ``host:port`` can be bound (as a server would, SO_REUSEADDR), else the reason."""
-    try:
-        infos = socket.getaddrinfo(host or "0.0.0.0", port, type=socket.SOCK_STREAM)
-    except socket.gaierror as exc:
-        return f"host {host!r} does not resolve ({exc})"
-    family, _, _, _, addr = infos[0]
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind(addr)
-        sock.listen(1)
-    except OSError as exc:
-        if exc.errno == errno.EADDRINUSE:
-            return "in use"
-        if exc.errno == errno.EADDRNOTAVAIL:
-            return f"{host} is not an address of this machine"
-        if exc.errno == errno.EACCES:
-            return "permission denied (ports below 1024 need root)"
-        return str(exc)
-    finally:
-        sock.close()
-    return None
-
-
 def check_ports(ctx: Context) -> str:
     """The ports a local run listens on are free: API server, Ray GCS, Ray dashboard."""
     _runs_elsewhere(ctx)
@@ -196,11 +172,11 @@ def check_ports(ctx: Context) -> str:
         seen[port] = key
     # The head's own ports are reserved by the head clawgym is starting right now (it starts
     # while preflight runs): reserving them was their check, probing them now would find the head.
-    from clawgym.ray_head import starting_ports
+    from clawgym.backends.ray_head import starting_ports
 
     reserved = starting_ports()
     held = [key for key, _host, port in wanted if key.startswith("ray.") and port in reserved]
-    from clawgym.ownership import port_holder
+    from clawgym.common.ownership import port_holder
 
     for key, host, port in wanted:
         if key in held:
@@ -229,7 +205,7 @@ def check_cluster(ctx: Context) -> str:
     _runs_elsewhere(ctx)
     if ctx.local_head:
         raise NotApplicable("clawgym starts the head on this machine")
-    from clawgym import ray_head
+    from clawgym.backends import ray_head
 
     address = ctx.plan.address
     key = "ray.address" if ctx.c["ray"]["address"] else "ray.dashboard_port"

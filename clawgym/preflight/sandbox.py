@@ -152,7 +152,7 @@ def find_leftovers(client: Any, prefix: str, image: str) -> List[Dict[str, Any]]
                 continue
             matches = normalize_image(configured) == want
         if matches:
-            from clawgym.ownership import LAUNCH_LABEL
+            from clawgym.common.ownership import LAUNCH_LABEL
 
             out.append({"id": entry["Id"], "name": name, "state": entry.get("State", "?"), "image": listed,
                         "launch": (entry.get("Labels") or {}).get(LAUNCH_LABEL, "")})
@@ -162,10 +162,10 @@ def find_leftovers(client: Any, prefix: str, image: str) -> List[Dict[str, Any]]
 def owner_of(item: Dict[str, Any], prefix: str, image: str) -> Optional[str]:
     """Who still owns a leftover container (None: its launch has ended, it may be removed).
 
-    A container labelled with a launch (``io.clawgym.launch``) belongs to that launch while it
-    is live (clawgym.ownership: its launcher runs, or a job it submitted does); an unlabelled one
+    A container labelled with a launch (``io.clawgym.launch.rayjob``) belongs to that launch while it
+    is live (clawgym.common.ownership: its launcher runs, or a job it submitted does); an unlabelled one
     to every live launch whose jobs run containers of this prefix and image on this engine."""
-    from clawgym import ownership
+    from clawgym.common import ownership
 
     mine = ownership.current()
     if item.get("launch"):
@@ -184,7 +184,7 @@ def cleanup_leftovers(cfg: Any, *, echo: Optional[Callable[[str], None]] = print
 
     Only containers whose name starts with ``sandbox.container_prefix`` AND whose image
     is ``sandbox.image`` AND whose launch has ended (:func:`owner_of`: the launch named by
-    its ``io.clawgym.launch`` label, or for an unlabelled one every live launch using that
+    its ``io.clawgym.launch.rayjob`` label, or for an unlabelled one every live launch using that
     prefix and image) are removed (force, also when running); every other container
     is left alone. Each removal is printed as it happens. Any failure (engine
     unreachable, a container that cannot be removed) raises :class:`PreflightError`

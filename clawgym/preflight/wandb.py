@@ -5,7 +5,7 @@ when one is). Without a key the trainer's ``wandb.login`` fails (or waits for a 
 nobody answers) once the job has started, minutes in; this check says so before.
 
 Where a key can come from, as wandb itself reads it: the variables ``wandb.key_env``
-names (the launcher hands the first one set to the job, clawgym/launch.py:resolve_secrets),
+names (the launcher hands the first one set to the job, clawgym/launch/rayjob.py:resolve_secrets),
 ``WANDB_API_KEY``, and wandb's netrc file (``$NETRC``, else ``~/.netrc``, written by
 ``wandb login``) on a head started here. ``WANDB_MODE=offline``/``disabled`` in the job's
 environment needs none. A KubeRay job reads the key from its Secret (not visible here).
@@ -39,8 +39,8 @@ def netrc_key(environ: Mapping[str, str]) -> Optional[str]:
 
 
 def check_wandb(ctx: Context, environ: Optional[Mapping[str, str]] = None) -> str:
-    from clawgym.launch import resolve_secrets
-    from clawgym.plan import WANDB_KEY_TARGET
+    from clawgym.launch.rayjob import resolve_secrets
+    from clawgym.plan.build import WANDB_KEY_TARGET
 
     env = os.environ if environ is None else environ
     c, plan = ctx.c, ctx.plan

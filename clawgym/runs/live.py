@@ -11,7 +11,7 @@ import threading
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
-from clawgym.plan import TENSORBOARD_DIR_ENV
+from clawgym.plan.build import TENSORBOARD_DIR_ENV
 from clawgym.runs.table import RAW_REWARD, STEP_TAGS
 
 

@@ -52,7 +52,7 @@ class StatusCache:
                 return None, f"no Ray dashboard answers at {address}", {}
             from ray.job_submission import JobSubmissionClient
 
-            from clawgym.launch import quiet_ray_sdk
+            from clawgym.launch.rayjob import quiet_ray_sdk
 
             quiet_ray_sdk()
 
@@ -122,7 +122,7 @@ def resolve(run: Run, cache: Optional[StatusCache] = None) -> Run:
         if _recorded_end(run) is not None:
             _from_launcher(run, "recorded by its launcher")
             return run
-        from clawgym.ownership import same_slurm_cluster
+        from clawgym.common.ownership import same_slurm_cluster
 
         job = sub.get("job") if isinstance(sub.get("job"), dict) else {}
         if same_slurm_cluster(job) is False:

@@ -121,7 +121,7 @@ def _user_overrides(run: Run) -> List[str]:
 def differing_by_run(runs: Sequence[Run]) -> Dict[int, List[str]]:
     """id(run) -> its overrides that tell it apart from its sweep mates (runs outside a sweep:
     from the other runs outside a sweep)."""
-    from clawgym.overrides import differing_overrides
+    from clawgym.common.overrides import differing_overrides
 
     groups: Dict[Optional[str], List[Run]] = {}
     for r in runs:
@@ -318,7 +318,7 @@ def fmt(value: Any, kind: str) -> str:
     if kind == "time":
         return time.strftime("%Y-%m-%d %H:%M", time.localtime(value))
     if kind == "duration":
-        from clawgym.text import fmt_duration
+        from clawgym.common.text import fmt_duration
 
         return fmt_duration(value)
     if kind == "secs":

@@ -33,7 +33,7 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from clawgym.effective import effective_config
+from clawgym.trainer.effective import effective_config
 from clawgym.memory import MemoryPlan, evaluate, this_node_gpu
 from clawgym.memory import memory_plan as plain_memory_plan
 from clawgym.memory import gpus as G

@@ -18,7 +18,7 @@ from __future__ import annotations
 import copy
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
-from clawgym.effective import effective_config
+from clawgym.trainer.effective import effective_config
 from clawgym.memory import MemoryPlan, this_node_gpu
 from clawgym.memory import evaluate as evaluate_plan
 from clawgym.memory import memory_plan as plain_memory_plan

@@ -79,7 +79,7 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any, Dict, Mapping, Optional
 
-from clawgym.effective import effective
+from clawgym.trainer.effective import effective
 from clawgym.memory import gpus as G
 from clawgym.memory import params as P
 from clawgym.memory.actor import context_len, layout, recompute, tokens_per_gpu
@@ -325,7 +325,7 @@ def servers(c: Mapping[str, Any], engines: int) -> int:
 
 
 def step_time(c: Mapping[str, Any], gpu: Any = None, *, memory: Optional[Mapping[str, Any]] = None) -> StepTime:
-    """One RL step of the effective config ``c`` (:func:`clawgym.effective.effective_config`) on
+    """One RL step of the effective config ``c`` (:func:`clawgym.trainer.effective.effective_config`) on
     ``gpu`` (a GPU table name; None: ``memory.gpu``, else the table's default). ``memory``: the
     run's memory plan dict (``MemoryPlan.to_dict()``), computed here when not given."""
     name = gpu or (c.get("memory") or {}).get("gpu") or G.DEFAULT_GPU

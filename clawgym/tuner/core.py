@@ -1,9 +1,9 @@
 """The study loop: Optuna asks, clawgym runs the trial as an ordinary job, Optuna is told.
 
-Asynchronous through the pipeline's listener interface (:class:`clawgym.pipeline.PipelineListener`):
+Asynchronous through the pipeline's listener interface (:class:`clawgym.pipeline.core.PipelineListener`):
 the pipeline says when it has room (no job queued, GPUs free, ``max_concurrent`` not reached),
 and the tuner asks Optuna for one trial, composes its job as a ``-m`` job is composed
-(:class:`clawgym.sweep.SweepSession`: composed, validated, planned, memory-planned), and
+(:class:`clawgym.sweep.core.SweepSession`: composed, validated, planned, memory-planned), and
 submits it into the running pipeline (preflight, snapshot, started when its GPUs are free).
 At every check of the running jobs it reads each trial's TensorBoard events and reports the
 metric at every new rollout step; a trial the pruner condemns is stopped through its backend
@@ -32,10 +32,10 @@ from hydra.core.utils import JobReturn
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig
 
-from clawgym.pipeline import (EXIT_INTERRUPTED, EXIT_REFUSED, STOPPED, SUCCEEDED, Pipeline,
+from clawgym.pipeline.core import (EXIT_INTERRUPTED, EXIT_REFUSED, STOPPED, SUCCEEDED, Pipeline,
                               PipelineJob, PipelineListener, PipelineOptions, Refused, fmt_duration, say)
-from clawgym.plan import TENSORBOARD_DIR_ENV
-from clawgym.sweep import (LauncherOptions, SweepJob, SweepRefused, SweepSession, apply_value_overrides,
+from clawgym.plan.build import TENSORBOARD_DIR_ENV
+from clawgym.sweep.core import (LauncherOptions, SweepJob, SweepRefused, SweepSession, apply_value_overrides,
                            run_name_is_default, unresolved)
 from clawgym.tuner.metric import Metric, MetricError, parse_metric
 from clawgym.tuner.space import SearchSpace, SpaceError, format_value, parse
@@ -47,7 +47,7 @@ ATTR_PREFIX = "clawgym_"
 INTERRUPTED = "clawgym_interrupted"
 #: Trials in flight at once on a backend that queues jobs itself, unless max_concurrent says.
 QUEUEING_BACKEND_TRIALS = 2
-#: The file in a trial's snapshot dir that says how the trial ended (clawgym.snapshot.TRIAL_FILE).
+#: The file in a trial's snapshot dir that says how the trial ended (clawgym.snapshot.core.TRIAL_FILE).
 FINISHED = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
 
 
@@ -95,7 +95,7 @@ class TuneSession(PipelineListener):
                                                 poll_interval=settings.poll_interval,
                                                 progress_interval=settings.progress_interval)
         self._runner: Optional[SweepSession] = None
-        # Trials differ in values only: the config tree is composed once (clawgym.sweep.compose_jobs).
+        # Trials differ in values only: the config tree is composed once (clawgym.sweep.core.compose_jobs).
         self._templates: Dict[Any, Any] = {}
         self._limit = settings.n_trials
         if settings.sampler == "grid":
@@ -170,14 +170,14 @@ class TuneSession(PipelineListener):
                 session.check_all()
             else:
                 # Validation warnings were printed for the first trial; the rest would repeat them
-                # (stderr, where clawgym.sweep prints them). A refusal raises and is reported.
+                # (stderr, where clawgym.sweep.core prints them). A refusal raises and is reported.
                 with contextlib.redirect_stderr(io.StringIO()):
                     session.check_all()
         except SweepRefused:
             raise
         except Exception as exc:  # noqa: BLE001 - a check that raises refuses this trial, as it refuses a sweep
             raise SweepRefused(f"a check could not run: {type(exc).__name__}: {exc}") from None
-        from clawgym.snapshot import LaunchRecord
+        from clawgym.snapshot.core import LaunchRecord
 
         j.record = LaunchRecord.from_hydra(cfg.hydra, command="sweep")
         j.record.origin["tuner"] = {"study": str(self.settings.study_name), "storage": self.storage,
@@ -197,7 +197,7 @@ class TuneSession(PipelineListener):
         return list(OmegaConf.select(self.config, "hydra.overrides.task", default=[]) or []) + list(overrides)
 
     def _refuse(self, trial: Trial, reason: str) -> None:
-        from clawgym.secrets import redact
+        from clawgym.common.secrets import redact
 
         reason = redact(reason)
         trial.state, trial.reason = "refused", reason
@@ -208,7 +208,7 @@ class TuneSession(PipelineListener):
 
     def _run_job(self, j: PipelineJob) -> None:
         """The pipeline submits a trial through Hydra's job (job dir, .hydra/), reusing its checked plan."""
-        from clawgym.prepare import prepared_plans
+        from clawgym.pipeline.prepare import prepared_plans
 
         assert self._runner is not None
         with prepared_plans({j.num: j.plan}):
@@ -322,7 +322,7 @@ class TuneSession(PipelineListener):
         """How the trial ended, beside its snapshot (``clawgym runs`` reads it without Optuna)."""
         if trial.job is None or not trial.job.snapshot:
             return
-        from clawgym.snapshot import mark_trial
+        from clawgym.snapshot.core import mark_trial
 
         try:
             mark_trial(trial.job.snapshot, {"study": str(self.settings.study_name), "trial": trial.number,
@@ -337,7 +337,7 @@ class TuneSession(PipelineListener):
     def settle_orphans(self) -> None:
         """Trials an earlier launcher left RUNNING: follow them to their end (pruned as usual),
         or fail them (``on_orphan=fail``: a job still running is stopped through what was recorded)."""
-        from clawgym.launch import TERMINAL, JobHandle
+        from clawgym.launch.rayjob import TERMINAL, JobHandle
 
         orphans = [t for t in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))]
         if not orphans:
@@ -421,7 +421,7 @@ class TuneSession(PipelineListener):
             state, value = "failed", None
         snapshot = ft.user_attrs.get(ATTR_PREFIX + "snapshot")
         if snapshot:
-            from clawgym.snapshot import mark_trial
+            from clawgym.snapshot.core import mark_trial
 
             try:
                 mark_trial(snapshot, {"study": str(self.settings.study_name), "trial": ft.number, "state": state,
@@ -503,7 +503,7 @@ class TuneSession(PipelineListener):
             say(str(err))
             return EXIT_REFUSED
         say(f"first trial: {job.label.split(': ', 1)[-1]}")
-        from clawgym.prepare import prepared_plans
+        from clawgym.pipeline.prepare import prepared_plans
 
         assert self._runner is not None
         with prepared_plans({job.num: job.plan}):
@@ -573,10 +573,10 @@ def run_study(*, hydra_context: HydraContext, task_function: TaskFunction, confi
               arguments: List[str], settings: Dict[str, Any]) -> List[JobReturn]:
     """Entry point of the sweeper plugin: refuses bad settings (exit 2), runs the study, exits with
     0 (a trial completed), 1 (none did), 2 (refused before anything started) or 130 (Ctrl-C)."""
-    from clawgym.config import is_clawgym_config
+    from clawgym.config.compose import is_clawgym_config
 
     def refuse(text: str) -> None:
-        from clawgym.secrets import redact
+        from clawgym.common.secrets import redact
 
         say(redact(text))
         sys.exit(EXIT_REFUSED)

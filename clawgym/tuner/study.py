@@ -96,7 +96,7 @@ def storage_text(settings: Settings, sweep_dir: Path) -> str:
     """Where the study lives, for messages and records (an RDB URL without its password)."""
     text = settings.storage
     if text and "://" in str(text):
-        from clawgym.secrets import redact
+        from clawgym.common.secrets import redact
 
         import re
 

@@ -19,8 +19,8 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 from omegaconf import DictConfig
 from omegaconf.errors import OmegaConfBaseException
 
-from clawgym.config import to_plain
-from clawgym.secrets import argv_secrets, known_secrets, named_secrets, redact_value, remember
+from clawgym.config.compose import to_plain
+from clawgym.common.secrets import argv_secrets, known_secrets, named_secrets, redact_value, remember
 from clawgym.validate.core import Collector, ConfigError, Rule, Violation, format_warnings, run_rule
 from clawgym.validate import (batches, cluster, flags, memory, model, names, rollout, schema_keys, secrets, topology,
                               trainer_rules, values)
@@ -55,7 +55,7 @@ def _deep_leaves(leaves: Any) -> Any:
             if not value:
                 yield key, value
             for i, item in enumerate(value):
-                from clawgym.config import iter_leaves
+                from clawgym.config.compose import iter_leaves
 
                 yield from _deep_leaves(iter_leaves(item, f"{key}.{i}") if isinstance(item, dict)
                                         else [(f"{key}.{i}", item)])
@@ -67,7 +67,7 @@ def _unresolved(cfg: DictConfig) -> List[Violation]:
     """Keys left at ``???`` or whose interpolation fails, each with its unresolved value."""
     from omegaconf import OmegaConf
 
-    from clawgym.config import iter_leaves
+    from clawgym.config.compose import iter_leaves
 
     raw = OmegaConf.to_container(cfg, resolve=False)
     assert isinstance(raw, dict)
@@ -130,7 +130,7 @@ def _all(cfg: DictConfig | Mapping[str, Any], *, environ: Optional[Mapping[str, 
                 remember(argv_secrets([x for x in value if not isinstance(x, (list, dict))]))
     except (KeyError, TypeError, AttributeError):
         pass
-    from clawgym.effective import effective_config
+    from clawgym.trainer.effective import effective_config
 
     # Null curated keys emit no flag: the rules reason with the value the trainer will use.
     raw, c = c, effective_config(c)

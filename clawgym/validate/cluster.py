@@ -68,7 +68,7 @@ _SLURM_MEM = re.compile(r"^\d+[KMGT]?$")
 
 def rule_cluster(v: Collector) -> None:
     """The cluster group's backend, and the settings each backend needs."""
-    from clawgym.allocation import BACKENDS
+    from clawgym.plan.allocation import BACKENDS
 
     backend, address = v.c["cluster"]["backend"], v.c["ray"]["address"]
     if backend not in BACKENDS:
@@ -115,8 +115,8 @@ def rule_cluster(v: Collector) -> None:
             v.add("slurm-extra-sbatch-options", ["slurm.extra_sbatch"],
                   "each extra #SBATCH line is one sbatch option (starting with '-', one line)",
                   "write them as options, e.g. slurm.extra_sbatch=[--exclusive,--constraint=h100]")
-        from clawgym.allocation import allocation
-        from clawgym.plan import gpus_required
+        from clawgym.plan.allocation import allocation
+        from clawgym.plan.build import gpus_required
 
         try:
             alloc, need = allocation(v.c), gpus_required(v.c)

@@ -6,7 +6,7 @@ import os
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Mapping, Sequence
 
-from clawgym.secrets import env_secrets, known_secrets, redact, redact_value
+from clawgym.common.secrets import env_secrets, known_secrets, redact, redact_value
 
 
 @dataclass

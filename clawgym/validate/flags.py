@@ -31,7 +31,7 @@ def _other_flavour_has(flavour: str, *, dest: str = "", option: str = "") -> boo
         except RegistryError:
             continue
         if dest:
-            from clawgym.trainer_args import lookup
+            from clawgym.trainer.args import lookup
 
             if lookup(reg, dest) is not None:
                 return True
@@ -43,8 +43,8 @@ def _other_flavour_has(flavour: str, *, dest: str = "", option: str = "") -> boo
 def _suggest(reg: Any, names: Sequence[str], *, as_args: bool) -> str:
     """Suggested names, each as the user would set it: ``args.<name>`` (or the flag), or the
     group key that owns it (``sglang.mem_fraction_static``)."""
-    from clawgym.flagmap import owned_dests
-    from clawgym.trainer_args import lookup
+    from clawgym.trainer.flagmap import owned_dests
+    from clawgym.trainer.args import lookup
 
     owned = owned_dests(reg.flavour)
     out = []
@@ -67,7 +67,7 @@ def rule_trainer_flavour_known(v: Collector) -> None:
 
 def rule_curated_flags_exist_in_trainer(v: Collector) -> None:
     """Under upstream slime, a curated key must not emit a flag only the ClawGym fork has."""
-    from clawgym.flagmap import Context, fork_only_rows, upstream_only_rows
+    from clawgym.trainer.flagmap import Context, fork_only_rows, upstream_only_rows
 
     if (v.c.get("trainer") or {}).get("flavour", "clawgym") == "clawgym":
         for row in upstream_only_rows():
@@ -92,9 +92,9 @@ def rule_curated_flags_exist_in_trainer(v: Collector) -> None:
 
 def rule_args(v: Collector) -> None:
     """``args.<dest>``: a real flag of the flavour, not owned by a key, with a value of its type."""
-    from clawgym.flagmap import owned_dests
-    from clawgym.secrets import names_secret, secret_option, secret_options
-    from clawgym.trainer_args import check_arg, looks_like_flag, lookup
+    from clawgym.trainer.flagmap import owned_dests
+    from clawgym.common.secrets import names_secret, secret_option, secret_options
+    from clawgym.trainer.args import check_arg, looks_like_flag, lookup
 
     user_args = v.c.get("args") or {}
     if not user_args:
@@ -197,8 +197,8 @@ def _secret_fix(key: str, flag: Any) -> str:
 
 def rule_extra_args(v: Collector) -> None:
     """``extra_args``: real flags of the flavour, values of their type, not owned by a key or ``args``."""
-    from clawgym.flagmap import owners
-    from clawgym.trainer_args import check_extra_values, split_extra_args
+    from clawgym.trainer.flagmap import owners
+    from clawgym.trainer.args import check_extra_values, split_extra_args
 
     tokens = v.c["extra_args"]
     if not tokens:
@@ -220,7 +220,7 @@ def rule_extra_args(v: Collector) -> None:
         return
     flavour = reg.flavour
     owned = owners(flavour)
-    from clawgym.trainer_args import lookup
+    from clawgym.trainer.args import lookup
 
     arg_dests = {}
     for name in v.c.get("args") or {}:

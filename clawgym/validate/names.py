@@ -35,7 +35,7 @@ def longest_derived_name(run_name: str, hostname: Optional[str] = None) -> str:
     """The longest file name clawgym derives from a run name: the temp dir its launch
     snapshot is written to (``.tmp-<submission id>.<n>-<host>-<pid>``; the submission id
     is ``clawgym-<run_name>-<timestamp>``)."""
-    from clawgym.plan import submission_id
+    from clawgym.plan.build import submission_id
 
     sid = re.sub(r"[^A-Za-z0-9_.-]+", "-", submission_id(run_name, "0" * _TIMESTAMP_WIDTH))
     host = socket.gethostname() if hostname is None else hostname
@@ -144,9 +144,9 @@ def _run_save_dir(path: Path) -> bool:
     A ``clawgym/snapshots/`` holding nothing but hidden leftovers (a temp dir of a launch
     killed while it wrote, a discarded snapshot) is no run's: an interrupted launch must not
     mark the folder as another run's save dir."""
-    # Not from clawgym.snapshot: validation needs only the folder's name, and that module (~1000
+    # Not from clawgym.snapshot.core: validation needs only the folder's name, and that module (~1000
     # lines, subprocess, threading, socket) is the largest a dry run would import for nothing.
-    from clawgym.layout import SNAPSHOTS_RELPATH
+    from clawgym.common.savedir import SNAPSHOTS_RELPATH
 
     try:
         return any(not e.name.startswith(".") for e in os.scandir(path / SNAPSHOTS_RELPATH))

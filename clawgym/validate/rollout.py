@@ -24,7 +24,7 @@ def rule_sandbox(v: Collector) -> None:
               "choose sandbox=docker, sandbox=chroot or sandbox=none")
     if s["backend"] == "none":
         # The ClawGym-RL hooks drive OpenClaw gateways: without a sandbox they cannot run.
-        from clawgym.schema import RolloutConfig
+        from clawgym.config.schema import RolloutConfig
 
         openclaw = {RolloutConfig.function_path, RolloutConfig.generate_function_path,
                     RolloutConfig.reward_function_path}

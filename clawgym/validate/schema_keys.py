@@ -6,7 +6,7 @@ such key to mirror); open maps (``args``, ``extra_env``) take any key.
 
 from __future__ import annotations
 
-from clawgym.keys import closest, unknown_keys
+from clawgym.config.keys import closest, unknown_keys
 from clawgym.validate.core import Collector, value_at
 
 

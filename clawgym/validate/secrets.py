@@ -13,7 +13,7 @@ from clawgym.validate.core import Collector
 
 def _secret_names(c: Mapping[str, Any]) -> set:
     """Variables that hold a secret: the job's targets and where the W&B key is read from."""
-    from clawgym.plan import SGLANG_KEY_ENV, WANDB_KEY_TARGET
+    from clawgym.plan.build import SGLANG_KEY_ENV, WANDB_KEY_TARGET
 
     return {SGLANG_KEY_ENV, WANDB_KEY_TARGET, *c["wandb"]["key_env"]}
 
@@ -38,11 +38,11 @@ def _export_fix(c: Mapping[str, Any], name: str) -> str:
 
 
 def rule_no_secrets_in_extra_env(v: Collector) -> None:
-    """Every variable named like a secret (``clawgym.secrets.is_secret_name``: HF_TOKEN, OPENAI_API_KEY,
+    """Every variable named like a secret (``clawgym.common.secrets.is_secret_name``: HF_TOKEN, OPENAI_API_KEY,
     DB_PASSWORD, the W&B key variables...) is refused in extra_env, whatever its value (``${oc.env:...}``
     included): extra_env is resolved into launch_plan.json, snapshots, the Ray job's runtime env, the
     RayJob manifest and the W&B config."""
-    from clawgym.secrets import is_secret_name
+    from clawgym.common.secrets import is_secret_name
 
     for name in sorted(str(k) for k in v.c["extra_env"]):
         if name in _secret_names(v.c) or is_secret_name(name):
@@ -55,20 +55,20 @@ def rule_no_secrets_in_extra_env(v: Collector) -> None:
 def secret_flags_given(args: Sequence[Any]) -> bool:
     """A secret flag (any flag naming a key, token, password or secret, or an abbreviation of one)
     anywhere in extra_args: its own element, ``--flag=value`` or inside one element."""
-    from clawgym.secrets import secret_option
+    from clawgym.common.secrets import secret_option
 
     return any(secret_option(w) is not None for a in args for w in str(a).split())
 
 
 def _refused_name(c: Mapping[str, Any], name: str) -> bool:
-    from clawgym.secrets import is_secret_name
+    from clawgym.common.secrets import is_secret_name
 
     return name in _secret_names(c) or is_secret_name(name)
 
 
 def rule_no_secret_values_in_config(v: Collector) -> None:
     """No resolved value holds the value of a secret the launcher can see, whatever its key."""
-    from clawgym.config import iter_leaves
+    from clawgym.config.compose import iter_leaves
 
     if not v.env_secrets:
         return

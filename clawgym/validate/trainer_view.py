@@ -7,7 +7,7 @@ trainer's default, from the flavour's flag registry). :class:`TrainerArgs` answe
 for one option string, flavour-neutral (the fork and upstream spell some dests differently,
 e.g. ``sglang_data_parallel_size`` / ``sglang_dp_size``; their option strings agree).
 
-A curated key left null gives the trainer's default, as :func:`clawgym.effective.effective` reads it.
+A curated key left null gives the trainer's default, as :func:`clawgym.trainer.effective.effective` reads it.
 Pure and cheap: one registry lookup per question, cached per config.
 """
 
@@ -34,7 +34,7 @@ class TrainerArgs:
         """The ``args`` entries (name, value) that set ``dest``, in config order, values not None:
         indexed once per config, not looked up again for every option asked about."""
         if self._args is None:
-            from clawgym.trainer_args import lookup
+            from clawgym.trainer.args import lookup
 
             index: Dict[str, List[Tuple[str, Any]]] = {}
             for name, value in (self.c.get("args") or {}).items():
@@ -47,7 +47,7 @@ class TrainerArgs:
     def _owned_rows(self) -> Dict[str, Any]:
         """dest -> the flagmap row that emits it."""
         if self._owned is None:
-            from clawgym.flagmap import rows
+            from clawgym.trainer.flagmap import rows
 
             out: Dict[str, Any] = {}
             for row in rows(self.flavour):
@@ -81,8 +81,8 @@ class TrainerArgs:
         return value
 
     def _get(self, option: str) -> Any:
-        from clawgym.flagmap import Context, get_key
-        from clawgym.trainer_args import convert, dest_value
+        from clawgym.trainer.flagmap import Context, get_key
+        from clawgym.trainer.args import convert, dest_value
 
         flag = self.reg.by_option(option) if self.reg is not None else None
         if flag is None:

@@ -1,7 +1,7 @@
 """Launch logic of the clawgym launcher, imported only when a multirun starts.
 
-Task configs of clawgym (``clawgym.config.is_clawgym_config``) go to
-``clawgym.sweep.run_sweep``: every job composed and checked first, then packed onto one
+Task configs of clawgym (``clawgym.config.compose.is_clawgym_config``) go to
+``clawgym.sweep.core.run_sweep``: every job composed and checked first, then packed onto one
 Ray cluster. Any other app's jobs run here, in this process and in order, through
 Hydra's ``run_job`` with the given task function (as Hydra's basic launcher does), so
 resolvers and singletons of this process apply and each job gets a real JobReturn.
@@ -11,13 +11,11 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Dict, List, Sequence, Tuple
+from typing import Any, Dict, List, Sequence, Tuple
 
 from hydra.core.utils import JobReturn, configure_log, filter_overrides, run_job, setup_globals
+from hydra.plugins.launcher import Launcher
 from omegaconf import open_dict
-
-if TYPE_CHECKING:
-    from hydra_plugins.clawgym_launcher.launcher import ClawGymLauncher
 
 log = logging.getLogger(__name__)
 
@@ -27,7 +25,7 @@ class _ComposeOnce:
 
     Hydra's sweeper composes every job of a batch (``validate_batch_is_legal``) and then
     calls the launcher, which would compose each again. Here a job is composed the way
-    ``clawgym.sweep.compose_jobs`` composes (one tree per distinct set of group choices,
+    ``clawgym.sweep.core.compose_jobs`` composes (one tree per distinct set of group choices,
     value overrides applied to a copy; the same result as Hydra's), the config is kept,
     and handed to the launcher's request for the same overrides (``take_composed``), then
     forgotten. Everything else goes to the real loader.
@@ -41,7 +39,7 @@ class _ComposeOnce:
         self._templates_of: Any = None
 
     def _compose(self, master_config: Any, sweep_overrides: List[str]) -> Any:
-        from clawgym.sweep import compose_jobs
+        from clawgym.sweep.core import compose_jobs
 
         if self._templates_of is not master_config:
             self._templates, self._templates_of = {}, master_config
@@ -70,24 +68,26 @@ class _ComposeOnce:
 
 def compose_once(hydra_context: Any, config: Any) -> None:
     """Install :class:`_ComposeOnce` for clawgym sweeps (other apps keep Hydra's loader)."""
-    from clawgym.config import is_clawgym_config
+    from clawgym.config.compose import is_clawgym_config
 
     if hydra_context is not None and is_clawgym_config(config) and \
             not isinstance(hydra_context.config_loader, _ComposeOnce):
         hydra_context.config_loader = _ComposeOnce(hydra_context.config_loader)
 
 
-def launch(launcher: "ClawGymLauncher", job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> List[JobReturn]:
+# The launcher is typed by Hydra's base class: naming ClawGymLauncher here would close a circle
+# (launcher.py imports this module when a multirun starts).
+def launch(launcher: Launcher, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> List[JobReturn]:
     setup_globals()
     assert launcher.config is not None and launcher.hydra_context is not None and launcher.task_function is not None
     config = launcher.config
     configure_log(config.hydra.hydra_logging, config.hydra.verbose)
     Path(str(config.hydra.sweep.dir)).mkdir(parents=True, exist_ok=True)
 
-    from clawgym.config import is_clawgym_config
+    from clawgym.config.compose import is_clawgym_config
 
     if is_clawgym_config(config):
-        from clawgym.sweep import LauncherOptions, run_sweep
+        from clawgym.sweep.core import LauncherOptions, run_sweep
 
         fields = LauncherOptions.__dataclass_fields__
         options = LauncherOptions(**{k: v for k, v in launcher.params.items() if k in fields})

@@ -3,7 +3,7 @@
 Some trainer flags name a file rather than a value: slime's ``--sglang-config`` reads a
 YAML of engine groups (``slime/backends/sglang_utils/sglang_config.py:SglangConfig.from_yaml``).
 A key holds that content, typed from the trainer's own schema for it
-(:class:`clawgym.schema.SglangModel`); the plan names the file it goes to, under the run's
+(:class:`clawgym.config.schema.SglangModel`); the plan names the file it goes to, under the run's
 save dir, and carries its text (``LaunchPlan.files``), so the launch snapshot keeps it; the
 pipeline writes it just before the job is submitted. ``clawgym import`` reads the file a
 script generated (a heredoc into a ``mktemp`` file) back into the key, and parity compares

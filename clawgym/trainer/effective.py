@@ -24,7 +24,7 @@ def _flavour(c: Mapping[str, Any]) -> str:
 def _owned_values() -> Tuple[Tuple[str, str], ...]:
     """(key, flag) of every ``value`` row the key's value is emitted by, first row per key (the
     flag map is a constant table: indexed once, not scanned once per key)."""
-    from clawgym.flagmap import ROWS
+    from clawgym.trainer.flagmap import ROWS
 
     seen: Dict[str, str] = {}
     for row in ROWS:
@@ -67,7 +67,7 @@ def trainer_default(key: str, flavour: str = "clawgym") -> Any:
 
 def effective(c: Mapping[str, Any], key: str) -> Any:
     """``key``'s value in the resolved config ``c``, or the trainer's default when it is null."""
-    from clawgym.flagmap import get_key
+    from clawgym.trainer.flagmap import get_key
 
     value = get_key(c, key)
     if value is not None:

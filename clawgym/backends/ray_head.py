@@ -55,7 +55,8 @@ from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 # (aliased: this module's own ``ownership(rec)`` answers who uses a head)
-from clawgym import ownership as owners
+from clawgym.common import ownership as owners
+from clawgym.launch.rayjob import dashboard_responds
 
 #: Environment variable that marks every process of a head clawgym started.
 MARKER_ENV = "CLAWGYM_HEAD_ID"
@@ -406,14 +407,6 @@ def record_processes(rec: HeadRecord) -> Dict[int, Any]:
 
 # ---------------------------------------------------------------- liveness
 
-def dashboard_responds(address: str, timeout: float = 2.0) -> bool:
-    try:
-        with urllib.request.urlopen(f"{address.rstrip('/')}/api/version", timeout=timeout) as resp:
-            return resp.status == 200
-    except (urllib.error.URLError, OSError, ValueError):
-        return False
-
-
 def agent_answers(host: str, port: int, timeout: float = 1.0) -> bool:
     """The dashboard agent of a head serves HTTP on ``host:port`` (any HTTP answer counts)."""
     try:
@@ -591,7 +584,7 @@ class PortReservation:
         self.sockets: Dict[int, socket.socket] = {}
         self.what: Dict[int, Tuple[str, str]] = {}
         # Two never-listening SO_REUSEADDR sockets can share a port: each reserved port is also
-        # locked (clawgym.ownership.PortLock) until the head listens on it, so two launches
+        # locked (clawgym.common.ownership.PortLock) until the head listens on it, so two launches
         # started in the same second cannot both reserve it.
         self.locks: Dict[int, "owners.PortLock"] = {}
 
@@ -905,7 +898,7 @@ def interrupt_on_signals() -> None:
     KeyboardInterrupt in the main thread), so whatever runs then stops the head it began
     through its record (the launch's ``except``/``atexit`` paths) instead of the process dying
     with the head left behind. The pipeline's own handlers take over while jobs run
-    (:func:`clawgym.launch._sigterm_as_interrupt`) and give these back. Handlers someone else
+    (:func:`clawgym.launch.rayjob._sigterm_as_interrupt`) and give these back. Handlers someone else
     installed are left alone."""
     if threading.current_thread() is not threading.main_thread():
         return

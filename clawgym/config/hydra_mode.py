@@ -61,7 +61,7 @@ def install(primary: str = "config") -> None:
     """Answer ``Hydra.get_mode`` for clawgym's primary config without composing it."""
     from hydra._internal.hydra import Hydra
 
-    from clawgym.config import config_dir
+    from clawgym.config.compose import config_dir
 
     original = Hydra.get_mode
     if getattr(original, "_clawgym", False):
@@ -83,7 +83,7 @@ def install(primary: str = "config") -> None:
 
 def _install_composition_exit() -> None:
     """A composition error (a misspelled key, an unknown option, an override that does not parse)
-    exits 2, refused before anything started (clawgym/exit_codes.py), not Hydra's 1, which a failed
+    exits 2, refused before anything started (clawgym/common/exit_codes.py), not Hydra's 1, which a failed
     job also exits with; a key the schema does not define names the closest one instead of Hydra's
     hint to add it with ``+``."""
     import hydra._internal.utils as hydra_utils
@@ -103,8 +103,8 @@ def _install_composition_exit() -> None:
                 import os
                 import sys
 
-                from clawgym.exit_codes import REFUSED
-                from clawgym.keys import composition_report
+                from clawgym.common.exit_codes import REFUSED
+                from clawgym.config.keys import composition_report
 
                 if os.environ.get("HYDRA_FULL_ERROR") == "1":
                     raise

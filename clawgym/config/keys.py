@@ -1,7 +1,7 @@
 """Every key of the typed schema, with its type, default and help (the comments above each field
-in ``clawgym/schema.py``), and the closest key to a misspelled one.
+in ``clawgym/config/schema.py``), and the closest key to a misspelled one.
 
-Low on the config floor (imports only ``clawgym.schema``): ``clawgym explain``, the unknown-key rule
+Low on the config floor (imports only ``clawgym.config.schema``): ``clawgym explain``, the unknown-key rule
 of validation and the composition-error report of ``train.py`` all read this one table.
 Keys typed ``Dict[...]`` are open maps (``args``, ``extra_env``, ``sglang.models.*.overrides``): what
 is below them is not checked against the schema.
@@ -19,7 +19,7 @@ import typing
 from dataclasses import dataclass
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple
 
-from clawgym import schema as _schema
+from clawgym.config import schema as _schema
 
 
 @dataclass(frozen=True)
@@ -38,7 +38,7 @@ def _type_text(hint: Any) -> str:
     if isinstance(hint, type):
         return hint.__name__
     text = str(hint).replace("typing.", "")
-    return text.replace("NoneType", "None").replace("clawgym.schema.", "")
+    return text.replace("NoneType", "None").replace("clawgym.config.schema.", "")
 
 
 def _field_comments(cls: type) -> Dict[str, str]:
@@ -191,12 +191,12 @@ def composition_report(exc: BaseException) -> str:
     could = _COULD_NOT.search(text)
     key = full.group(1) if full else (could.group(1) if could else None)
     if key and _NOT_IN_STRUCT.search(text) and not is_known(key):
-        from clawgym.secrets import redact
+        from clawgym.common.secrets import redact
 
         near = closest(key)
         fix = f"did you mean {near[0]}?" if near else "python train.py --cfg job lists every key"
         return redact(f"clawgym: {key} is not a config key; {fix}\n"
-                f"  rule: every key is defined by the typed schema (clawgym/schema.py); a misspelled key is refused,"
+                f"  rule: every key is defined by the typed schema (clawgym/config/schema.py); a misspelled key is refused,"
                 f" never added\n"
                 f"  fix:  {near[0] + '=' + _value_of(text, key) if near else 'use a key of the schema'}"
                 f"  (clawgym explain {near[0] if near else key} says what it is)")
@@ -204,7 +204,7 @@ def composition_report(exc: BaseException) -> str:
     unknown = key is not None and not is_known(key)
     lines = [ln for ln in text.splitlines() if not (unknown and ln.startswith("To append to your config use"))
              and not re.match(r"^\s+base_\w+$", ln)]
-    from clawgym.secrets import redact
+    from clawgym.common.secrets import redact
 
     return redact("\n".join(lines).rstrip() + "\n(a composition error: nothing was started or written)")
 

@@ -1,7 +1,7 @@
 """The typed schema nodes, built once per machine and kept in the user's cache.
 
 ``OmegaConf.structured`` over clawgym's ~300 typed keys is the largest CPU cost of importing
-``clawgym.config`` (about 120 ms on 2 cores, every ``python train.py`` and every ``clawgym``
+``clawgym.config.compose`` (about 120 ms on 2 cores, every ``python train.py`` and every ``clawgym``
 command). Its result depends only on the schema module's source and the OmegaConf, Hydra and
 Python versions; unpickling it takes about 2 ms.
 
@@ -40,13 +40,13 @@ def cache_key() -> str:
     import hydra
     import omegaconf
 
-    from clawgym import schema
+    from clawgym.config import schema
 
     h = hashlib.sha256()
     h.update(f"{_FORMAT}|{sys.version}|{omegaconf.__version__}|{hydra.__version__}|".encode())
     h.update(Path(schema.__file__).read_bytes())
     # config.py decides what is built (set_struct on args, the names): part of the key too.
-    h.update(Path(__file__).with_name("config.py").read_bytes())
+    h.update(Path(__file__).with_name("compose.py").read_bytes())
     return h.hexdigest()[:32]
 
 

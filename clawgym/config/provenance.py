@@ -8,7 +8,7 @@ overrides as they were typed, and the composed tree, so :meth:`Provenance.origin
 without composing again: every layer that set it, oldest first (the last one wins), the value as
 typed and as resolved, and the origins of the keys it interpolates (recursively).
 
-On the config floor: imports ``clawgym.config``, ``clawgym.keys`` and Hydra only.
+On the config floor: imports ``clawgym.config.compose``, ``clawgym.config.keys`` and Hydra only.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from typing import Any, Dict, List, Optional, Sequence
 
 from omegaconf import DictConfig, OmegaConf
 
-from clawgym.config import CONFIG_NAME, config_dir
+from clawgym.config.compose import CONFIG_NAME, config_dir
 
 SCHEMA, OPTION, GLOBAL, EXPERIMENT, IMPORT, PRIMARY, OVERRIDE = (
     "schema default", "group option", "global file", "experiment", "import", "config.yaml", "command line")
@@ -35,7 +35,7 @@ class Layer:
     """One config merged by the defaults list (or the command line's overrides)."""
 
     kind: str
-    where: str  # what a user opens: clawgym/schema.py, conf/model/qwen3_4b.yaml, the override text
+    where: str  # what a user opens: clawgym/config/schema.py, conf/model/qwen3_4b.yaml, the override text
     content: Dict[str, Any]  # raw, unresolved, placed at the root (the package applied)
     note: str = ""  # an import's script
 
@@ -163,7 +163,7 @@ class Provenance:
 
 
 def compose(overrides: Sequence[str] = ()) -> Provenance:
-    """Compose as ``train.py`` does (``clawgym.config.compose``) and keep what each layer set."""
+    """Compose as ``train.py`` does (``clawgym.config.compose.compose``) and keep what each layer set."""
     from hydra import initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
     from hydra.version import VersionBase
@@ -182,7 +182,7 @@ def _compose(overrides: List[str]) -> Provenance:
     from hydra._internal.defaults_list import create_defaults_list
     from hydra.core.global_hydra import GlobalHydra
 
-    from clawgym.config import compose as compose_config
+    from clawgym.config.compose import compose as compose_config
 
     cfg = compose_config(overrides)
     loader = GlobalHydra.instance().config_loader()
@@ -205,7 +205,7 @@ def _compose(overrides: List[str]) -> Provenance:
         content.pop("hydra", None)
         package = d.package or ""
         if str(loaded.path).startswith("structured://") or loaded.provider == "clawgym":
-            kind, where, note = SCHEMA, "clawgym/schema.py", ""
+            kind, where, note = SCHEMA, "clawgym/config/schema.py", ""
         else:
             where = _shown_path(str(loaded.path), path)
             note = _imported_from(str(loaded.path), path)

@@ -16,7 +16,7 @@ import`` maps a script's flags back to keys through :func:`owners`.
 - ``derived``: computed from several keys, not invertible key by key;
 - ``file``: the flag names a file clawgym writes at launch from the key's content
   (``--sglang-config`` <- ``sglang.models``, written to ``<paths.save>/clawgym/``); parity
-  compares such flags by the file's content, not its path (:mod:`clawgym.generated`).
+  compares such flags by the file's content, not its path (:mod:`clawgym.trainer.generated`).
 
 Fork-only rows (``fork_only=True``) exist in the ClawGym fork's parser only; under
 ``trainer=slime`` they are not emitted, and a config that would emit one is refused.
@@ -106,7 +106,7 @@ def tensorboard_on(c: Mapping[str, Any]) -> bool:
 
 
 def _generated_path(c: Mapping[str, Any], key: str) -> Optional[str]:
-    from clawgym.generated import generated_path
+    from clawgym.trainer.generated import generated_path
 
     return generated_path(c, key)
 
@@ -276,7 +276,7 @@ ROWS: Tuple[Row, ...] = (
     Row("--wandb-project", "wandb.project", "value", compute=_wandb_value("wandb.project")),
     Row("--wandb-group", "wandb.group", "value", compute=_wandb_value("wandb.group")),
     # TensorBoard events into the save dir (the folder travels as TENSORBOARD_DIR in the job env,
-    # clawgym/plan.py:tensorboard_env); slime/utils/logging_utils.py:log writes them only with this flag.
+    # clawgym/plan/build.py:tensorboard_env); slime/utils/logging_utils.py:log writes them only with this flag.
     Row("--use-tensorboard", "metrics.tensorboard", "switch", compute=lambda c, ctx: tensorboard_on(c)),
     # Per-sample generate and reward hooks (the ClawGymRL API server in the fork's defaults).
     Row("--custom-generate-function-path", "rollout.generate_function_path", "value"),

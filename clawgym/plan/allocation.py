@@ -48,7 +48,7 @@ def size_from_layout(c: Mapping[str, Any], *, nodes: Optional[int] = None,
     node: ``gpu_layout.num_gpus`` on several nodes; on one node only what the run holds,
     so small jobs of a sweep share a node.
     """
-    from clawgym.plan import gpus_required  # plan imports omegaconf: `clawgym jobs` and `--help` need none of it
+    from clawgym.plan.build import gpus_required  # plan imports omegaconf: `clawgym jobs` and `--help` need none of it
 
     need = gpus_required(c)
     per_node = int(c["gpu_layout"]["num_gpus"])

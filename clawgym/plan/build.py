@@ -18,8 +18,8 @@ from typing import Any, Dict, List, Mapping, Optional
 
 from omegaconf import DictConfig
 
-from clawgym.config import to_plain
-from clawgym.wandb_env import wandb_job_env
+from clawgym.config.compose import to_plain
+from clawgym.trainer.wandb_env import wandb_job_env
 
 #: Interpreter that runs the trainer script inside the job.
 INTERPRETER = "python3"
@@ -64,7 +64,7 @@ class LaunchPlan:
     # The per-GPU memory plan (``clawgym.memory.memory_plan(...).to_dict()``), attached by the
     # launcher (it depends on the GPU found on this node); None: not computed.
     memory: Optional[Dict[str, Any]] = None
-    # Files clawgym writes at launch and passes by path (path -> text; clawgym/generated.py).
+    # Files clawgym writes at launch and passes by path (path -> text; clawgym/trainer/generated.py).
     files: Dict[str, str] = field(default_factory=dict)
     # Servers run inside the job before the trainer (services.*): name, argv, env, health_url...
     services: List[Dict[str, Any]] = field(default_factory=list)
@@ -144,7 +144,7 @@ def wandb_enabled(c: Mapping[str, Any], environ: Mapping[str, str]) -> bool:
 def gpus_required(c: Mapping[str, Any]) -> int:
     """GPUs the run holds: shared in colocate mode, disjoint otherwise (null keys count as the
     trainer will run them); a teacher server's GPUs come on top."""
-    from clawgym.effective import effective_config
+    from clawgym.trainer.effective import effective_config
 
     e = effective_config(c)
     g = e["gpu_layout"]
@@ -163,9 +163,9 @@ def trainer_flavour(c: Mapping[str, Any]) -> str:
 
 def trainer_argv(c: Mapping[str, Any], *, use_wandb: bool) -> List[str]:
     """Every trainer flag of a resolved config, each once: the curated flags of the owner
-    table (clawgym/flagmap.py, grouped as the seed script does), then ``args.*`` (by dest,
+    table (clawgym/trainer/flagmap.py, grouped as the seed script does), then ``args.*`` (by dest,
     sorted), then ``extra_args`` verbatim."""
-    from clawgym.flagmap import ROWS, Context
+    from clawgym.trainer.flagmap import ROWS, Context
 
     flavour = trainer_flavour(c)
     ctx = Context(use_wandb=use_wandb)
@@ -190,7 +190,7 @@ def trainer_argv(c: Mapping[str, Any], *, use_wandb: bool) -> List[str]:
     user_args = c.get("args") or {}
     if user_args:
         from clawgym.registry import load_registry
-        from clawgym.trainer_args import render_arg
+        from clawgym.trainer.args import render_arg
 
         reg = load_registry(flavour)
         for dest in sorted(user_args):
@@ -213,7 +213,7 @@ def trainer_argv(c: Mapping[str, Any], *, use_wandb: bool) -> List[str]:
 
 def job_env(c: Mapping[str, Any]) -> Dict[str, str]:
     """Environment of the trainer job: complete, so an existing cluster needs nothing else."""
-    from clawgym.effective import effective_config
+    from clawgym.trainer.effective import effective_config
 
     eff = effective_config(c)
     paths, r, e, s, sb = c["paths"], eff["rollout"], c["eval"], c["sglang"], c["sandbox"]
@@ -269,7 +269,7 @@ def tensorboard_env(c: Mapping[str, Any], launch_id: str) -> Dict[str, str]:
 
     slime's writer needs the flag *and* a folder: with the flag alone and no ``--tb-project-name``
     it raises at the first metric (slime/utils/tensorboard_utils.py:_TensorboardAdapter.__init__)."""
-    from clawgym.flagmap import tensorboard_on
+    from clawgym.trainer.flagmap import tensorboard_on
 
     path = tensorboard_dir(c["paths"]["save"], launch_id)
     if not tensorboard_on(c) or path is None:
@@ -379,7 +379,7 @@ def build_plan_from_dict(c: Mapping[str, Any], *, environ: Mapping[str, str], ti
     ``environ`` is consulted only for whether a W&B key is present (the seed's auto
     mode); no value from it is copied into the plan.
     """
-    from clawgym.generated import generated_files
+    from clawgym.trainer.generated import generated_files
 
     use_wandb = wandb_enabled(c, environ)
     save = c["paths"]["save"]

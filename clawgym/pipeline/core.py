@@ -1,7 +1,7 @@
 """The launch pipeline: one path for 1..N jobs (a single run is a sweep of one).
 
 ``python train.py`` (through :func:`launch_single`) and the Hydra launcher plugin
-(through :mod:`clawgym.sweep`) hand validated, planned jobs to :class:`Pipeline`, which
+(through :mod:`clawgym.sweep.core`) hand validated, planned jobs to :class:`Pipeline`, which
 walks the same steps for both:
 
 1. **one cluster**: every job asks for the same cluster and the same ``ray.detach``;
@@ -40,11 +40,11 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from clawgym.plan import LaunchPlan
-from clawgym.snapshot import start_checkpoint_watcher
-from clawgym.text import fmt_duration
+from clawgym.plan.build import LaunchPlan
+from clawgym.snapshot.core import start_checkpoint_watcher
+from clawgym.common.text import fmt_duration
 
-from clawgym.exit_codes import FAILED as EXIT_FAILED, INTERRUPTED as EXIT_INTERRUPTED, REFUSED as EXIT_REFUSED
+from clawgym.common.exit_codes import FAILED as EXIT_FAILED, INTERRUPTED as EXIT_INTERRUPTED, REFUSED as EXIT_REFUSED
 
 QUEUED, RUNNING, SUCCEEDED, FAILED, STOPPED = "queued", "running", "succeeded", "failed", "stopped"
 #: A job handed over but not run by clawgym (``cluster=kuberay kuberay.apply=false``: manifest written).
@@ -87,7 +87,7 @@ class PipelineJob:
     # What tells the job apart, for messages ("(no overrides)" for a single run).
     label: str = ""
     short_label: str = ""
-    # Overrides and choices for the snapshot (clawgym.snapshot.LaunchRecord); None: Hydra's current job.
+    # Overrides and choices for the snapshot (clawgym.snapshot.core.LaunchRecord); None: Hydra's current job.
     record: Any = None
     status: str = QUEUED
     # Secrets this job's plan names, read from the environment (never printed).
@@ -160,7 +160,7 @@ def launch_single(cfg: Any, plan: LaunchPlan) -> Any:
     try:
         rc = Pipeline([job], PipelineOptions()).run()
     except Refused as err:
-        from clawgym.secrets import redact
+        from clawgym.common.secrets import redact
 
         print(redact(str(err)), file=sys.stderr, flush=True)
         sys.exit(err.code)
@@ -178,8 +178,8 @@ def launch_single(cfg: Any, plan: LaunchPlan) -> Any:
 
 def failure_message(j: PipelineJob) -> str:
     """"the job failed (trainer exited 3)", or why the launcher cannot say how it ended."""
-    from clawgym.exit_codes import job_failed
-    from clawgym.launch import EXIT_LOST_CONTACT, trainer_exit_code
+    from clawgym.common.exit_codes import job_failed
+    from clawgym.launch.rayjob import EXIT_LOST_CONTACT, trainer_exit_code
 
     if j.exit_code == EXIT_LOST_CONTACT:
         return "the launcher lost contact with the job (the Ray dashboard stopped answering); it may still run"
@@ -217,7 +217,7 @@ def say(text: str) -> None:
 
 def _quiet_ray_sdk() -> None:
     """Ray's job SDK logs each package upload and websocket close at INFO; keep progress readable."""
-    from clawgym.launch import quiet_ray_sdk
+    from clawgym.launch.rayjob import quiet_ray_sdk
 
     quiet_ray_sdk()
 
@@ -293,18 +293,18 @@ class Pipeline:
     def _release(self) -> None:
         """This launch's ownership record goes with it, unless jobs it submitted run on
         (detached, a lost terminal, a dashboard that stopped answering): then it holds their
-        save dirs and sandbox containers until they end (clawgym.ownership)."""
-        from clawgym import ownership
-        from clawgym.launch import EXIT_LOST_CONTACT
+        save dirs and sandbox containers until they end (clawgym.common.ownership)."""
+        from clawgym.common import ownership
+        from clawgym.launch.rayjob import EXIT_LOST_CONTACT
 
         left = any(j.handle is not None and (j.status in ("submitted", "running on", RUNNING)
                                              or j.exit_code == EXIT_LOST_CONTACT) for j in self.jobs)
         ownership.release(jobs_left=left)
 
     def _claim(self) -> None:
-        """One owner per save dir and per sandbox: recorded before preflight (clawgym.ownership),
+        """One owner per save dir and per sandbox: recorded before preflight (clawgym.common.ownership),
         refused when another live launch (its launcher, or a job it submitted) holds a save dir."""
-        from clawgym import ownership
+        from clawgym.common import ownership
         from clawgym.preflight.sandbox import engine_address
 
         sandboxes = [{"engine": engine_address(), "prefix": str(j.cfg.sandbox.container_prefix),
@@ -320,16 +320,16 @@ class Pipeline:
                 "own save dir: run_name=<new name> or paths.save=<new dir>"]) from None
 
     def _discard_unsubmitted(self) -> None:
-        from clawgym.snapshot import discard_unsubmitted
+        from clawgym.snapshot.core import discard_unsubmitted
 
         for j in self.jobs:
             if j.snapshot and discard_unsubmitted(j.snapshot):
                 j.snapshot = None
 
     def _run(self) -> int:
-        from clawgym import launch
+        from clawgym.launch import rayjob as launch
         from clawgym.backends import BackendError
-        from clawgym.clusters import backend_for
+        from clawgym.pipeline.clusters import backend_for
 
         self._one_cluster()
         secrets: Dict[str, str] = {}
@@ -427,7 +427,7 @@ class Pipeline:
         ``max_concurrent=1`` (one job at a time) have nothing to check."""
         if len(self.jobs) < 2 or not getattr(self.backend, "packs_jobs", True) or self.options.max_concurrent == 1:
             return
-        from clawgym.launch import ports_of
+        from clawgym.launch.rayjob import ports_of
 
         owner: Dict[int, PipelineJob] = {}
         clashes = []
@@ -493,7 +493,7 @@ class Pipeline:
                 submitted=True)
         clashes = []
         for j in jobs:
-            from clawgym.launch import ports_of
+            from clawgym.launch.rayjob import ports_of
 
             for port in ports_of(j.plan):
                 if port in ports:
@@ -534,7 +534,7 @@ class Pipeline:
 
     def _cleanup_and_snapshot(self) -> None:
         from clawgym.preflight import PreflightError, cleanup_leftovers
-        from clawgym.snapshot import SnapshotError, write_launch_snapshot
+        from clawgym.snapshot.core import SnapshotError, write_launch_snapshot
 
         try:
             cleaned = set()
@@ -560,7 +560,7 @@ class Pipeline:
 
     def _connect(self, secrets: Mapping[str, str], *, submit_early: bool, sweep_early: bool = False,
                  prepare: Optional[Callable[[], None]] = None) -> None:
-        from clawgym import launch
+        from clawgym.launch import rayjob as launch
         from clawgym.backends import BackendError
 
         early: Dict[str, Any] = {}
@@ -600,7 +600,7 @@ class Pipeline:
             self._start(j)
 
     def _registered(self, j: PipelineJob) -> bool:
-        from clawgym import launch
+        from clawgym.launch import rayjob as launch
 
         try:
             launch.jobs_client(self.backend.address).get_job_info(j.plan.submission_id)
@@ -630,7 +630,7 @@ class Pipeline:
         return j.submission_id
 
     def _submit(self, j: PipelineJob) -> None:
-        from clawgym import ownership
+        from clawgym.common import ownership
 
         j.handle = self.backend.submit(j.plan, j.cfg, j.snapshot, j.secrets)
         j.submission_id = j.handle.submission_id
@@ -640,7 +640,7 @@ class Pipeline:
         ownership.add_job(job_record() if callable(job_record) else
                           {"kind": "ray", "address": getattr(j.handle, "address", "") or self.backend.address or "",
                            "submission_id": j.submission_id})
-        # The snapshot now belongs to a submitted job (bug 6: clawgym.snapshot marks it so).
+        # The snapshot now belongs to a submitted job (bug 6: clawgym.snapshot.core marks it so).
         _mark_snapshot_submitted(j)
         if not self.detach:
             j.watcher = start_checkpoint_watcher(j.plan, j.snapshot)
@@ -712,7 +712,7 @@ class Pipeline:
 
     def _schedule(self) -> None:
         """First fit in job order: start every queued job whose GPUs fit next to the running ones."""
-        from clawgym.launch import TERMINAL
+        from clawgym.launch.rayjob import TERMINAL
 
         queue = [j for j in self.jobs if j.status == QUEUED]
         running: List[PipelineJob] = [j for j in self.jobs if j.status == RUNNING]
@@ -780,10 +780,10 @@ class Pipeline:
         port of a running job, preflight), snapshotted, and started as soon as its GPUs are free.
         Raises :class:`Refused` (its report names the job) when a check fails: nothing was
         started and no snapshot is left."""
-        from clawgym import launch
+        from clawgym.launch import rayjob as launch
         from clawgym.backends import cluster_key, describe_cluster
         from clawgym.preflight import PreflightError, run_preflight
-        from clawgym.snapshot import SnapshotError, discard_unsubmitted, write_launch_snapshot
+        from clawgym.snapshot.core import SnapshotError, discard_unsubmitted, write_launch_snapshot
 
         first = self.jobs[0]
         where = f"job #{job.num} ({job.label})"
@@ -917,7 +917,7 @@ class Pipeline:
             return
         ours_running = [j.submission_id for j in self.jobs if j.submission_id and j.status in (STOPPED, FAILED)]
         detached = self.detach and any(j.handle is not None for j in self.jobs)
-        from clawgym.launch import EXIT_LOST_CONTACT
+        from clawgym.launch.rayjob import EXIT_LOST_CONTACT
 
         if self.hangup:
             keep, reason = True, "its launcher lost the terminal (SIGHUP) while jobs ran"
@@ -936,7 +936,7 @@ class Pipeline:
     def _summarise(self) -> int:
         _record_endings(self.jobs)
         if self.hangup:
-            from clawgym.launch import EXIT_HANGUP
+            from clawgym.launch.rayjob import EXIT_HANGUP
 
             return EXIT_HANGUP
         if self._sweep:
@@ -956,7 +956,7 @@ class Pipeline:
         failed = [j for j in self.jobs if j.status == FAILED]
         if not failed:
             return 0
-        # 1 whatever the trainer exited with (clawgym/exit_codes.py); the message names its code.
+        # 1 whatever the trainer exited with (clawgym/common/exit_codes.py); the message names its code.
         return EXIT_FAILED
 
     # -------------------------------------------------------- progress
@@ -987,7 +987,7 @@ class Pipeline:
         if j.error is not None and j.handle is None:
             return f"{type(j.error).__name__}: {j.error}"
         if j.handle is not None:
-            from clawgym.launch import trainer_exit_code
+            from clawgym.launch.rayjob import trainer_exit_code
 
             code = trainer_exit_code(j.handle.message())
             if code is not None:
@@ -1010,7 +1010,7 @@ class Pipeline:
 def _mark_snapshot_submitted(j: PipelineJob) -> None:
     """This job's snapshot now records a launch (until then ``show`` does not list it, and
     :meth:`Pipeline.run` discards it if the job is never submitted)."""
-    from clawgym.snapshot import mark_submitted
+    from clawgym.snapshot.core import mark_submitted
 
     if j.snapshot:
         job_record = getattr(j.handle, "job_record", None)
@@ -1042,7 +1042,7 @@ def _metrics_ticker(j: PipelineJob):
 
 def _record_endings(jobs: Sequence[PipelineJob]) -> None:
     """Each followed job's end into its snapshot, so ``clawgym runs`` knows it after the cluster is gone."""
-    from clawgym.snapshot import mark_ended
+    from clawgym.snapshot.core import mark_ended
 
     for j in jobs:
         if j.snapshot and j.submission_id and j.status in (SUCCEEDED, FAILED, STOPPED, NOT_APPLIED):

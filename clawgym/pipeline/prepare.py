@@ -1,4 +1,4 @@
-"""What a single run (clawgym.app) and a sweep (clawgym.sweep) do alike before the pipeline.
+"""What a single run (clawgym.app) and a sweep (clawgym.sweep.core) do alike before the pipeline.
 
 The plans a sweep validated and built up front (its jobs' task functions reuse them), the memory
 plan attached to a plan, the report of a check that raised, and the output dir this invocation
@@ -13,9 +13,9 @@ import time
 from pathlib import Path
 from typing import Any, Dict, Iterator, Optional
 
-from clawgym.config import to_plain
-from clawgym.plan import LaunchPlan
-from clawgym.secrets import redact
+from clawgym.config.compose import to_plain
+from clawgym.plan.build import LaunchPlan
+from clawgym.common.secrets import redact
 
 PLAN_FILE = "launch_plan.json"
 #: Files Hydra writes into an output dir by itself (and clawgym's plan): what a refused

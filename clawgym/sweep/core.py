@@ -3,7 +3,7 @@
 The sweep's own part: every job composed once, named, validated and planned before
 anything starts, and the sweep refused when two jobs would share a save dir, run name or
 W&B run name. Launched jobs then go through the same launch pipeline as a single run
-(:mod:`clawgym.pipeline`: preflight all, snapshot, one cluster, pack by free GPUs,
+(:mod:`clawgym.pipeline.core`: preflight all, snapshot, one cluster, pack by free GPUs,
 follow, summarise). Each job still runs through Hydra's ``run_job`` (job dir, ``.hydra/``,
 callbacks, logging); its task function's ``launch_single`` submits the job and returns
 at once. Dry-run and preflight-only jobs run inline, one after another.
@@ -11,7 +11,7 @@ at once. Dry-run and preflight-only jobs run inline, one after another.
 A sweep with a failed job ends with the summary, one line per failed job on stderr and
 exit status 1 (no traceback, no Hydra trailer); a refused one with its report and 2.
 
-Ray, docker and wandb are imported inside functions (``import clawgym.sweep`` is light).
+Ray, docker and wandb are imported inside functions (``import clawgym.sweep.core`` is light).
 """
 
 from __future__ import annotations
@@ -33,10 +33,10 @@ from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 from omegaconf.errors import OmegaConfBaseException
 
-from clawgym.pipeline import (EXIT_FAILED, EXIT_INTERRUPTED, EXIT_REFUSED, FAILED, QUEUED, RUNNING, STOPPED, SUCCEEDED, Pipeline,
+from clawgym.pipeline.core import (EXIT_FAILED, EXIT_INTERRUPTED, EXIT_REFUSED, FAILED, QUEUED, RUNNING, STOPPED, SUCCEEDED, Pipeline,
                               PipelineJob, PipelineOptions, Refused, say, summary_table)
-from clawgym.overrides import differing_overrides, split_override
-from clawgym.plan import LaunchPlan, build_plan_from_dict
+from clawgym.common.overrides import differing_overrides, split_override
+from clawgym.plan.build import LaunchPlan, build_plan_from_dict
 from clawgym.memory import this_node_gpu
 from clawgym.search import NoLayout, is_auto, resolve_auto
 from clawgym.validate import ConfigError, check
@@ -392,7 +392,7 @@ class SweepSession:
 
     def check_all(self) -> None:
         """Validate and plan every job, then refuse shared names; raises SweepRefused."""
-        from clawgym.config import to_plain
+        from clawgym.config.compose import to_plain
 
         reports = []
         warned = []
@@ -422,20 +422,20 @@ class SweepSession:
                 warned.append(f"sweep job #{j.num}: {j.label}\n" + format_warnings(warns))
         if warned and not reports:
             # Warnings never refuse: printed once per job, before anything starts.
-            from clawgym.console import say
+            from clawgym.common.console import say
 
             say("\n".join(warned))
         if reports:
             n = len(reports)
             raise SweepRefused(f"clawgym: sweep refused, {n} of {len(self.jobs)} job{'s' if len(self.jobs) != 1 else ''}"
                                f" invalid; nothing was started\n" + "\n".join(reports))
-        from clawgym.prepare import attach_memory, timestamp
+        from clawgym.pipeline.prepare import attach_memory, timestamp
 
         stamp = timestamp()
         for j in self.jobs:
             j.plan = build_plan_from_dict(copy.deepcopy(plain[j.num]), environ=self.environ, timestamp=stamp)
             if choices.get(j.num):
-                from clawgym.prepare import apply_layout
+                from clawgym.pipeline.prepare import apply_layout
 
                 j.plan.layout = choices[j.num]
                 # The job's composed config shows the chosen layout too (snapshot, artefacts).
@@ -456,7 +456,7 @@ class SweepSession:
 
     def run(self) -> List[JobReturn]:
         """Run every job; returns JobReturns in sweep order. Raises SweepRefused / exits 130."""
-        from clawgym.prepare import prepared_plans
+        from clawgym.pipeline.prepare import prepared_plans
 
         # Each job's task function reuses the plan checked up front (no second validate/plan).
         with prepared_plans({j.num: j.plan for j in self.jobs if j.plan is not None}):
@@ -469,7 +469,7 @@ class SweepSession:
         self._dry_run_summary([j for j in self.jobs if j.kind == "dry_run"])
         launched = [j for j in self.jobs if j.kind == "launch" and not self.options.inline]
         if launched:
-            from clawgym.snapshot import LaunchRecord
+            from clawgym.snapshot.core import LaunchRecord
 
             for j in launched:
                 # This job's overrides and choices (HydraConfig holds the whole sweep's here).
@@ -494,8 +494,8 @@ class SweepSession:
         a job whose memory plan does not fit makes the sweep exit 2, as its launch would be refused."""
         if not jobs:
             return
-        from clawgym.console import say
-        from clawgym.prepare import memory_banner
+        from clawgym.common.console import say
+        from clawgym.pipeline.prepare import memory_banner
 
         say(dry_run_table(jobs), out=True)
         banners = [b for b in (memory_banner(j.plan, j.task_cfg) for j in jobs if j.plan is not None) if b]
@@ -589,8 +589,8 @@ def run_sweep(*, hydra_context: HydraContext, task_function: TaskFunction, confi
     session = SweepSession(hydra_context=hydra_context, task_function=task_function, config=config,
                            options=options)
     Path(str(config.hydra.sweep.dir)).mkdir(parents=True, exist_ok=True)
-    from clawgym.console import say
-    from clawgym.prepare import discard_own_output_dir, failed_check
+    from clawgym.common.console import say
+    from clawgym.pipeline.prepare import discard_own_output_dir, failed_check
 
     try:
         try:
@@ -602,7 +602,7 @@ def run_sweep(*, hydra_context: HydraContext, task_function: TaskFunction, confi
             raise SweepRefused(failed_check(exc)) from None
         returns = session.run()
     except SweepRefused as err:
-        from clawgym.secrets import redact
+        from clawgym.common.secrets import redact
 
         # A closed stderr is silenced, not a traceback.
         say(redact(str(err)))

@@ -13,7 +13,7 @@ wrongly typed value an error at compose time.
 
 Every key that owns a trainer flag may be ``null``: no flag is emitted and the trainer
 keeps its own default (validation and the memory plan reason with that default, read
-from the flavour's registry by :mod:`clawgym.effective`).
+from the flavour's registry by :mod:`clawgym.trainer.effective`).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from omegaconf import MISSING
 # Every class below is ``@dataclass(eq=False, repr=False)``: they are schemas (OmegaConf reads
 # their fields; nothing compares or prints an instance), and generating ``__eq__`` and
 # ``__repr__`` over ~270 fields was a third of this module's import, which every dry run pays
-# (the typed nodes clawgym.config unpickles refer to these classes).
+# (the typed nodes clawgym.config.compose unpickles refer to these classes).
 
 
 @dataclass(eq=False, repr=False)

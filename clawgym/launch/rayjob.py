@@ -1,6 +1,6 @@
 """Ray jobs: submit a plan, follow its output, stop it; the signal rules of a launch.
 
-The launch pipeline (:mod:`clawgym.pipeline`) and the Ray-based cluster backends
+The launch pipeline (:mod:`clawgym.pipeline.core`) and the Ray-based cluster backends
 (:mod:`clawgym.backends`) use these pieces; ``clawgym jobs`` attaches to jobs submitted
 earlier through :meth:`JobHandle.attach`.
 
@@ -30,13 +30,24 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence
 
-from clawgym import ray_head
-from clawgym.plan import LaunchPlan
+from clawgym.plan.build import LaunchPlan
 
 #: Job states after which nothing changes.
 TERMINAL = ("SUCCEEDED", "FAILED", "STOPPED")
 #: Exit status of a run that was interrupted or stopped (128 + SIGINT, as shells report Ctrl-C).
 EXIT_STOPPED = 130
+
+
+def dashboard_responds(address: str, timeout: float = 2.0) -> bool:
+    """The Ray dashboard at ``address`` answers its version endpoint (the Jobs API lives there)."""
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(f"{address.rstrip('/')}/api/version", timeout=timeout) as resp:
+            return resp.status == 200
+    except (urllib.error.URLError, OSError, ValueError):
+        return False
 
 
 class LaunchError(Exception):
@@ -66,7 +77,7 @@ class TerminalLost(BaseException):
     """SIGHUP: the launcher lost its terminal (e.g. an ssh session dropped) while jobs run.
 
     Not an interrupt: the jobs keep running, as with ``ray.detach=true`` (see
-    :mod:`clawgym.pipeline`)."""
+    :mod:`clawgym.pipeline.core`)."""
 
 
 #: Exit status after a lost terminal (128 + SIGHUP, as shells report it).
@@ -281,7 +292,7 @@ class JobHandle:
 
     def _status_or_none(self) -> Optional[str]:
         # A dashboard that accepts connections but never answers would hang the SDK's call.
-        if not ray_head.dashboard_responds(self.address, timeout=5.0):
+        if not dashboard_responds(self.address, timeout=5.0):
             return None
         try:
             return self.status()

@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from clawgym.allocation import backend_name
+from clawgym.plan.allocation import backend_name
 from clawgym.backends import Backend, BackendError, renders_dry_run_artefact
 
 
@@ -71,54 +71,54 @@ def drop_early_head() -> None:
 
 def recorded_heads() -> List[Any]:
     """The local Ray heads clawgym started and recorded."""
-    from clawgym import ray_head
+    from clawgym.backends import ray_head
 
     return _guarded(ray_head.list_records)
 
 
 def live_heads(patience: float) -> List[Any]:
-    from clawgym import ray_head
+    from clawgym.backends import ray_head
 
     return [r for r in recorded_heads() if _guarded(ray_head.is_alive, r, patience=patience)]
 
 
 def dashboard_answers(address: str, timeout: float) -> bool:
-    from clawgym import ray_head
+    from clawgym.backends import ray_head
 
     return _guarded(ray_head.dashboard_responds, address, timeout=timeout)
 
 
 def head_state(rec: Any, patience: float) -> str:
     """``alive``, ``unresponsive`` or ``dead``."""
-    from clawgym import ray_head
+    from clawgym.backends import ray_head
 
     return _guarded(ray_head.head_state, rec, patience=patience)
 
 
 def live_users(rec: Any) -> List[Dict[str, float]]:
     """The live clawgym launches a head's record names (also while it is being started)."""
-    from clawgym import ray_head
+    from clawgym.backends import ray_head
 
     return _guarded(ray_head.live_users, rec)
 
 
 def head_owner(rec: Any) -> Tuple[str, List[Dict[str, float]]]:
     """Who holds the head (``in use``, ``kept`` or not), and the live launches using it."""
-    from clawgym import ray_head
+    from clawgym.backends import ray_head
 
     owner = _guarded(ray_head.ownership, rec)
     return owner, (_guarded(ray_head.live_users, rec) if owner == "in use" else [])
 
 
 def running_jobs(address: str) -> List[str]:
-    from clawgym import ray_head
+    from clawgym.backends import ray_head
 
     return _guarded(ray_head.running_jobs, address)
 
 
 def stop_head(rec: Any) -> None:
     """Stop a head clawgym started, through its record."""
-    from clawgym import ray_head
+    from clawgym.backends import ray_head
 
     _guarded(ray_head.stop_head, rec)
 
@@ -140,7 +140,7 @@ def slurm_jobs() -> List[Tuple[Dict[str, Any], str]]:
 
 def _guarded(fn: Any, *args: Any, **kwargs: Any) -> Any:
     """``fn``'s answer; a head's error (an unreadable record, a head that will not stop) as ClusterError."""
-    from clawgym.ray_head import HeadError
+    from clawgym.backends.ray_head import HeadError
 
     try:
         return fn(*args, **kwargs)

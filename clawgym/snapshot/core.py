@@ -46,7 +46,7 @@ When the launcher cannot follow the job:
   the snapshot lands at that path on the launcher's machine, where the watcher sees no
   checkpoints (or, when the path cannot be created there, the launch stops before
   submitting and says so). The W&B config file is then not given to the job either
-  (``wandb.config_file``, see :mod:`clawgym.wandb_env`).
+  (``wandb.config_file``, see :mod:`clawgym.trainer.wandb_env`).
 
 In both cases run ``clawgym stamp <save>`` on a machine that sees the save dir
 (``--follow`` keeps watching until interrupted; for a remote save dir, first copy
@@ -75,10 +75,10 @@ from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 import yaml
 
-from clawgym.fsutil import atomic_write_text, write_synced
-from clawgym.schema import GROUPS
+from clawgym.common.fsutil import atomic_write_text, write_synced
+from clawgym.config.schema import GROUPS
 
-from clawgym.layout import SNAPSHOTS_RELPATH  # noqa: E402,F401  (kept importable from here)
+from clawgym.common.savedir import SNAPSHOTS_RELPATH  # noqa: E402,F401  (kept importable from here)
 #: Name of the snapshot copy inside a checkpoint dir.
 STAMP_DIRNAME = "clawgym_snapshot"
 #: Megatron's tracker of the newest complete checkpoint.
@@ -95,14 +95,14 @@ META_FILE = "meta.json"
 STAMP_FILE = "stamp.json"
 MANIFEST_FILE = "manifest.json"
 # submitted.json and ended.json (how the job ended, as the launcher that followed it saw it:
-# ``clawgym runs`` once Ray is gone); named in clawgym.layout, read by clawgym.ownership too.
-from clawgym.layout import ENDED_FILE, SUBMITTED_FILE  # noqa: E402
+# ``clawgym runs`` once Ray is gone); named in clawgym.common.savedir, read by clawgym.common.ownership too.
+from clawgym.common.savedir import ENDED_FILE, SUBMITTED_FILE  # noqa: E402
 #: How a tuner's trial ended (study, trial number, state, objective, steps), for ``clawgym runs``.
 TRIAL_FILE = "trial.json"
 #: Files a snapshot dir may hold beyond those its manifest lists (added after it was written).
 UNLISTED_FILES = (MANIFEST_FILE, SUBMITTED_FILE, STAMP_FILE, ENDED_FILE, TRIAL_FILE)
 
-from clawgym.secrets import KNOWN_SECRET_ENV, MIN_SECRET_LEN  # noqa: E402,F401  (kept importable from here)
+from clawgym.common.secrets import KNOWN_SECRET_ENV, MIN_SECRET_LEN  # noqa: E402,F401  (kept importable from here)
 
 #: Packages whose versions a snapshot records (read from metadata; nothing is imported).
 VERSIONED_PACKAGES = ("clawgym", "hydra-core", "omegaconf", "ray", "wandb")
@@ -318,7 +318,7 @@ def checkpoint_baseline(save_dir: str | os.PathLike) -> Dict[str, Any]:
 def secret_values(plan: Any, environ: Mapping[str, str] = os.environ,
                   extra_names: Sequence[str] = ()) -> Dict[str, str]:
     """Variable name -> value of every secret variable set in ``environ``."""
-    from clawgym.secrets import env_secrets
+    from clawgym.common.secrets import env_secrets
 
     names = set(extra_names)
     for sources in (getattr(plan, "secret_env", None) or {}).values():
@@ -328,7 +328,7 @@ def secret_values(plan: Any, environ: Mapping[str, str] = os.environ,
 
 def find_secrets(text: str, secrets: Mapping[str, str]) -> List[str]:
     """Names of the secrets whose value occurs in ``text``."""
-    from clawgym.secrets import find_in
+    from clawgym.common.secrets import find_in
 
     return find_in(text, secrets)
 
@@ -356,8 +356,8 @@ def snapshot_files(cfg: Any, plan: Any, record: LaunchRecord, *, snapshot_id: st
     """File name -> content of a snapshot (also used by tests to know what is written)."""
     from omegaconf import DictConfig, OmegaConf
 
-    from clawgym.config import to_plain
-    from clawgym.wandb_env import CONFIG_FILE_ENV
+    from clawgym.config.compose import to_plain
+    from clawgym.trainer.wandb_env import CONFIG_FILE_ENV
 
     if isinstance(cfg, DictConfig):
         unresolved, resolved = to_plain(cfg, resolve=False), to_plain(cfg, resolve=True)
@@ -366,7 +366,7 @@ def snapshot_files(cfg: Any, plan: Any, record: LaunchRecord, *, snapshot_id: st
     now = time.time() if now is None else now
     paths = resolved.get("paths", {})
     git = {name: git_info(paths[name]) for name in ("root", "slime", "megatron") if paths.get(name)}
-    git["clawgym"] = git_info(Path(__file__).resolve().parent)
+    git["clawgym"] = git_info(Path(__file__).resolve().parents[1])
     meta = {
         "format": FORMAT_VERSION,
         "id": snapshot_id,
@@ -412,9 +412,9 @@ def write_job_files(plan: Any) -> None:
     for path, text in (getattr(plan, "files", None) or {}).items():
         atomic_write_text(Path(path), text)
     if getattr(plan, "services", None):
-        from clawgym.plan import supervisor_path
+        from clawgym.plan.build import supervisor_path
 
-        source = Path(__file__).resolve().parent / "jobside" / "run_services.py"
+        source = Path(__file__).resolve().parents[1] / "jobside" / "run_services.py"
         atomic_write_text(Path(supervisor_path(plan.save_dir)), source.read_text(encoding="utf-8"))
 
 
@@ -427,7 +427,7 @@ def write_launch_snapshot(cfg: Any, plan: Any, *, record: Optional[LaunchRecord]
     current Hydra job (a sweep launcher passes ``LaunchRecord.from_hydra(job_config.hydra)``).
     Raises :class:`SnapshotError` when a secret value would be written.
     """
-    from clawgym.wandb_env import CONFIG_FILE_ENV, wandb_config_document
+    from clawgym.trainer.wandb_env import CONFIG_FILE_ENV, wandb_config_document
 
     if record is None:
         record = _RECORD if _RECORD is not None else _hydra_record()
@@ -647,7 +647,7 @@ def mark_submitted(snapshot_dir: str | os.PathLike, submission_id: str, *, addre
                    job: Optional[Mapping[str, Any]] = None) -> None:
     """Record that the job of this snapshot's launch was submitted; call right after Ray
     accepted it. Until then the snapshot is not listed as a launch. ``job``: where the job
-    runs, as :mod:`clawgym.ownership` asks about it (a SLURM job names its cluster: ``cluster``
+    runs, as :mod:`clawgym.common.ownership` asks about it (a SLURM job names its cluster: ``cluster``
     and ``controller`` of ``scontrol show config``)."""
     if not snapshot_dir:
         return

@@ -12,7 +12,7 @@ from typing import Dict, Iterable, List, Optional, Sequence
 from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, OmegaConf
 
-from clawgym.schema import GROUPS, ClawGymConfig
+from clawgym.config.schema import GROUPS, ClawGymConfig
 
 #: Name of the primary config in conf/.
 CONFIG_NAME = "config"
@@ -60,9 +60,9 @@ def _schema_nodes() -> Dict[str, DictConfig]:
     Building them from the dataclasses (``OmegaConf.structured``) costs more CPU than the rest of
     a dry run's imports together; the nodes depend only on ``schema.py`` and the OmegaConf and
     Hydra versions, so they are built once per machine and kept, pickled, in the user's cache
-    (see :mod:`clawgym.schema_cache`). A cache that cannot be read or written is rebuilt.
+    (see :mod:`clawgym.config.schema_cache`). A cache that cannot be read or written is rebuilt.
     """
-    from clawgym.schema_cache import cached_nodes
+    from clawgym.config.schema_cache import cached_nodes
 
     return cached_nodes(_build_schema_nodes)
 
@@ -122,7 +122,7 @@ def ensure_launcher_plugin() -> None:
     import importlib.util
     import sys
 
-    launchers = Path(__file__).resolve().parent.parent / "launchers"
+    launchers = Path(__file__).resolve().parents[2] / "launchers"
     if not (launchers / "hydra_plugins" / "clawgym_launcher").is_dir() or str(launchers) in sys.path:
         return
     try:
@@ -140,7 +140,7 @@ ensure_launcher_plugin()
 
 def config_dir() -> Path:
     """Directory of the Hydra config tree (``conf/``, shipped as ``clawgym/conf``)."""
-    path = Path(__file__).resolve().parent / "conf"
+    path = Path(__file__).resolve().parents[1] / "conf"
     if not (path / f"{CONFIG_NAME}.yaml").is_file():
         raise FileNotFoundError(f"clawgym config tree not found at {path}")
     return path

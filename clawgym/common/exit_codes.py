@@ -1,7 +1,7 @@
 """The exit codes of ``python train.py`` and of every ``clawgym`` command: one table.
 
 Low floor (no clawgym import): the face, the sweep and the pipeline read it. The reference page
-``docs/reference/exit-codes.md`` is generated from :data:`TABLE` (``python -m clawgym.exit_codes
+``docs/reference/exit-codes.md`` is generated from :data:`TABLE` (``python -m clawgym.common.exit_codes
 > docs/reference/exit-codes.md``; tests/test_exit_codes.py checks that it is current).
 """
 
@@ -69,7 +69,7 @@ def job_failed(trainer_code: Optional[int] = None, what: str = "the job") -> str
 def markdown() -> str:
     """``docs/reference/exit-codes.md``."""
     lines = ["# Exit codes", "",
-             "<!-- generated from clawgym/exit_codes.py by `python -m clawgym.exit_codes`; do not edit -->", "",
+             "<!-- generated from clawgym/common/exit_codes.py by `python -m clawgym.common.exit_codes`; do not edit -->", "",
              "`python train.py` (a run, a dry run, a sweep, `preflight_only=true`, `--explain`) and every `clawgym` "
              "command exit with one of these codes. A failed job exits 1 whatever the trainer's own code was; "
              "the message names it (\"the job failed (trainer exited 3)\").", "",

@@ -47,7 +47,7 @@ from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence
 #: Overrides the state dir (default ``~/.cache/clawgym``).
 STATE_DIR_ENV = "CLAWGYM_STATE_DIR"
 #: Docker label naming the launch that started a sandbox container.
-LAUNCH_LABEL = "io.clawgym.launch"
+LAUNCH_LABEL = "io.clawgym.launch.rayjob"
 #: Job environment variable carrying this launch's id (the rollout labels its containers with it).
 LAUNCH_ENV = "CLAWGYM_LAUNCH_ID"
 
@@ -300,7 +300,7 @@ def save_dir_holder(save_dir: str) -> Optional[str]:
 
 
 def _recorded_job_holding(save_dir: str) -> Optional[str]:
-    from clawgym.layout import ENDED_FILE, SNAPSHOTS_RELPATH, SUBMITTED_FILE
+    from clawgym.common.savedir import ENDED_FILE, SNAPSHOTS_RELPATH, SUBMITTED_FILE
 
     base = Path(save_dir) / SNAPSHOTS_RELPATH
     try:

@@ -18,7 +18,7 @@ wandb still takes from the environment (verified against wandb 0.31's
 Our config lands nested under ``clawgym`` (slime's flat ``args.__dict__`` has keys such as
 ``optimizer`` that would collide at top level); the launch record (overrides, choices,
 snapshot) under ``clawgym_launch``. The file is written by
-:func:`clawgym.snapshot.write_launch_snapshot` at :func:`wandb_config_path`.
+:func:`clawgym.snapshot.core.write_launch_snapshot` at :func:`wandb_config_path`.
 
 slime names the run ``<group>_<id>-RANK_0``; ``wandb.group`` defaults to the run name, so
 the W&B run's name carries the swept overrides (it is also in the notes, the tags and
@@ -66,7 +66,7 @@ def run_tags(c: Mapping[str, Any]) -> List[str]:
     candidates = [exp]
     if run != exp:
         candidates.append(run)
-        # Sweep jobs are named "<exp_name>_<k=v,k2=v2>" (clawgym.sweep): one tag per override.
+        # Sweep jobs are named "<exp_name>_<k=v,k2=v2>" (clawgym.sweep.core): one tag per override.
         rest = run[len(exp):].lstrip("_") if run.startswith(exp) else run
         candidates += [item for item in rest.split(",") if re.match(r"^[\w.+~/-]+=.", item)]
     tags: List[str] = []
