@@ -35,6 +35,19 @@ _KEEP_OUTPUT_DIR = False
 _AUTO_LAYOUT: Optional[dict] = None
 
 
+
+def _effective(resolved: Any) -> Any:
+    """The effective config of a resolved plain config, or None (one that does not resolve or that
+    the registry cannot read: validation reports it)."""
+    from clawgym.trainer.effective import effective_config
+
+    if not isinstance(resolved, dict):
+        return None
+    try:
+        return effective_config(resolved)
+    except Exception:  # noqa: BLE001 - validation derives it again and reports what is wrong
+        return None
+
 def resolve_layout(resolved: Any, overrides: Any) -> Tuple[Any, Optional[dict]]:
     """``gpu_layout=auto``: the resolved config with the layout the search chose, and the choice
     (``plan.layout``); anything else unchanged with None. No layout at all refuses (exit 2)."""
@@ -418,6 +431,7 @@ def _run(cfg: DictConfig) -> Any:
     # The resolved config, once: resolving the whole tree costs more than any use of it, and the
     # memory plan and the dry-run artefact read the same values (each gets its own copy).
     plain: Optional[dict] = None
+    effective: Any = None  # a sweep job's memory plan was attached with the plan
     if plan is None:
         validated = _VALIDATED_RUN and _single_run()
         # A single run's config was resolved by the callback that validated it.
@@ -436,12 +450,15 @@ def _run(cfg: DictConfig) -> Any:
 
             overrides = HydraConfig.get().overrides.task if HydraConfig.initialized() else []
             resolved, choice = resolve_layout(resolved, overrides)
+        # The config as the trainer will run it, derived once: validation, the plan and the memory
+        # plan take it (each still reads the config as written where that matters).
+        effective = _effective(resolved)
         if not validated:
             # (A single run was validated by the callback before Hydra wrote anything.)
             try:
                 from clawgym.validate import check
 
-                errors, warned = check(resolved)
+                errors, warned = check(resolved, effective=effective)
             except RegistryError as err:
                 # A missing or broken flag registry is a broken install: say so without a traceback.
                 say(f"clawgym: {err}")
@@ -456,10 +473,10 @@ def _run(cfg: DictConfig) -> Any:
             _print_warnings(warned)
         if isinstance(resolved, dict):
             plain = copy.deepcopy(resolved)
-        plan = build_plan_from_dict(resolved, environ=os.environ, timestamp=timestamp())
+        plan = build_plan_from_dict(resolved, environ=os.environ, timestamp=timestamp(), effective=effective)
         plan.layout = choice
         apply_layout(cfg, choice)
-    attach_memory(plan, copy.deepcopy(plain) if plain is not None else cfg)
+    attach_memory(plan, copy.deepcopy(plain) if plain is not None else cfg, effective=effective)
     if cfg.dry_run:
         # The plan file first: a reader that stops early (``| head``) still gets it, and a closed
         # stdout ends the dry run quietly (say() silences it) instead of with a BrokenPipeError.

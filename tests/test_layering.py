@@ -1,15 +1,18 @@
-"""The house has one direction: imports read with ``ast`` hold the floors of docs/architecture.md.
+"""The house has one direction: imports read with ``ast`` hold the layers of docs/architecture.md.
 
 Every import in clawgym/, train.py and launchers/ is read (at the top of a module and inside
 functions; ``from x import y`` resolved to the module ``x.y`` when that is a module, relative imports
-resolved against the importing package) and held against four rules:
+resolved against the importing package) and held against these rules:
 
-- a module imports its own floor or lower floors, never a higher one (``FLOORS`` below is the table
-  docs/architecture.md states; a module missing from it fails until it is placed);
+- the layers are packages (``LAYERS``); the package root holds only the entry points
+  (``ROOT_MODULES``): a new module there, or a package no layer names, fails until it is placed;
+- an import between two packages is an arrow of ``ARROWS``, each with the reason it exists; every
+  arrow goes down the layers, and one that no import draws any more fails (the table stays true);
+- a module imports its own layer or lower layers, never a higher one;
 - no import cycle among clawgym modules (every import counts, also one inside a function: Python
   runs it all the same, only later);
 - no private name (``_x``) of another module imported or reached as ``module._x``;
-- the face names no backend (``clawgym.backends*``, ``clawgym.backends.ray_head``): it asks the pipeline.
+- the face names no backend (``clawgym.backends*``): it asks the pipeline.
 """
 
 from __future__ import annotations
@@ -20,73 +23,158 @@ from typing import Dict, List, NamedTuple, Optional, Set, Tuple
 
 ROOT = Path(__file__).resolve().parents[1]
 
-#: Floors from the top down (docs/architecture.md, "Floors"). An entry names a module or a package
-#: (the package and everything under it); the bare ``clawgym`` entry is the package's own __init__.
-#: Entries for modules that do not exist yet (search, steptime, tuner, the sweeper plugin) are here
-#: on purpose, so they land on their floor when they are merged.
-FLOORS: List[Tuple[str, Tuple[str, ...]]] = [
-    (
-        "face",
-        ("train", "clawgym.cli", "clawgym.__main__", "clawgym.commands", "clawgym.app", "clawgym.demo"),
-    ),
-    (
-        "sweep/tuner",
-        (
-            "clawgym.sweep.core",
-            "clawgym.tuner",
-            "hydra_plugins.clawgym_launcher",
-            "hydra_plugins.clawgym_sweeper",
-        ),
-    ),
-    ("pipeline", ("clawgym.pipeline.core", "clawgym.pipeline.clusters", "clawgym.pipeline.prepare")),
-    (
-        "backends",
-        (
-            "clawgym.backends",
-            "clawgym.preflight",
-            "clawgym.snapshot.core",
-            "clawgym.launch.rayjob",
-            "clawgym.backends.ray_head",
-            "clawgym.runs",
-            "clawgym.importer",
-        ),
-    ),
+#: The layers from the top down (docs/architecture.md, "Layers"): each names packages (a package
+#: and everything under it; ``train`` and the face's root modules are single modules). The package
+#: root (``clawgym/*.py``) holds only the entry points named in ``ROOT_MODULES``.
+LAYERS: List[Tuple[str, Tuple[str, ...]]] = [
+    ("face", ("train", "clawgym.cli", "clawgym.__main__", "clawgym.app", "clawgym.commands", "clawgym.demo")),
+    ("sweep/tuner", ("clawgym.sweep", "clawgym.tuner", "hydra_plugins.clawgym_launcher",
+                     "hydra_plugins.clawgym_sweeper")),
+    ("pipeline", ("clawgym.pipeline",)),
+    ("supervision", ("clawgym.supervisor",)),
+    ("checks and records", ("clawgym.preflight", "clawgym.runs", "clawgym.importer")),
+    ("backends", ("clawgym.backends",)),
+    ("ray jobs and snapshots", ("clawgym.launch", "clawgym.snapshot")),
     ("search", ("clawgym.search",)),
-    (
-        "translations",
-        ("clawgym.plan.build", "clawgym.plan.allocation", "clawgym.validate", "clawgym.memory", "clawgym.steptime"),
-    ),
-    (
-        "base",
-        (
-            "clawgym",
-            "clawgym.config.compose",
-            "clawgym.config.schema",
-            "clawgym.config.schema_cache",
-            "clawgym.config.hydra_mode",
-            "clawgym.registry",
-            "clawgym.common.secrets",
-            "clawgym.trainer.effective",
-            "clawgym.trainer.flagmap",
-            "clawgym.trainer.generated",
-            "clawgym.trainer.args",
-            "clawgym.trainer.wandb_env",
-            "clawgym.common.savedir",
-            "clawgym.jobside",
-            "clawgym.common.fsutil",
-            "clawgym.common.text",
-            "clawgym.common.console",
-            "clawgym.common.overrides",
-            "clawgym.common.ownership",
-            "clawgym.common.exit_codes",
-            "clawgym.config.keys",
-            "clawgym.config.provenance",
-        ),
-    ),
+    ("translations", ("clawgym.validate", "clawgym.plan", "clawgym.steptime", "clawgym.memory")),
+    ("base", ("clawgym", "clawgym.config", "clawgym.trainer", "clawgym.registry", "clawgym.common",
+              "clawgym.jobside")),
 ]
+#: Keep the old name: the floor helpers below read it.
+FLOORS = LAYERS
+
+#: Modules allowed at the package root: the entry points, nothing else (a new module goes into
+#: the package of its layer).
+ROOT_MODULES = {"clawgym", "clawgym.__main__", "clawgym.cli", "clawgym.app"}
+
+#: Every arrow between two packages that the code may draw, and why. An import between packages
+#: not named here fails (add the arrow with its reason, or import through what is allowed); an
+#: arrow here that no import draws fails too, so the table stays the house as it is.
+ARROWS: Dict[Tuple[str, str], str] = {
+    # the face: train.py, the CLI and its commands
+    ("train", "clawgym.app"): "train.py is @hydra.main over app.run",
+    ("train", "clawgym.commands"): "--explain KEY is answered before Hydra starts",
+    ("train", "clawgym.config"): "the config store and resolvers are registered before Hydra composes",
+    ("clawgym.__main__", "clawgym.cli"): "python -m clawgym is the CLI",
+    ("clawgym.cli", "clawgym.common"): "exit codes and masked messages",
+    ("clawgym.app", "clawgym.common"): "console, exit codes, secrets, atomic writes",
+    ("clawgym.app", "clawgym.config"): "the composed config as plain data",
+    ("clawgym.app", "clawgym.memory"): "this node's GPU for the memory plan",
+    ("clawgym.app", "clawgym.pipeline"): "a single run is a sweep of one: prepare, then the pipeline",
+    ("clawgym.app", "clawgym.plan"): "build and print the launch plan",
+    ("clawgym.app", "clawgym.preflight"): "preflight_only (the checks without a launch)",
+    ("clawgym.app", "clawgym.registry"): "a registry that cannot load is a refusal",
+    ("clawgym.app", "clawgym.search"): "gpu_layout=auto is resolved before validation",
+    ("clawgym.app", "clawgym.validate"): "validation before anything starts",
+    ("clawgym.app", "clawgym.trainer"): "the effective config, derived once and passed down",
+    ("clawgym.commands", "clawgym.app"): "resume and preflight run what train.py runs",
+    ("clawgym.commands", "clawgym.cli"): "the demo runs CLI commands as a user types them",
+    ("clawgym.commands", "clawgym.common"): "console, exit codes, secrets, text",
+    ("clawgym.commands", "clawgym.config"): "compose, keys, provenance (explain, diff, show)",
+    ("clawgym.commands", "clawgym.demo"): "the demo's checkout and stand-in trainer",
+    ("clawgym.commands", "clawgym.importer"): "clawgym import",
+    ("clawgym.commands", "clawgym.launch"): "clawgym jobs lists, follows and stops Ray jobs by the Jobs API",
+    ("clawgym.commands", "clawgym.memory"): "clawgym layout prints GPU tables",
+    ("clawgym.commands", "clawgym.pipeline"): "clawgym jobs asks the pipeline's clusters; resume launches",
+    ("clawgym.commands", "clawgym.plan"): "diff and show rebuild plans",
+    ("clawgym.commands", "clawgym.preflight"): "clawgym preflight",
+    ("clawgym.commands", "clawgym.registry"): "clawgym flags reads the registries",
+    ("clawgym.commands", "clawgym.runs"): "clawgym runs and report",
+    ("clawgym.commands", "clawgym.search"): "clawgym layout",
+    ("clawgym.commands", "clawgym.snapshot"): "show, diff, resume and stamp read snapshots",
+    ("clawgym.commands", "clawgym.trainer"): "explain names the flag a key owns",
+    ("clawgym.commands", "clawgym.validate"): "diff and explain validate",
+    ("clawgym.demo", "clawgym.app"): "the demo's train entry is app.run over the same tree",
+    ("clawgym.demo", "clawgym.config"): "the demo composes the shipped tree",
+    # sweep and tuner: jobs composed, validated and handed to the pipeline
+    ("hydra_plugins.clawgym_launcher", "clawgym.config"): "is this a clawgym task config",
+    ("hydra_plugins.clawgym_launcher", "clawgym.sweep"): "the launcher plugin is a thin shell over the sweep",
+    ("hydra_plugins.clawgym_sweeper", "clawgym.tuner"): "the sweeper plugin is a thin shell over the tuner",
+    ("clawgym.sweep", "clawgym.common"): "overrides as text, console, exit codes",
+    ("clawgym.sweep", "clawgym.config"): "plain configs",
+    ("clawgym.sweep", "clawgym.memory"): "this node's GPU for each job's memory plan",
+    ("clawgym.sweep", "clawgym.pipeline"): "every job goes through the one pipeline",
+    ("clawgym.sweep", "clawgym.plan"): "each job's plan",
+    ("clawgym.sweep", "clawgym.search"): "gpu_layout=auto per job",
+    ("clawgym.sweep", "clawgym.snapshot"): "a job's launch record",
+    ("clawgym.sweep", "clawgym.validate"): "every job validated before any starts",
+    ("clawgym.sweep", "clawgym.trainer"): "each job's effective config, derived once and passed down",
+    ("clawgym.tuner", "clawgym.common"): "secrets masked in the trials table",
+    ("clawgym.tuner", "clawgym.config"): "is this a clawgym task config",
+    ("clawgym.tuner", "clawgym.launch"): "orphaned trials followed by their Ray job",
+    ("clawgym.tuner", "clawgym.pipeline"): "a trial is a pipeline job (submit, follow, stop)",
+    ("clawgym.tuner", "clawgym.plan"): "where a trial's events are written",
+    ("clawgym.tuner", "clawgym.runs"): "a trial's metrics read from its events",
+    ("clawgym.tuner", "clawgym.snapshot"): "a trial's launch record",
+    ("clawgym.tuner", "clawgym.sweep"): "trials are composed and validated as -m jobs",
+    ("clawgym.tuner", "hydra_plugins.clawgym_sweeper"): "the sweeper's config node holds the defaults",
+    # the pipeline: one path for every job and backend
+    ("clawgym.pipeline", "clawgym.backends"): "the pipeline alone talks to backends",
+    ("clawgym.pipeline", "clawgym.common"): "ownership records, console, text, atomic writes",
+    ("clawgym.pipeline", "clawgym.config"): "plain configs",
+    ("clawgym.pipeline", "clawgym.launch"): "Ray job handles and the signal rules",
+    ("clawgym.pipeline", "clawgym.plan"): "the backend a plan asks for",
+    ("clawgym.pipeline", "clawgym.preflight"): "preflight before anything starts",
+    ("clawgym.pipeline", "clawgym.runs"): "progress lines and the sweep's table",
+    ("clawgym.pipeline", "clawgym.search"): "the memory plan with advice",
+    ("clawgym.pipeline", "clawgym.snapshot"): "snapshots written before the job starts, checkpoints watched",
+    # checks and records
+    ("clawgym.preflight", "clawgym.backends"): "the ports a local head being started holds, the cluster's GPUs",
+    ("clawgym.preflight", "clawgym.common"): "ownership records, ports, exit codes",
+    ("clawgym.preflight", "clawgym.config"): "plain configs",
+    ("clawgym.preflight", "clawgym.launch"): "the W&B key the launcher hands the job",
+    ("clawgym.preflight", "clawgym.memory"): "this node's GPUs",
+    ("clawgym.preflight", "clawgym.plan"): "where the W&B key goes",
+    ("clawgym.preflight", "clawgym.search"): "the memory check's advice",
+    ("clawgym.runs", "clawgym.backends"): "a SLURM job's state for the runs table",
+    ("clawgym.runs", "clawgym.common"): "ownership records (same SLURM cluster)",
+    ("clawgym.runs", "clawgym.launch"): "a Ray job's status, quietly",
+    ("clawgym.runs", "clawgym.plan"): "where a run's events are written",
+    ("clawgym.runs", "clawgym.snapshot"): "runs are found by their snapshots",
+    ("clawgym.importer", "clawgym.common"): "secrets masked in what the script printed",
+    ("clawgym.importer", "clawgym.config"): "the imported experiment composed",
+    ("clawgym.importer", "clawgym.plan"): "parity: the imported config's argv",
+    ("clawgym.importer", "clawgym.registry"): "flags of the script by the registry",
+    ("clawgym.importer", "clawgym.trainer"): "the flags that keys own",
+    ("clawgym.importer", "clawgym.validate"): "the imported experiment validated",
+    # backends, Ray jobs and snapshots
+    ("clawgym.backends", "clawgym.common"): "ownership records, atomic writes, ports",
+    ("clawgym.backends", "clawgym.config"): "plain configs for manifests",
+    ("clawgym.backends", "clawgym.launch"): "Ray-based backends submit and follow by the Jobs API",
+    ("clawgym.backends", "clawgym.plan"): "the plan and the cluster size it asks for",
+    ("clawgym.backends", "clawgym.snapshot"): "SLURM's batch job reads the plan beside the snapshot",
+    ("clawgym.launch", "clawgym.plan"): "a job is submitted from its plan",
+    ("clawgym.snapshot", "clawgym.common"): "atomic writes, secrets masked, save-dir names",
+    ("clawgym.snapshot", "clawgym.config"): "the groups a snapshot records",
+    ("clawgym.snapshot", "clawgym.plan"): "the services spec's path",
+    ("clawgym.snapshot", "clawgym.trainer"): "the W&B config file's variable",
+    # search, translations
+    ("clawgym.search", "clawgym.memory"): "every candidate's memory plan",
+    ("clawgym.search", "clawgym.registry"): "the trainer's flags",
+    ("clawgym.search", "clawgym.steptime"): "candidates ranked by step time",
+    ("clawgym.search", "clawgym.trainer"): "values as the trainer sees them",
+    ("clawgym.search", "clawgym.validate"): "candidates checked by the trainer rules",
+    ("clawgym.validate", "clawgym.common"): "secret names, text",
+    ("clawgym.validate", "clawgym.config"): "keys and plain configs",
+    ("clawgym.validate", "clawgym.memory"): "the memory plan's GPU table",
+    ("clawgym.validate", "clawgym.plan"): "the allocation and job names validated",
+    ("clawgym.validate", "clawgym.registry"): "flags checked against the registry",
+    ("clawgym.validate", "clawgym.trainer"): "values as the trainer sees them",
+    ("clawgym.plan", "clawgym.config"): "plain configs",
+    ("clawgym.plan", "clawgym.memory"): "the plan prints the memory table",
+    ("clawgym.plan", "clawgym.registry"): "args rendered by the registry",
+    ("clawgym.plan", "clawgym.trainer"): "the flag table, args, generated files, W&B env",
+    ("clawgym.steptime", "clawgym.memory"): "GPU facts and parameter counts",
+    ("clawgym.steptime", "clawgym.trainer"): "values as the trainer sees them",
+    ("clawgym.memory", "clawgym.trainer"): "values as the trainer sees them",
+    # base
+    ("clawgym.config", "clawgym.common"): "exit codes for Hydra's refusals",
+    ("clawgym.common", "clawgym.registry"): "secret option names come from the registries' data",
+    ("clawgym.trainer", "clawgym.registry"): "the flag registry per trainer flavour",
+}
 
 #: What the face may not name: it reaches a cluster through the pipeline.
-BACKEND_MODULES = ("clawgym.backends", "clawgym.backends.ray_head")
+BACKEND_MODULES = ("clawgym.backends",)
 
 #: Roots whose table entry is the package's own __init__ only (not a catch-all for what is under it).
 EXACT_ONLY = {"clawgym"}
@@ -353,7 +441,7 @@ def test_the_table_knows_the_modules_it_checks():
     assert {"train", "clawgym.app", "clawgym.backends.local", "clawgym.pipeline.core"} <= set(MODULES)
     assert "hydra_plugins.clawgym_launcher._core" in MODULES
     assert any(imp.top for imp in IMPORTS) and any(not imp.top for imp in IMPORTS)
-    assert floor_of("clawgym.search.layout") == floor_of("clawgym.search")
+    assert floor_of("clawgym.search.anything") == floor_of("clawgym.search")
     assert floor_of("clawgym.search") < floor_of("clawgym.validate")
     assert floor_of("clawgym.search") < floor_of("clawgym.memory")
     assert floor_of("clawgym.backends.local") > floor_of("clawgym.app")
@@ -365,3 +453,80 @@ def test_the_cycle_finder_reports_a_circle_and_passes_a_chain():
     (members, path), = _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}})
     assert members == ["a", "b", "c"] and path == ["a", "b", "c", "a"]
     assert _cycles({"a": {"b"}, "b": {"c"}, "d": {"a"}}) == []
+
+
+# ---------------------------------------------------------------- packages and their arrows
+
+
+def package_of(module: str) -> str:
+    """The entry of LAYERS that holds ``module`` (the longest that names it), or the module itself."""
+    best = ""
+    for _, entries in LAYERS:
+        for entry in entries:
+            hit = module == entry or (entry not in EXACT_ONLY and module.startswith(entry + "."))
+            if hit and len(entry) > len(best):
+                best = entry
+    return best or module
+
+
+def _package_arrows() -> Dict[Tuple[str, str], List[Import]]:
+    arrows: Dict[Tuple[str, str], List[Import]] = {}
+    for imp in IMPORTS:
+        a, b = package_of(imp.source), package_of(imp.target)
+        if a != b and not imp.typing_only:
+            arrows.setdefault((a, b), []).append(imp)
+    return arrows
+
+
+def test_every_import_between_packages_is_an_allowed_arrow():
+    unknown = [
+        f"{a} -> {b}: {imps[0].where()}" + (f" (and {len(imps) - 1} more)" if len(imps) > 1 else "")
+        for (a, b), imps in sorted(_package_arrows().items())
+        if (a, b) not in ARROWS
+    ]
+    assert not unknown, (
+        "imports between packages that ARROWS (tests/test_layering.py) does not allow; add the arrow "
+        "with its reason if the house should have it, or import through what is allowed:\n  "
+        + "\n  ".join(unknown)
+    )
+
+
+def test_every_allowed_arrow_goes_down_and_is_drawn():
+    upward = [f"{a} -> {b}" for a, b in ARROWS if floor_of(a) is None or floor_of(b) is None
+              or floor_of(b) < floor_of(a)]
+    assert not upward, "ARROWS that climb a layer or name no layer:\n  " + "\n  ".join(upward)
+    drawn = _package_arrows()
+    stale = sorted(f"{a} -> {b}" for a, b in ARROWS if (a, b) not in drawn)
+    assert not stale, "ARROWS that no import draws any more (remove them):\n  " + "\n  ".join(stale)
+    missing_reason = [f"{a} -> {b}" for (a, b), why in ARROWS.items() if not why.strip()]
+    assert not missing_reason, "ARROWS without a reason:\n  " + "\n  ".join(missing_reason)
+
+
+def test_the_package_root_holds_only_the_entry_points():
+    root = {m for m, path in MODULES.items() if m.startswith("clawgym") and path.parent == ROOT / "clawgym"}
+    extra = sorted(root - ROOT_MODULES)
+    assert not extra, (
+        "modules at the package root that no layer names (move each into the package of its layer, "
+        "docs/architecture.md):\n  " + "\n  ".join(extra)
+    )
+    assert len(ROOT_MODULES) <= 8
+
+
+def test_every_package_has_a_layer_and_a_place_in_the_map():
+    packages = sorted(f"clawgym.{p.name}" for p in (ROOT / "clawgym").iterdir()
+                      if p.is_dir() and (p / "__init__.py").is_file())
+    placed = {e for _, entries in LAYERS for e in entries}
+    unplaced = [p for p in packages if p not in placed]
+    assert not unplaced, "packages that no layer names (LAYERS, tests/test_layering.py):\n  " + "\n  ".join(unplaced)
+    text = (ROOT / "docs" / "architecture.md").read_text()
+    unmapped = [p for p in packages if f"{p.split('.')[1]}/" not in text]
+    assert not unmapped, "packages docs/architecture.md does not name (as `name/`):\n  " + "\n  ".join(unmapped)
+
+
+def test_the_arrow_table_can_fail():
+    # An import the table does not allow is reported; a module at the root is reported.
+    fake = Import("clawgym.memory.params", "clawgym.pipeline.core", None, 1, True)
+    assert (package_of(fake.source), package_of(fake.target)) not in ARROWS
+    assert package_of("clawgym.pipeline.core") == "clawgym.pipeline"
+    assert package_of("clawgym.new_root_module") == "clawgym.new_root_module"
+    assert "clawgym.new_root_module" not in ROOT_MODULES

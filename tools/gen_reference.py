@@ -212,7 +212,7 @@ def config_keys() -> List[Key]:
     from clawgym.trainer import flagmap
     from clawgym.config import schema
 
-    comments = field_comments(ROOT / "clawgym" / "schema.py")
+    comments = field_comments(ROOT / "clawgym" / "config" / "schema.py")
 
     def hints_of(cls: type) -> Dict[str, Any]:
         return typing.get_type_hints(cls, vars(schema))

@@ -101,7 +101,7 @@ def discard_own_output_dir() -> Optional[Path]:
     return target
 
 
-def attach_memory(plan: LaunchPlan, cfg: Any) -> LaunchPlan:
+def attach_memory(plan: LaunchPlan, cfg: Any, effective: Any = None) -> LaunchPlan:
     """The run's per-GPU memory plan into ``plan.memory`` (launch_plan.json["memory"]); the
     preflight's ``memory`` check refuses a launch whose plan does not fit."""
     if plan.memory is not None:
@@ -109,7 +109,7 @@ def attach_memory(plan: LaunchPlan, cfg: Any) -> LaunchPlan:
     from clawgym.search.advice import attach
 
     try:
-        attach(plan, cfg if isinstance(cfg, dict) else to_plain(cfg))
+        attach(plan, cfg if isinstance(cfg, dict) else to_plain(cfg), effective)
     except (KeyError, TypeError, ValueError, ZeroDivisionError) as exc:
         # A config the estimator cannot model (validation passed it) is a gap, not a launch blocker.
         print(f"clawgym: no memory plan for this config ({type(exc).__name__}: {exc})", file=sys.stderr)

@@ -141,12 +141,12 @@ def wandb_enabled(c: Mapping[str, Any], environ: Mapping[str, str]) -> bool:
     return bool(enabled)
 
 
-def gpus_required(c: Mapping[str, Any]) -> int:
+def gpus_required(c: Mapping[str, Any], effective: Optional[Mapping[str, Any]] = None) -> int:
     """GPUs the run holds: shared in colocate mode, disjoint otherwise (null keys count as the
     trainer will run them); a teacher server's GPUs come on top."""
     from clawgym.trainer.effective import effective_config
 
-    e = effective_config(c)
+    e = effective if effective is not None else effective_config(c)
     g = e["gpu_layout"]
     extra = 0
     teacher = ((c.get("services") or {}).get("teacher") or {})
@@ -211,11 +211,11 @@ def trainer_argv(c: Mapping[str, Any], *, use_wandb: bool) -> List[str]:
     return a.args
 
 
-def job_env(c: Mapping[str, Any]) -> Dict[str, str]:
+def job_env(c: Mapping[str, Any], effective: Optional[Mapping[str, Any]] = None) -> Dict[str, str]:
     """Environment of the trainer job: complete, so an existing cluster needs nothing else."""
     from clawgym.trainer.effective import effective_config
 
-    eff = effective_config(c)
+    eff = effective if effective is not None else effective_config(c)
     paths, r, e, s, sb = c["paths"], eff["rollout"], c["eval"], c["sglang"], c["sandbox"]
     node_ip = c["ray"]["node_ip"]
     env = {
@@ -373,13 +373,19 @@ def under(folder: str, *parts: str) -> str:
     return "/".join([str(folder).rstrip("/") or "", *parts]) if str(folder) != "/" else "/" + "/".join(parts)
 
 
-def build_plan_from_dict(c: Mapping[str, Any], *, environ: Mapping[str, str], timestamp: str) -> LaunchPlan:
+def build_plan_from_dict(c: Mapping[str, Any], *, environ: Mapping[str, str], timestamp: str,
+                         effective: Optional[Mapping[str, Any]] = None) -> LaunchPlan:
     """The plan for a resolved plain config.
 
     ``environ`` is consulted only for whether a W&B key is present (the seed's auto
-    mode); no value from it is copied into the plan.
+    mode); no value from it is copied into the plan. ``effective``: the config as the trainer
+    runs it, when the caller derived it already (derived here once otherwise); the argv is
+    rendered from the config as written (null emits no flag).
     """
+    from clawgym.trainer.effective import effective_config
     from clawgym.trainer.generated import generated_files
+
+    eff = effective if effective is not None else effective_config(c)
 
     use_wandb = wandb_enabled(c, environ)
     save = c["paths"]["save"]
@@ -391,7 +397,7 @@ def build_plan_from_dict(c: Mapping[str, Any], *, environ: Mapping[str, str], ti
     return LaunchPlan(
         entrypoint=[INTERPRETER, c["gpu_layout"]["trainer_script"], *trainer_argv(c, use_wandb=use_wandb)],
         working_dir=c["paths"]["slime"],
-        runtime_env={"env_vars": {**job_env(c), **wandb_job_env(c, use_wandb=use_wandb), **tensorboard_env(c, sid),
+        runtime_env={"env_vars": {**job_env(c, eff), **wandb_job_env(c, use_wandb=use_wandb), **tensorboard_env(c, sid),
                                   **{str(k): str(v) for k, v in c["extra_env"].items()}}},
         ray_start=ray_start_argv(c),
         ray_start_env=head_env(c),
@@ -400,7 +406,7 @@ def build_plan_from_dict(c: Mapping[str, Any], *, environ: Mapping[str, str], ti
         secret_env=secret_env(c, use_wandb=use_wandb),
         log_file=under(save, "logs", f"train_{timestamp}.log") if save else None,
         save_dir=save,
-        gpus_required=gpus_required(c),
+        gpus_required=gpus_required(c, eff),
         run_name=c["run_name"],
         files=files,
         services=svc,

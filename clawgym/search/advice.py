@@ -208,8 +208,9 @@ def memory_plan(c: Mapping[str, Any], gpu: Any = None) -> MemoryPlan:
     return plan
 
 
-def attach(plan: Any, c: Mapping[str, Any]) -> Any:
-    """Put the memory plan of ``c`` (with advice) into a launch plan (``plan.memory``); returns the plan."""
+def attach(plan: Any, c: Mapping[str, Any], effective: Optional[Mapping[str, Any]] = None) -> Any:
+    """Put the memory plan of ``c`` (with advice) into a launch plan (``plan.memory``); returns the plan.
+    ``effective``: the config as the trainer runs it, when the caller derived it already."""
     if getattr(plan, "memory", None) is None:
-        plan.memory = memory_plan(c, this_node_gpu(c)).to_dict()
+        plan.memory = memory_plan(effective if effective is not None else c, this_node_gpu(c)).to_dict()
     return plan

@@ -40,6 +40,7 @@ from clawgym.plan.build import LaunchPlan, build_plan_from_dict
 from clawgym.memory import this_node_gpu
 from clawgym.search import NoLayout, is_auto, resolve_auto
 from clawgym.validate import ConfigError, check
+from clawgym.trainer.effective import effective_config
 
 #: Longest default run name; longer ones are cut and get a hash so they stay distinct.
 MAX_NAME = 150
@@ -398,6 +399,7 @@ class SweepSession:
         warned = []
         plain: Dict[int, Any] = {}
         choices: Dict[int, Any] = {}
+        effective: Dict[int, Any] = {}
         for j in self.jobs:
             # Resolved once for validation, the plan and the memory plan (each would resolve it again).
             try:
@@ -413,7 +415,14 @@ class SweepSession:
                 except (NoLayout, KeyError, TypeError, ValueError) as exc:
                     reports.append(f"sweep job #{j.num}: {j.label}\n  {exc}")
                     continue
-            found, warns = check(j.task_cfg if plain[j.num] is None else copy.deepcopy(plain[j.num]))
+            # The config as the trainer runs it, derived once per job and passed down.
+            if plain[j.num] is not None:
+                try:
+                    effective[j.num] = effective_config(plain[j.num])
+                except Exception:  # noqa: BLE001 - validation derives it again and reports what is wrong
+                    effective[j.num] = None
+            found, warns = check(j.task_cfg if plain[j.num] is None else copy.deepcopy(plain[j.num]),
+                                 effective=effective.get(j.num))
             if found:
                 reports.append(ConfigError(found, context=f"sweep job #{j.num}: {j.label}").report())
             elif warns:
@@ -433,7 +442,8 @@ class SweepSession:
 
         stamp = timestamp()
         for j in self.jobs:
-            j.plan = build_plan_from_dict(copy.deepcopy(plain[j.num]), environ=self.environ, timestamp=stamp)
+            j.plan = build_plan_from_dict(copy.deepcopy(plain[j.num]), environ=self.environ, timestamp=stamp,
+                                          effective=effective.get(j.num))
             if choices.get(j.num):
                 from clawgym.pipeline.prepare import apply_layout
 
@@ -442,7 +452,7 @@ class SweepSession:
                 apply_layout(j.config, choices[j.num])
                 j.cfg = None
             # Each job's memory plan: printed with its dry-run plan, checked by its preflight.
-            attach_memory(j.plan, plain[j.num])
+            attach_memory(j.plan, plain[j.num], effective=effective.get(j.num))
         clashes = name_clashes(self.jobs)
         if clashes:
             raise SweepRefused(

@@ -75,7 +75,16 @@ def effective(c: Mapping[str, Any], key: str) -> Any:
     return trainer_default(key, _flavour(c))
 
 
-def effective_config(c: Mapping[str, Any]) -> Dict[str, Any]:
+class EffectiveConfig(dict):
+    """The config as the trainer will run it (:func:`effective_config`'s result), marked as such.
+
+    Derived once per config by whoever composed it (the face or the sweep) and passed down:
+    validation, the plan, the memory plan and the search take it instead of deriving it again.
+    Never written anywhere: snapshots and plans keep the config as written (null emits no flag).
+    """
+
+
+def effective_config(c: Mapping[str, Any]) -> "EffectiveConfig":
     """A copy of the resolved config ``c`` with every null curated key replaced by the value
     the trainer will run with: the flag's registry default, then what slime derives at
     startup for flags left unset (slime/utils/arguments.py:slime_validate_args):
@@ -86,6 +95,8 @@ def effective_config(c: Mapping[str, Any]) -> Dict[str, Any]:
 
     Validation and the memory plan read this; the plan itself still emits nothing for null.
     """
+    if isinstance(c, EffectiveConfig):
+        return c  # derived already: the one derivation is passed down, not repeated
     out: Dict[str, Any] = copy.deepcopy(dict(c))
     flavour = _flavour(c)
     for key, flag in _owned_values():
@@ -114,7 +125,7 @@ def effective_config(c: Mapping[str, Any]) -> Dict[str, Any]:
                 g["rollout_gpus"] = 0
     except (KeyError, TypeError, AttributeError):
         pass
-    return out
+    return EffectiveConfig(out)
 
 
 def _get(c: Mapping[str, Any], key: str) -> Any:

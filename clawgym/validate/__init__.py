@@ -100,7 +100,8 @@ def _unresolved(cfg: DictConfig) -> List[Violation]:
     return out
 
 
-def _all(cfg: DictConfig | Mapping[str, Any], *, environ: Optional[Mapping[str, str]] = None) -> List[Violation]:
+def _all(cfg: DictConfig | Mapping[str, Any], *, environ: Optional[Mapping[str, str]] = None,
+         effective: Optional[Mapping[str, Any]] = None) -> List[Violation]:
     """Errors and warnings of a composed config: local rules first, then cross-group rules."""
     env = os.environ if environ is None else environ
     if isinstance(cfg, DictConfig):
@@ -133,7 +134,7 @@ def _all(cfg: DictConfig | Mapping[str, Any], *, environ: Optional[Mapping[str, 
     from clawgym.trainer.effective import effective_config
 
     # Null curated keys emit no flag: the rules reason with the value the trainer will use.
-    raw, c = c, effective_config(c)
+    raw, c = c, (effective if effective is not None else effective_config(c))
     col = Collector(c, env)
     # Rules about what the config itself says (a model group left incomplete) read it as written.
     col.raw = raw
@@ -144,10 +145,13 @@ def _all(cfg: DictConfig | Mapping[str, Any], *, environ: Optional[Mapping[str, 
     return col.out
 
 
-def check(cfg: DictConfig | Mapping[str, Any], *,
-          environ: Optional[Mapping[str, str]] = None) -> Tuple[List[Violation], List[Violation]]:
-    """(errors, warnings) of a composed config: errors refuse it, warnings are only printed."""
-    found = _all(cfg, environ=environ)
+def check(cfg: DictConfig | Mapping[str, Any], *, environ: Optional[Mapping[str, str]] = None,
+          effective: Optional[Mapping[str, Any]] = None) -> Tuple[List[Violation], List[Violation]]:
+    """(errors, warnings) of a composed config: errors refuse it, warnings are only printed.
+
+    ``effective``: the config as the trainer runs it (``trainer.effective.effective_config`` of
+    the same plain config), when the caller derived it already."""
+    found = _all(cfg, environ=environ, effective=effective)
     return [v for v in found if v.severity != "warning"], [v for v in found if v.severity == "warning"]
 
 
