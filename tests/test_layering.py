@@ -9,7 +9,7 @@ resolved against the importing package) and held against four rules:
 - no import cycle among clawgym modules (every import counts, also one inside a function: Python
   runs it all the same, only later);
 - no private name (``_x``) of another module imported or reached as ``module._x``;
-- the face names no backend (``clawgym.backends*``, ``clawgym.backends.ray_head``): it asks the pipeline.
+- the face names no backend (``clawgym.backends*``, ``clawgym.backends.head``): it asks the pipeline.
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ FLOORS: List[Tuple[str, Tuple[str, ...]]] = [
             "clawgym.preflight",
             "clawgym.snapshot.core",
             "clawgym.launch.rayjob",
-            "clawgym.backends.ray_head",
+            "clawgym.backends.head",
             "clawgym.runs",
             "clawgym.importer",
         ),
@@ -86,7 +86,7 @@ FLOORS: List[Tuple[str, Tuple[str, ...]]] = [
 ]
 
 #: What the face may not name: it reaches a cluster through the pipeline.
-BACKEND_MODULES = ("clawgym.backends", "clawgym.backends.ray_head")
+BACKEND_MODULES = ("clawgym.backends", "clawgym.backends.head")
 
 #: Roots whose table entry is the package's own __init__ only (not a catch-all for what is under it).
 EXACT_ONLY = {"clawgym"}
