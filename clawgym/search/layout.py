@@ -1,4 +1,4 @@
-"""Which layout? Every layout of a config that the trainer starts and that fits, ranked by step time.
+"""The layout search. Which layout? Every layout of a config that the trainer starts and that fits, ranked by step time.
 
 ``search(c, gpus=N, ...)`` takes a resolved config and the GPUs it may use, enumerates the layout
 space (:mod:`clawgym.search.space`: colocated or split and the GPU split, actor nodes, TP, PP, CP,
@@ -27,27 +27,27 @@ returned for the launch plan. ``memory_plan`` / ``attach`` are the memory plan w
 
 from __future__ import annotations
 
-import copy
-import json
 import math
 from dataclasses import asdict, dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from clawgym.trainer.effective import effective_config
-from clawgym.memory import MemoryPlan, evaluate, this_node_gpu
-from clawgym.memory import memory_plan as plain_memory_plan
+from clawgym.memory import MemoryPlan, evaluate
 from clawgym.memory import gpus as G
 from clawgym.memory.actor import actor_memory, context_len
 from clawgym.memory.rollout import SGLANG_OFFLOADED_RESIDUE_GIB, rollout_memory
-from clawgym.search.space import ActorMem, Engine, Parallel, Refusals, Space, splits
+from clawgym.search.surgery import actor_values, engine_values, get_value, render, split_values, with_values
+from clawgym.search.space import ActorMem, Parallel, Refusals, Space, splits
 from clawgym.registry import load_registry
 from clawgym.steptime import active_params, actor_times, rollout_times, servers, step_time, workload
 from clawgym.validate import check
 from clawgym.validate.core import Collector, run_rule
 from clawgym.validate.trainer_rules import RULES
 
-__all__ = ["Layout", "SearchResult", "search", "resolve_auto", "format_result", "memory_plan", "attach",
-           "constraint_keys", "AUTO_KEYS"]
+#: Rules about the one-node head ``cluster=local`` starts: a layout over several nodes is launched on a
+#: cluster of them (``ray.address=...``, ``cluster=slurm``, ``cluster=kuberay``), where they do not apply.
+MULTI_NODE_ONLY_RULES = ("local-head-gpus-fit",)
+
 
 #: Keys of a layout, rendered in this order on its override line.
 LAYOUT_KEYS = ["gpu_layout.colocate", "gpu_layout.num_gpus", "gpu_layout.actor_num_nodes", "gpu_layout.actor_gpus",
@@ -60,8 +60,6 @@ LAYOUT_KEYS = ["gpu_layout.colocate", "gpu_layout.num_gpus", "gpu_layout.actor_n
 #: Keys interpolated from another layout key in the schema: always written, so the line means the same
 #: whatever the base config's interpolation would give.
 _ALWAYS = {"perf.tensor_parallel"}
-#: What ``gpu_layout=auto`` adds to the gpu_layout group (the search's inputs, not a layout).
-AUTO_KEYS = ("gpu_layout.auto", "gpu_layout.num_nodes")
 #: The fastest candidates of each side carried into the join.
 KEEP_PER_SIDE = 3
 
@@ -110,91 +108,6 @@ class SearchResult:
                 "lifts": self.lifts, "considered": self.considered}
 
 
-# ---------------------------------------------------------------- config surgery
-
-def _render(v: Any) -> str:
-    if v is True:
-        return "true"
-    if v is False:
-        return "false"
-    if v is None:
-        return "null"
-    if isinstance(v, float):
-        return repr(round(v, 4))
-    return str(v)
-
-
-def _get(c: Mapping[str, Any], key: str) -> Any:
-    node: Any = c
-    for part in key.split("."):
-        if not isinstance(node, Mapping) or part not in node:
-            return None
-        node = node[part]
-    return node
-
-
-def _with(c: Mapping[str, Any], values: Mapping[str, Any]) -> Dict[str, Any]:
-    """``c`` with ``values`` set (dotted keys); groups touched are copied, the rest shared."""
-    out = dict(c)
-    copied: set = set()
-    for key, v in values.items():
-        group, _, leaf = key.partition(".")
-        if group not in copied:
-            out[group] = dict(out.get(group) or {})
-            copied.add(group)
-        if v is None and group == "args":
-            out[group].pop(leaf, None)
-        else:
-            out[group][leaf] = v
-    return out
-
-
-def _actor_values(par: Parallel, mem: ActorMem, c: Mapping[str, Any], space: Space) -> Dict[str, Any]:
-    v: Dict[str, Any] = {"perf.tensor_parallel": par.tp, "perf.pipeline_parallel": par.pp,
-                         "perf.context_parallel": par.cp, "perf.expert_parallel": par.ep,
-                         "perf.expert_tensor_parallel": par.etp}
-    if not space.is_fixed("perf.sequence_parallel"):
-        v["perf.sequence_parallel"] = par.tp > 1
-    if not space.is_fixed("perf.recompute_granularity"):
-        if mem.recompute == "full":
-            v.update({"perf.recompute_granularity": "full", "perf.recompute_method": "uniform",
-                      "perf.recompute_num_layers": 1})
-        else:
-            v.update({"perf.recompute_granularity": mem.recompute, "perf.recompute_method": None,
-                      "perf.recompute_num_layers": None})
-    if not space.is_fixed("optimizer.cpu_offload"):
-        v["optimizer.cpu_offload"] = mem.offload
-        if mem.offload:
-            v["optimizer.use_precision_aware_optimizer"] = True
-    if mem.tokens_factor:
-        longest = -(-context_len(c) // par.cp)
-        v["perf.max_tokens_per_gpu"] = longest * mem.tokens_factor
-    if not space.is_fixed("perf.log_probs_chunk_size"):
-        v["perf.log_probs_chunk_size"] = mem.chunk
-    return v
-
-
-def _engine_values(e: Engine, space: Space) -> Dict[str, Any]:
-    v: Dict[str, Any] = {"sglang.tp": e.tp, "sglang.mem_fraction_static": e.frac}
-    if "sglang_dp_size" in space.dests and not space.is_fixed("args.sglang_dp_size"):
-        v["args.sglang_enable_dp_attention"] = True if e.dp > 1 else None
-        v["args.sglang_dp_size"] = e.dp if e.dp > 1 else None
-    if "sglang_ep_size" in space.dests and not space.is_fixed("args.sglang_ep_size"):
-        v["args.sglang_ep_size"] = e.ep if e.ep > 1 else None
-    return v
-
-
-def _split_values(col: bool, per: int, nodes: int, rollout: int, per_node: int, c: Mapping[str, Any],
-                  space: Space) -> Dict[str, Any]:
-    v: Dict[str, Any] = {"gpu_layout.colocate": col, "gpu_layout.num_gpus": per_node,
-                         "gpu_layout.actor_num_nodes": nodes, "gpu_layout.actor_gpus": per}
-    if c["gpu_layout"].get("rollout_engine", True):
-        v["gpu_layout.rollout_gpus"] = rollout  # (no engine, SFT: the config's value stays)
-    if not space.is_fixed("gpu_layout.trainer_script"):
-        v["gpu_layout.trainer_script"] = "train.py" if col else "train_async.py"
-    return v
-
-
 # ---------------------------------------------------------------- the search
 
 def _actor_flops(c: Mapping[str, Any]) -> float:
@@ -239,7 +152,7 @@ def search(c: Mapping[str, Any], *, gpus: int, gpus_per_node: Optional[int] = No
         raise ValueError(f"--gpus {gpus} is not a whole number of nodes of {per_node} GPUs (--gpus-per-node)")
     name, usable = _gpu_entry(c, gpu)
     base = effective_config(c)
-    base = _with(base, {"memory.gpu": name})
+    base = with_values(base, {"memory.gpu": name})
     fixed = set(constraints)
     space = Space(base, sorted(fixed), _flavour_dests(base))
     refused = Refusals()
@@ -257,8 +170,8 @@ def search(c: Mapping[str, Any], *, gpus: int, gpus_per_node: Optional[int] = No
 
     def _actor_try(par: Parallel, mem: ActorMem, lay_v: Dict[str, Any],
                    budget: float) -> Optional[Tuple[float, float, Dict[str, Any]]]:
-        vals = {**lay_v, **_actor_values(par, mem, base, space)}
-        cand = _with(base, vals)
+        vals = {**lay_v, **actor_values(par, mem, base, space)}
+        cand = with_values(base, vals)
         am = actor_memory(cand)
         peak = max(am.train_peak_gib, am.logprob_peak_gib) + am.overhead_gib
         if peak > budget:
@@ -309,8 +222,8 @@ def search(c: Mapping[str, Any], *, gpus: int, gpus_per_node: Optional[int] = No
         lay_v = {"gpu_layout.colocate": col, "gpu_layout.rollout_gpus": rgpus, "gpu_layout.actor_gpus": per,
                  "gpu_layout.actor_num_nodes": nodes, "gpu_layout.num_gpus": per_node}
         for e in space.engines(rgpus, per_node, col, refused):
-            vals = {**lay_v, **_engine_values(e, space)}
-            cand = _with(base, vals)
+            vals = {**lay_v, **engine_values(e, space)}
+            cand = with_values(base, vals)
             ro = rollout_memory(cand, usable, ctx)
             largest_kv[0] = max(largest_kv[0], ro.kv_tokens_per_engine)
             if ro.kv_tokens_per_engine < ctx:
@@ -358,8 +271,8 @@ def search(c: Mapping[str, Any], *, gpus: int, gpus_per_node: Optional[int] = No
             else [(0.0, 0.0, {})]
         for _, _, av in actors:
             for _, _, ev in engines:
-                vals = {**_split_values(col, per, nodes, rgpus, per_node, base, space), **av, **ev}
-                cand = _with(base, vals)
+                vals = {**split_values(col, per, nodes, rgpus, per_node, base, space), **av, **ev}
+                cand = with_values(base, vals)
                 considered += 1
                 errors = _trainer_errors(cand)
                 if errors:
@@ -381,7 +294,7 @@ def search(c: Mapping[str, Any], *, gpus: int, gpus_per_node: Optional[int] = No
         line = _overrides(vals, c, fixed, base)
         if tuple(line) in seen:
             continue
-        errors, _ = check(_with(c, {k: v for k, v in vals.items()}))
+        errors, _ = check(with_values(c, {k: v for k, v in vals.items()}))
         if gpus > per_node:
             # More GPUs than one node: the layout runs on a cluster of several nodes (ray.address,
             # SLURM, KubeRay), never on the one-node head cluster=local starts; that rule speaks of
@@ -416,7 +329,7 @@ def search(c: Mapping[str, Any], *, gpus: int, gpus_per_node: Optional[int] = No
 def _rank(x: Tuple[float, float, Dict[str, Any]], base: Mapping[str, Any]) -> Tuple[int, int, float]:
     """Faster first (times within 0.5% are equal: the model is not that precise), then the fewest keys
     changed from the config, then the lowest memory."""
-    changed = sum(1 for k, v in x[2].items() if _get(base, k) != v)
+    changed = sum(1 for k, v in x[2].items() if get_value(base, k) != v)
     return (int(math.log(max(x[0], 1e-3)) / math.log(1.005)), changed, x[1])
 
 
@@ -470,7 +383,7 @@ def _overrides(vals: Mapping[str, Any], c: Mapping[str, Any], fixed: set,
         if k not in vals or k in fixed:
             continue
         v = vals[k]
-        if effective is not None and k not in _ALWAYS and _get(c, k) is None and _get(effective, k) == v:
+        if effective is not None and k not in _ALWAYS and get_value(c, k) is None and get_value(effective, k) == v:
             continue
         if k.startswith("args."):
             if v is None and k.split(".", 1)[1] not in (c.get("args") or {}):
@@ -478,8 +391,8 @@ def _overrides(vals: Mapping[str, Any], c: Mapping[str, Any], fixed: set,
             if v is None:
                 out.append(f"~{k}")
                 continue
-        if k in _ALWAYS or _get(c, k) != v:
-            out.append(f"{k}={_render(v)}")
+        if k in _ALWAYS or get_value(c, k) != v:
+            out.append(f"{k}={render(v)}")
     return out
 
 
@@ -525,7 +438,7 @@ def _explain(result: SearchResult, c: Mapping[str, Any], refused: Refusals, smal
             break
     biggest = max(G.GPUS.values(), key=lambda g: g.usable_gib)
     if biggest.usable_gib > usable + 1:
-        found = fits(_with(c, {"memory.gpu_memory_gib": None}), result.gpus, biggest.name)
+        found = fits(with_values(c, {"memory.gpu_memory_gib": None}), result.gpus, biggest.name)
         if found is not None:
             result.lifts.append(f"a bigger GPU: {result.gpus} x {biggest.name} fit ({' '.join(found.overrides)})")
     if "rollout.max_context_len" not in constraints and ctx > 4096:
@@ -533,7 +446,7 @@ def _explain(result: SearchResult, c: Mapping[str, Any], refused: Refusals, smal
             vals: Dict[str, Any] = {"rollout.max_context_len": shorter}
             if (c.get("sglang") or {}).get("context_length") == ctx:
                 vals["sglang.context_length"] = shorter
-            found = fits(_with(c, vals), result.gpus, result.gpu)
+            found = fits(with_values(c, vals), result.gpus, result.gpu)
             if found is not None:
                 result.lifts.append(f"a shorter context: rollout.max_context_len={shorter} fits on {result.gpus} x "
                                     f"{result.gpu} ({' '.join(found.overrides)})")
@@ -541,124 +454,3 @@ def _explain(result: SearchResult, c: Mapping[str, Any], refused: Refusals, smal
     if not result.lifts:
         result.lifts.append(f"no single lift tried fits: {result.gpus * 4} GPUs, the biggest GPU of the table, a "
                             f"context of {max(4096, ctx // 8)} tokens; combine them or use more nodes")
-
-
-# ---------------------------------------------------------------- output
-
-#: Rules about the one-node head ``cluster=local`` starts: a layout over several nodes is launched on a
-#: cluster of them (``ray.address=...``, ``cluster=slurm``, ``cluster=kuberay``), where they do not apply.
-MULTI_NODE_ONLY_RULES = ("local-head-gpus-fit",)
-
-
-def format_result(r: SearchResult) -> str:
-    lines = [f"layouts for {r.gpus} x {r.gpu} ({r.gpus_per_node} per node), best first "
-             f"(step time estimated by clawgym.steptime; {r.considered} joined layouts priced):"]
-    if r.gpus > r.gpus_per_node and r.layouts:
-        lines.append(f"  ({r.gpus // r.gpus_per_node} nodes: launch on a cluster of them, e.g. add ray.address=<its "
-                     f"dashboard> or cluster=slurm; cluster=local starts a one-node head)")
-    for i, x in enumerate(r.layouts, 1):
-        lines += [f"{i}. {' '.join(x.overrides) if x.overrides else '(the config as it is)'}",
-                  f"   GPU peak {x.gpu_peak_gib:.1f} of {x.gpu_memory_gib:.1f} GiB (headroom {x.headroom_gib:.1f}); "
-                  f"{x.trajectories_fit} of {x.concurrent_trajectories} trajectories fit in the KV cache at full "
-                  f"context",
-                  f"   step {x.step_s:.1f} s = rollout {x.rollout_s:.1f} | log-probs {x.logprob_s:.1f} | train "
-                  f"{x.train_s:.1f} | weight update {x.weight_update_s:.2f}"
-                  + (f" | offload {x.offload_s:.1f}" if x.offload_s else "")
-                  + f"; {x.tok_s_per_gpu:.0f} tokens/s per GPU"]
-    if not r.layouts:
-        lines.append(f"no layout fits: {r.binding}")
-        lines += [f"  lifts it: {x}" for x in r.lifts]
-    if r.refused:
-        lines.append("refused (candidates per rule, one example each):")
-        lines += [f"  {x['count']:6d}  {x['rule']}: {x['example']}" for x in r.refused]
-    return "\n".join(lines)
-
-
-# ---------------------------------------------------------------- constraints from overrides
-
-def constraint_keys(overrides: Sequence[str]) -> List[str]:
-    """The config keys a list of Hydra overrides sets (a gpu_layout option sets its group's counts)."""
-    out = []
-    for o in overrides:
-        key = o.split("=", 1)[0].lstrip("+~")
-        if key.startswith("hydra.") or "=" not in o and not o.startswith("~"):
-            continue
-        if key == "gpu_layout":
-            if o.split("=", 1)[1].strip() != "auto":
-                out += ["gpu_layout.colocate", "gpu_layout.actor_gpus", "gpu_layout.rollout_gpus",
-                        "gpu_layout.num_gpus"]
-            continue
-        out.append(key)
-    return out
-
-
-# ---------------------------------------------------------------- gpu_layout=auto
-
-_AUTO_CACHE: Dict[str, Tuple[Dict[str, Any], Dict[str, Any]]] = {}
-
-
-class NoLayout(Exception):
-    """``gpu_layout=auto`` found no layout; ``str()`` says why and what lifts it."""
-
-
-def is_auto(c: Mapping[str, Any]) -> bool:
-    return bool((c.get("gpu_layout") or {}).get("auto"))
-
-
-def resolve_auto(plain: Dict[str, Any], overrides: Sequence[str] = (), *,
-                 gpu: Any = None) -> Tuple[Dict[str, Any], Optional[Dict[str, Any]]]:
-    """``gpu_layout=auto``: (the config with the best layout applied, the record of the choice for the
-    launch plan); the config unchanged and None without ``gpu_layout.auto``. ``overrides``: the user's
-    (their keys are constraints); ``gpu``: this node's GPU (``clawgym.memory.this_node_gpu``) when
-    ``memory.gpu`` is null. Raises :class:`NoLayout` when nothing fits."""
-    if not is_auto(plain):
-        return plain, None
-    g = plain["gpu_layout"]
-    gpu_name = (plain.get("memory") or {}).get("gpu")
-    if gpu_name is None and isinstance(gpu, Mapping):
-        gpu_name = gpu.get("gpu")
-    elif gpu_name is None and isinstance(gpu, str):
-        gpu_name = gpu
-    if gpu_name not in G.GPUS:
-        gpu_name = G.DEFAULT_GPU
-    per_node = int(g.get("num_gpus") or 8)
-    total = per_node * int(g.get("num_nodes") or 1)
-    constraints = [k for k in constraint_keys(overrides) if k not in ("gpu_layout.num_gpus", *AUTO_KEYS)]
-    key = json.dumps([plain, constraints, gpu_name], sort_keys=True, default=str)
-    if key in _AUTO_CACHE:
-        out, rec = _AUTO_CACHE[key]
-        return copy.deepcopy(out), copy.deepcopy(rec)
-    r = search(plain, gpus=total, gpus_per_node=per_node, gpu=gpu_name, constraints=constraints, top=4)
-    if not r.layouts:
-        raise NoLayout(f"gpu_layout=auto found no layout for {total} x {gpu_name}: {r.binding}"
-                       + "".join(f"\n  lifts it: {x}" for x in r.lifts)
-                       + "".join(f"\n  refused {x['count']} by {x['rule']}: {x['example']}" for x in r.refused[:6]))
-    best = r.layouts[0]
-    out = copy.deepcopy(plain)
-    for k, v in best.settings.items():
-        group, _, leaf = k.partition(".")
-        if group == "args" and v is None:
-            out.setdefault("args", {}).pop(leaf, None)
-        else:
-            out.setdefault(group, {})[leaf] = v
-    out["gpu_layout"]["trainer_script"] = "train.py" if out["gpu_layout"]["colocate"] else "train_async.py"
-    # Resolved: the config now names its layout (the record says it was chosen).
-    out["gpu_layout"]["auto"] = False
-    if (plain.get("ray") or {}).get("num_gpus") == g.get("num_gpus"):
-        out["ray"]["num_gpus"] = out["gpu_layout"]["num_gpus"]
-    rec = {"auto": True, "gpu": gpu_name, "settings": dict(best.settings), "gpus": total, "gpus_per_node": per_node,
-           "chosen": best.overrides, "step_s": best.step_s, "gpu_peak_gib": best.gpu_peak_gib,
-           "runners_up": [{"overrides": x.overrides, "step_s": x.step_s, "gpu_peak_gib": x.gpu_peak_gib}
-                          for x in r.layouts[1:]]}
-    _AUTO_CACHE.clear()
-    _AUTO_CACHE[key] = (copy.deepcopy(out), copy.deepcopy(rec))
-    return out, rec
-
-
-def format_choice(rec: Mapping[str, Any]) -> str:
-    """The dry run's and ``clawgym show``'s lines for a ``gpu_layout=auto`` choice."""
-    lines = [f"layout (gpu_layout=auto, {rec['gpus']} x {rec['gpu']}): {' '.join(rec['chosen'])}",
-             f"  estimated step {rec['step_s']:.1f} s, GPU peak {rec['gpu_peak_gib']:.1f} GiB"]
-    for x in rec.get("runners_up") or []:
-        lines.append(f"  runner-up ({x['step_s']:.1f} s, {x['gpu_peak_gib']:.1f} GiB): {' '.join(x['overrides'])}")
-    return "\n".join(lines)
