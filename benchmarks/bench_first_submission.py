@@ -52,11 +52,11 @@ def _answers(address: str) -> bool:
 
 
 def run_once(work: Path, sleep: float) -> Dict[str, float]:
-    from clawgym.backends import ray_head
+    from clawgym.backends.head import ports as head_ports
     from tests.fixtures.checkout import build_checkout
 
     checkout = build_checkout(work / "checkout")
-    port, dash = ray_head.free_port(), ray_head.free_port()
+    port, dash = head_ports.free_port(), head_ports.free_port()
     address = f"http://127.0.0.1:{dash}"
     overrides = [f"paths.root={checkout}", "skip_checks=[gpus,docker,image,memory]", "sandbox.cleanup_leftovers=false",
                  f"paths.save={work}/exp/${{run_name}}", f"+extra_env.STANDIN_RECORD_DIR={work}/records",

@@ -32,7 +32,11 @@ from typing import Dict, List, Optional
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from clawgym.backends import ray_head  # noqa: E402
+from clawgym.backends.head import (
+    ports as head_ports,
+    processes as head_processes,
+    start as head_start  # noqa: E402,
+)
 from tests.fixtures.checkout import LAUNCH_SKIPS, build_checkout, checkout_overrides  # noqa: E402
 
 DEFAULT_SEED = Path(os.environ.get("CLAWGYM_SHARED", ROOT.parent / "shared")) / "seed" / "run_qwen3_4b.sh"
@@ -92,8 +96,8 @@ def _record_start(path: Path, deadline: float) -> Optional[float]:
 
 
 def _stop_session(sid: int) -> None:
-    procs = ray_head.find_processes(sid=sid, marker=None, since=0.0)
-    ray_head.terminate(procs, grace=3.0)
+    procs = head_processes.find_processes(sid=sid, marker=None, since=0.0)
+    head_processes.terminate(procs, grace=3.0)
 
 
 def run_seed(seed: Path, work: Path) -> float:
@@ -109,8 +113,8 @@ def run_seed(seed: Path, work: Path) -> float:
     real_ray = shutil.which("ray")
     assert real_ray, "ray is not on PATH"
     temp = tempfile.mkdtemp(prefix="sd", dir="/tmp")
-    ports = {"dashboard": ray_head.free_port(), "gcs": ray_head.free_port(), "client": ray_head.free_port(),
-             "agent": ray_head.free_port(), "temp": temp}
+    ports = {"dashboard": head_ports.free_port(), "gcs": head_ports.free_port(), "client": head_ports.free_port(),
+             "agent": head_ports.free_port(), "temp": temp}
     (state / "ports").write_text("\n".join(f"{k}={v}" for k, v in ports.items()) + "\n")
     (shims / "ray").write_text(RAY_SHIM.format(python=sys.executable, real=real_ray, state=str(state)))
     for name in ("pkill", "docker"):
@@ -180,20 +184,20 @@ def main(argv: Optional[List[str]] = None) -> int:
                     print(f"seed run {i} attempt {attempt} failed: {exc}", file=sys.stderr, flush=True)
             else:
                 raise SystemExit("the seed failed three times in a row; see the messages above")
-            local = [f"ray.port={ray_head.free_port()}", f"ray.dashboard_port={ray_head.free_port()}",
+            local = [f"ray.port={head_ports.free_port()}", f"ray.dashboard_port={head_ports.free_port()}",
                      "ray.num_gpus=8"]
             results["clawgym_local_head"].append(run_clawgym(work / f"local{i}", f"bench-local{i}", local, env_extra))
-        head = ray_head.start_head(
-            ["ray", "start", "--head", "--node-ip-address", "127.0.0.1", "--port", str(ray_head.free_port()),
+        head = head_start.start_head(
+            ["ray", "start", "--head", "--node-ip-address", "127.0.0.1", "--port", str(head_ports.free_port()),
              "--num-gpus", "8", "--disable-usage-stats", "--dashboard-host", "127.0.0.1",
-             "--dashboard-port", str(ray_head.free_port())], {}, secrets={}, quiet=True)
+             "--dashboard-port", str(head_ports.free_port())], {}, secrets={}, quiet=True)
         try:
             for i in range(args.repeat):
                 results["clawgym_existing_cluster"].append(
                     run_clawgym(work / f"existing{i}", f"bench-existing{i}", [f"ray.address={head.dashboard_address}"],
                                 env_extra))
         finally:
-            ray_head.stop_head(head, quiet=True)
+            head_start.stop_head(head, quiet=True)
     med = {k: statistics.median(v) for k, v in results.items()}
     print("time from command to job running (seconds; median of "
           f"{args.repeat}, load average {os.getloadavg()[0]:.1f}):")

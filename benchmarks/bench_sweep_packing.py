@@ -51,14 +51,14 @@ def main() -> int:
 
     from ray.job_submission import JobSubmissionClient
 
-    from clawgym.backends import ray_head
+    from clawgym.backends.head import ports as head_ports, start as head_start
     from tests.fixtures.checkout import build_checkout
     from tests.fixtures.ray_cluster import head_argv
 
     work = Path(tempfile.mkdtemp(prefix="clawgym-bench-packing-"))
     checkout = build_checkout(work / "checkout")
-    rec = ray_head.start_head(head_argv(port=ray_head.free_port(), dashboard_port=ray_head.free_port(), num_gpus=GPUS),
-                              {}, secrets={}, quiet=True)
+    argv = head_argv(port=head_ports.free_port(), dashboard_port=head_ports.free_port(), num_gpus=GPUS)
+    rec = head_start.start_head(argv, {}, secrets={}, quiet=True)
     try:
         overrides = [f"paths.root={checkout}", "skip_checks=[gpus,docker,image]", "sandbox.cleanup_leftovers=false",
                      f"paths.save={work}/exp/${{run_name}}", f"+extra_env.STANDIN_RECORD_DIR={work}/records",
@@ -81,7 +81,7 @@ def main() -> int:
             held.append((g, info.start_time / 1000.0, info.end_time / 1000.0))
             ran.append((g, r["start"], r["end"]))
     finally:
-        ray_head.stop_head(rec, quiet=True)
+        head_start.stop_head(rec, quiet=True)
         try:
             rec.path.unlink()
         except FileNotFoundError:

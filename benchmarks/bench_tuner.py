@@ -129,7 +129,7 @@ def main() -> int:
               "--no-deps 'hydra-optuna-sweeper==1.3.0' 'optuna<3'", file=sys.stderr)
         return 2
 
-    from clawgym.backends import ray_head
+    from clawgym.backends.head import ports as head_ports, start as head_start
     from tests.fixtures.checkout import build_checkout
     from tests.fixtures.ray_cluster import head_argv
 
@@ -139,8 +139,8 @@ def main() -> int:
     (shim / "__init__.py").write_text("")
     (shim / "bench_objective_launcher.py").write_text(OBJECTIVE_LAUNCHER)
     checkout = build_checkout(work / "checkout")
-    rec = ray_head.start_head(head_argv(port=ray_head.free_port(), dashboard_port=ray_head.free_port(), num_gpus=GPUS),
-                              {}, secrets={}, quiet=True)
+    argv = head_argv(port=head_ports.free_port(), dashboard_port=head_ports.free_port(), num_gpus=GPUS)
+    rec = head_start.start_head(argv, {}, secrets={}, quiet=True)
     results = []
     try:
         def common(name: str) -> List[str]:
@@ -167,7 +167,7 @@ def main() -> int:
         results.append(measure("clawgym_median", [*common("clawgym_median"), *ours, "hydra.sweeper.pruner=median",
                                                   "hydra.sweeper.min_steps=3"], work, env))
     finally:
-        ray_head.stop_head(rec, quiet=True)
+        head_start.stop_head(rec, quiet=True)
         try:
             rec.path.unlink()
         except FileNotFoundError:

@@ -71,7 +71,7 @@ def compare(name: str, conf: Path) -> Dict[str, Any]:
     from clawgym.config.compose import compose, to_plain
     from clawgym.trainer.effective import effective_config
     from clawgym.memory import evaluate
-    from clawgym.search import search
+    from clawgym.search.layout import search
     from clawgym.steptime import step_time
 
     c = to_plain(compose([f"hydra.searchpath=[file://{conf}]", f"+experiment={name}", f"memory.gpu={GPU}"]))

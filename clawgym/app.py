@@ -21,7 +21,7 @@ from clawgym.memory import this_node_gpu
 from clawgym.pipeline.prepare import (PLAN_FILE, apply_layout, attach_memory, discard_own_output_dir, failed_check,
                              format_plan_brief, memory_banner, prepared_plan, record_created_output_dir, timestamp)
 from clawgym.registry import RegistryError
-from clawgym.search import NoLayout, format_choice, is_auto, resolve_auto
+from clawgym.search.auto import NoLayout, format_choice, is_auto, resolve_auto
 from clawgym.common.secrets import env_secrets
 from clawgym.validate import ConfigError, Violation
 
@@ -31,7 +31,7 @@ _VALIDATED_RUN = False
 # A dry run refused for its memory plan keeps its output dir: launch_plan.json says why.
 _KEEP_OUTPUT_DIR = False
 
-# gpu_layout=auto: the choice the callback made for this single run (clawgym.search.resolve_auto).
+# gpu_layout=auto: the choice the callback made for this single run (clawgym.search.auto.resolve_auto).
 _AUTO_LAYOUT: Optional[dict] = None
 
 
@@ -265,7 +265,7 @@ class ClawGymCallback(Callback):
         try:
             self._run_start(config)
         except KeyboardInterrupt:
-            # Ctrl-C, or SIGTERM/SIGHUP once a head was begun (ray_head.interrupt_on_signals): that
+            # Ctrl-C, or SIGTERM/SIGHUP once a head was begun (clawgym.backends.head.signals.interrupt_on_signals): that
             # head is stopped already (_run_start drops it).
             interrupted()
         except Exception as exc:  # noqa: BLE001 - see above

@@ -14,7 +14,7 @@ from typing import Any, Dict, List
 
 import pytest
 
-from clawgym.backends import ray_head
+from clawgym.backends.head import ports as head_ports, records as head_records, start as head_start
 from clawgym.backends import local
 from clawgym.config.compose import compose
 from clawgym.plan.build import build_plan
@@ -25,7 +25,7 @@ class FakeStart:
 
     def __init__(self, argv, env, *, secrets, quiet, timeout=180.0) -> None:
         self.plan_argv, self.env, self.secrets, self.quiet = list(argv), dict(env), dict(secrets), quiet
-        self.address = ray_head.dashboard_address_of(argv)
+        self.address = head_records.dashboard_address_of(argv)
         self.aborted = False
 
     def abort(self) -> List[int]:
@@ -42,7 +42,7 @@ def begun(monkeypatch, tmp_path) -> List[FakeStart]:
         started.append(FakeStart(argv, env, secrets=secrets, quiet=quiet))
         return started[-1]
 
-    monkeypatch.setattr(ray_head, "begin_head", fake_begin)
+    monkeypatch.setattr(head_start, "begin_head", fake_begin)
     for name in ("SGLANG_API_KEY", "WANDB_KEY", "WANDB_API_KEY"):
         monkeypatch.delenv(name, raising=False)
     local.drop()
@@ -57,7 +57,7 @@ def _early(overrides: List[str]) -> None:
 
 
 def test_the_head_begun_before_validation_is_exactly_the_launchs_and_is_adopted(begun, monkeypatch):
-    overrides = [f"ray.port={ray_head.free_port()}", f"ray.dashboard_port={ray_head.free_port()}", "ray.num_gpus=8"]
+    overrides = [f"ray.port={head_ports.free_port()}", f"ray.dashboard_port={head_ports.free_port()}", "ray.num_gpus=8"]
     monkeypatch.setenv("SGLANG_API_KEY", "sg-secret")
     environ = dict(os.environ)
     _early(overrides)
@@ -72,7 +72,7 @@ def test_the_head_begun_before_validation_is_exactly_the_launchs_and_is_adopted(
 
 
 def test_a_head_begun_with_other_settings_than_the_launchs_is_stopped(begun):
-    overrides = [f"ray.port={ray_head.free_port()}", f"ray.dashboard_port={ray_head.free_port()}"]
+    overrides = [f"ray.port={head_ports.free_port()}", f"ray.dashboard_port={head_ports.free_port()}"]
     _early(overrides)
     plan = build_plan(compose(overrides), environ={}, timestamp="t")
     assert local.adopt(plan.ray_start, plan.ray_start_env, {"SGLANG_API_KEY": "changed"}) is None
@@ -80,7 +80,7 @@ def test_a_head_begun_with_other_settings_than_the_launchs_is_stopped(begun):
 
 
 def test_dropping_the_head_begun_before_a_refusal_stops_it(begun):
-    _early([f"ray.port={ray_head.free_port()}", f"ray.dashboard_port={ray_head.free_port()}"])
+    _early([f"ray.port={head_ports.free_port()}", f"ray.dashboard_port={head_ports.free_port()}"])
     local.drop()
     assert begun[0].aborted
     assert local.adopt(begun[0].plan_argv, begun[0].env, begun[0].secrets) is None
@@ -90,15 +90,15 @@ def test_dropping_the_head_begun_before_a_refusal_stops_it(begun):
                                        ["cluster=slurm"]], ids=["dry_run", "preflight_only", "existing", "slurm"])
 def test_nothing_is_begun_early_for_what_starts_no_local_head(begun, overrides):
     try:
-        _early([f"ray.dashboard_port={ray_head.free_port()}", *overrides])
+        _early([f"ray.dashboard_port={head_ports.free_port()}", *overrides])
     except Exception as exc:  # a config group this checkout lacks is not what this test is about
         pytest.skip(f"cannot compose {overrides}: {exc}")
     assert begun == []
 
 
 def test_nothing_is_begun_early_on_a_port_an_earlier_head_is_recorded_on(begun):
-    dport = ray_head.free_port()
-    path = ray_head.record_path(dport)
+    dport = head_ports.free_port()
+    path = head_records.record_path(dport)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("{}")  # whatever is there is the pipeline's to settle, after validation
     _early([f"ray.dashboard_port={dport}"])
@@ -110,7 +110,7 @@ def test_ray_start_runs_the_ray_of_this_interpreter_not_a_ray_found_on_path(tmp_
     shim.write_text("#!/bin/sh\nexit 99\n")
     shim.chmod(shim.stat().st_mode | stat.S_IEXEC)
     monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
-    exe = ray_head._ray_executable()
+    exe = head_start.ray_executable()
     assert str(shim) not in exe
     import importlib.util
 

@@ -17,7 +17,8 @@ from typing import Dict, List
 
 import pytest
 
-from clawgym.backends import ray_head
+from clawgym.backends.head import ports as head_ports, records as head_records, users as head_users
+from clawgym.launch import rayjob
 from tests.test_launch import (ROOT, alive, base_overrides, clawgym_cli, head_processes, job_info, launcher_env,
                                run_train, submission_id_of, train_cmd)
 
@@ -33,7 +34,7 @@ def _private_state(state_dir, monkeypatch):
 
 
 def four_gpu_head() -> List[str]:
-    return [f"ray.port={ray_head.free_port()}", f"ray.dashboard_port={ray_head.free_port()}", "ray.num_gpus=4"]
+    return [f"ray.port={head_ports.free_port()}", f"ray.dashboard_port={head_ports.free_port()}", "ray.num_gpus=4"]
 
 
 def start_launch(overrides: List[str], tmp_path: Path, env: Dict[str, str], name: str, **kw) -> subprocess.Popen:
@@ -95,25 +96,25 @@ def test_a_reused_head_is_shared_checked_for_free_gpus_and_ports_and_the_last_la
         sid_b = submission_id_of(output(tmp_path, "b"))
         sids.append(sid_b)
         assert "shared with the running clawgym launch(es) pid " + str(a.pid) in output(tmp_path, "b")
-        users = {int(u["pid"]) for u in ray_head.load_record(dport).users}
+        users = {int(u["pid"]) for u in head_records.load_record(dport).users}
         assert users == {a.pid, b.pid}
         # A ends first: the head stays for B.
         assert clawgym_cli(["jobs", "stop", sid_a, "--address", address], env).returncode == 0
         assert a.wait(timeout=120) == 130, output(tmp_path, "a")
         assert "leaving the Ray head" in output(tmp_path, "a") and "stopped Ray head" not in output(tmp_path, "a")
-        assert ray_head.dashboard_responds(address)
-        assert {int(u["pid"]) for u in ray_head.load_record(dport).users} == {b.pid}
+        assert rayjob.dashboard_responds(address)
+        assert {int(u["pid"]) for u in head_records.load_record(dport).users} == {b.pid}
         # B is the last one out: it stops the head, and nothing of it is left.
         assert clawgym_cli(["jobs", "stop", sid_b, "--address", address], env).returncode == 0
         assert b.wait(timeout=120) == 130, output(tmp_path, "b")
         assert "stopped Ray head" in output(tmp_path, "b")
-        assert ray_head.load_record(dport) is None
+        assert head_records.load_record(dport) is None
         assert [p for p in head_processes(dport) if alive(p)] == []
     finally:
         for p in (a, locals().get("b")):
             if p is not None and p.poll() is None:
                 p.kill()
-        if ray_head.load_record(dport) is not None:
+        if head_records.load_record(dport) is not None:
             stop_everything(address, sids, env)
 
 
@@ -144,7 +145,7 @@ def test_an_orphaned_head_is_told_apart_from_a_kept_one_and_its_jobs_are_named(c
         assert f"clawgym jobs stop-head --address {address}" in b.stdout
         # B ended while A's job still runs: the head stays, recorded as kept (no longer an orphan).
         assert job_info(address, sid_a).status.value == "RUNNING"
-        rec = ray_head.load_record(dport)
+        rec = head_records.load_record(dport)
         assert rec is not None and rec.kept and sid_a in rec.kept_reason
         heads = clawgym_cli(["jobs", "heads"], env)
         assert "kept" in heads.stdout and "orphaned" not in heads.stdout, heads.stdout
@@ -152,7 +153,7 @@ def test_an_orphaned_head_is_told_apart_from_a_kept_one_and_its_jobs_are_named(c
         if a.poll() is None:
             a.kill()
         stop_everything(address, [sid_a] if sid_a else [], env)
-    assert ray_head.load_record(dport) is None
+    assert head_records.load_record(dport) is None
     assert [p for p in head_processes(dport) if alive(p)] == []
 
 
@@ -176,9 +177,9 @@ def test_a_lost_terminal_leaves_the_job_running_and_the_head_recorded_as_kept(cl
         assert f"clawgym stamp {clawgym_checkout / 'exp' / run} --follow" in text
         # The job runs on, unfollowed; the head is kept on purpose, not orphaned.
         assert job_info(address, sid).status.value == "RUNNING" and alive(trainer["pid"])
-        rec = ray_head.load_record(dport)
+        rec = head_records.load_record(dport)
         assert rec is not None and rec.kept and "SIGHUP" in rec.kept_reason and rec.users == []
-        assert ray_head.ownership(rec) == "kept"
+        assert head_users.ownership(rec) == "kept"
         # The job's log file says why nobody follows it.
         logs = list((clawgym_checkout / "exp" / run / "logs").glob("train_*.log"))
         assert len(logs) == 1 and "lost its terminal (SIGHUP)" in logs[0].read_text()
@@ -186,5 +187,5 @@ def test_a_lost_terminal_leaves_the_job_running_and_the_head_recorded_as_kept(cl
         if a.poll() is None:
             a.kill()
         stop_everything(address, [sid] if sid else [], env)
-    assert ray_head.load_record(dport) is None
+    assert head_records.load_record(dport) is None
     assert [p for p in head_processes(dport) if alive(p)] == []

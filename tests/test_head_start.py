@@ -13,7 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from clawgym.backends import ray_head
+from clawgym.backends.head import (
+    liveness as head_liveness,
+    ports as head_ports,
+    processes as head_processes,
+    records as head_records,
+    start as head_start,
+)
 from tests.fixtures.ray_cluster import head_argv
 
 
@@ -34,29 +40,29 @@ def _plain_bind_refused(port: int) -> bool:
 
 
 def _marker_processes(marker: str):
-    return ray_head.find_processes(sid=None, marker=marker, since=0.0)
+    return head_processes.find_processes(sid=None, marker=marker, since=0.0)
 
 
 def test_the_heads_ports_are_reserved_before_ray_start_and_released_when_the_start_is_abandoned():
-    gcs, dash = ray_head.free_port(), ray_head.free_port()
-    start = ray_head.begin_head(head_argv(port=gcs, dashboard_port=dash), {}, secrets={}, quiet=True)
+    gcs, dash = head_ports.free_port(), head_ports.free_port()
+    start = head_start.begin_head(head_argv(port=gcs, dashboard_port=dash), {}, secrets={}, quiet=True)
     try:
-        reserved = ray_head.starting_ports()
+        reserved = head_ports.starting_ports()
         what = {name for _host, name in reserved.values()}
         # Every port a head binds, including the ones Ray would otherwise pick or fix itself.
         assert {gcs, dash} <= set(reserved)
-        assert what == {"ray.port", "ray.dashboard_port", *(o for o, k in ray_head.PORT_OPTIONS if k is None),
-                        *ray_head.PORT_ENV}
+        assert what == {"ray.port", "ray.dashboard_port", *(o for o, k in head_ports.PORT_OPTIONS if k is None),
+                        *head_ports.PORT_ENV}
         assert all(_plain_bind_refused(port) for port in reserved)
         # `ray start` is already running (its processes carry the head's marker).
         assert start.proc is not None and _marker_processes(start.marker)
-        assert all(option in start.full_argv for option, key in ray_head.PORT_OPTIONS if key is None)
+        assert all(option in start.full_argv for option, key in head_ports.PORT_OPTIONS if key is None)
     finally:
         start.abort()
-    assert ray_head.starting_ports() == {}
+    assert head_ports.starting_ports() == {}
     assert _marker_processes(start.marker) == {}
     assert not os.path.exists(start.temp_dir)
-    assert ray_head.load_record(dash) is None
+    assert head_records.load_record(dash) is None
     assert not any(_plain_bind_refused(port) for port in reserved)
 
 
@@ -64,11 +70,11 @@ def test_a_port_in_use_refuses_the_head_before_ray_start_runs():
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen(1)
-        port, dash = taken.getsockname()[1], ray_head.free_port()
-        with pytest.raises(ray_head.HeadError) as err:
-            ray_head.begin_head(head_argv(port=port, dashboard_port=dash), {}, secrets={}, quiet=True)
+        port, dash = taken.getsockname()[1], head_ports.free_port()
+        with pytest.raises(head_records.HeadError) as err:
+            head_start.begin_head(head_argv(port=port, dashboard_port=dash), {}, secrets={}, quiet=True)
     assert f"ray.port={port} on 127.0.0.1: in use" in str(err.value)
-    assert ray_head.starting_ports() == {}
+    assert head_ports.starting_ports() == {}
     assert not list(Path("/tmp/clawgym").glob(f"h{dash}-*"))
     assert not _plain_bind_refused(dash)
 
@@ -79,10 +85,10 @@ def test_preflight_counts_the_ports_of_the_head_being_started_as_its_own():
     from clawgym.preflight.core import CheckFailed, Context, plain_config
     from clawgym.preflight.machine import check_ports
 
-    gcs, dash = ray_head.free_port(), ray_head.free_port()
+    gcs, dash = head_ports.free_port(), head_ports.free_port()
     cfg = compose([f"ray.port={gcs}", f"ray.dashboard_port={dash}", "sandbox=none"])
     ctx = Context(c=plain_config(cfg), plan=build_plan(cfg, environ={}, timestamp="t"), local_head=True)
-    held = ray_head.PortReservation()
+    held = head_ports.PortReservation()
     try:
         held.hold("127.0.0.1", gcs, "ray.port")
         held.hold("127.0.0.1", dash, "ray.dashboard_port")
@@ -109,35 +115,35 @@ def test_preflight_counts_the_ports_of_the_head_being_started_as_its_own():
 
 
 def test_the_agent_of_a_head_being_started_is_waited_for_on_the_port_clawgym_chose():
-    gcs, dash = ray_head.free_port(), ray_head.free_port()
-    start = ray_head.begin_head(head_argv(port=gcs, dashboard_port=dash), {}, secrets={}, quiet=True)
+    gcs, dash = head_ports.free_port(), head_ports.free_port()
+    start = head_start.begin_head(head_argv(port=gcs, dashboard_port=dash), {}, secrets={}, quiet=True)
     try:
         port = start.agent_port
         assert port is not None and f"--dashboard-agent-listen-port" in start.full_argv
         # Jobs are posted once it answers: Ray's job API looks for the agent only every 0.5 s.
-        assert not ray_head.agent_registered(start.address, start.node_ip, timeout=0.5) or \
-            ray_head.agent_answers(start.node_ip, port)
+        assert not head_liveness.agent_registered(start.address, start.node_ip, timeout=0.5) or \
+            head_liveness.agent_answers(start.node_ip, port)
         assert start.wait_for_agent(timeout=120.0)
         # Answering on its port, and known to the dashboard (where Ray's job API looks for it).
-        assert ray_head.agent_answers(start.node_ip, port)
-        assert ray_head.agent_registered(start.address, start.node_ip)
+        assert head_liveness.agent_answers(start.node_ip, port)
+        assert head_liveness.agent_registered(start.address, start.node_ip)
     finally:
         start.abort()
-    assert not ray_head.agent_answers("127.0.0.1", port, timeout=0.5)
+    assert not head_liveness.agent_answers("127.0.0.1", port, timeout=0.5)
 
 
 def test_a_head_is_recorded_before_its_first_job_can_go_in():
     """The first job is posted the moment the dashboard answers, seconds before `ray start` is done:
     a launcher killed in between (its job running) must leave a head that is recorded, hence listed
     as orphaned and stoppable by what was recorded, not an unowned one."""
-    gcs, dash = ray_head.free_port(), ray_head.free_port()
+    gcs, dash = head_ports.free_port(), head_ports.free_port()
     seen = {}
 
     def on_dashboard(address: str) -> None:
-        seen["record"] = ray_head.load_record(dash)
+        seen["record"] = head_records.load_record(dash)
         seen["ray_start_running"] = start.proc.poll() is None
 
-    start = ray_head.begin_head(head_argv(port=gcs, dashboard_port=dash), {}, secrets={}, quiet=True)
+    start = head_start.begin_head(head_argv(port=gcs, dashboard_port=dash), {}, secrets={}, quiet=True)
     rec = None
     try:
         rec = start.finish(on_dashboard)
@@ -147,11 +153,11 @@ def test_a_head_is_recorded_before_its_first_job_can_go_in():
         assert [int(u["pid"]) for u in early.users] == [os.getpid()]
         # The record written once `ray start` is done is the same head, brought up to date.
         assert (rec.marker, rec.salt, rec.digest) == (early.marker, early.salt, early.digest)
-        assert ray_head.load_record(dash) == rec and len(rec.processes) >= len(early.processes)
+        assert head_records.load_record(dash) == rec and len(rec.processes) >= len(early.processes)
     finally:
         if rec is not None:
-            ray_head.stop_head(rec, quiet=True)
+            head_start.stop_head(rec, quiet=True)
         else:
             start.abort()
-    assert ray_head.load_record(dash) is None
+    assert head_records.load_record(dash) is None
     assert _marker_processes(start.marker) == {}

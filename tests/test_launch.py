@@ -18,7 +18,13 @@ from typing import Dict, List, Optional
 
 import pytest
 
-from clawgym.backends import ray_head
+from clawgym.backends.head import (
+    liveness as head_liveness,
+    ports as head_ports,
+    processes as head_procs,
+    records as head_records,
+)
+from clawgym.launch import rayjob
 from tests.fixtures.checkout import LAUNCH_SKIPS, checkout_overrides
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -49,7 +55,7 @@ def base_overrides(checkout: Path, run_name: str) -> List[str]:
 
 
 def local_head_overrides() -> List[str]:
-    return [f"ray.port={ray_head.free_port()}", f"ray.dashboard_port={ray_head.free_port()}", "ray.num_gpus=8"]
+    return [f"ray.port={head_ports.free_port()}", f"ray.dashboard_port={head_ports.free_port()}", "ray.num_gpus=8"]
 
 
 def train_cmd(overrides: List[str], tmp_path: Path) -> List[str]:
@@ -206,13 +212,13 @@ def test_existing_cluster_secrets_stay_out_unless_opted_in(clawgym_checkout, ray
 
 
 def test_existing_cluster_is_never_stopped(clawgym_checkout, ray_cluster, state_dir, tmp_path):
-    before = ray_head.record_processes(ray_cluster.record)
+    before = head_procs.record_processes(ray_cluster.record)
     run = f"keep-{uuid.uuid4().hex[:6]}"
     proc = run_train([*base_overrides(clawgym_checkout, run), *ray_cluster.overrides(), "ray.keep_head=false"],
                      tmp_path, launcher_env(state_dir))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "stopped Ray head" not in proc.stdout
-    assert ray_head.is_alive(ray_cluster.record)
+    assert head_liveness.is_alive(ray_cluster.record)
     core = [p.pid for p in ray_cluster.record.processes if p.name.startswith(("gcs_server", "raylet"))]
     assert core and all(pid in before and alive(pid) for pid in core)
 
@@ -267,7 +273,7 @@ def test_jobs_command_names_the_fix_for_an_unknown_job(ray_cluster, state_dir):
 
 
 def test_jobs_command_at_a_dead_address_says_no_dashboard_answers_there(state_dir):
-    from clawgym.backends.ray_head import free_port
+    from clawgym.backends.head.ports import free_port
 
     dead = f"http://127.0.0.1:{free_port()}"  # nothing listens there
     for args in (["status", "clawgym-some-job"], ["logs", "clawgym-some-job"], ["stop", "clawgym-some-job"], ["list"]):
@@ -310,7 +316,7 @@ def test_local_head_passes_secrets_through_its_environment_only(clawgym_checkout
             text = path.read_text(errors="replace")
             assert sglang_key not in text and wandb_key not in text, path
         # keep_head=true: the head is still there; a second launch with the same settings reuses it.
-        assert ray_head.load_record(dport) is not None and ray_head.is_alive(ray_head.load_record(dport))
+        assert head_records.load_record(dport) is not None and head_liveness.is_alive(head_records.load_record(dport))
         run2 = f"reuse-{uuid.uuid4().hex[:6]}"
         proc2 = run_train([*base_overrides(clawgym_checkout, run2), *head], tmp_path / "two", env)
         assert proc2.returncode == 0, proc2.stdout + proc2.stderr
@@ -319,18 +325,18 @@ def test_local_head_passes_secrets_through_its_environment_only(clawgym_checkout
     finally:
         stop = clawgym_cli(["jobs", "stop-head", "--address", f"http://127.0.0.1:{dport}"], env)
     assert stop.returncode == 0, stop.stdout + stop.stderr
-    assert ray_head.load_record(dport) is None
+    assert head_records.load_record(dport) is None
     assert [p for p in head_processes(dport) if alive(p)] == []
 
 
 def _start_foreign_cluster(tmp_path: Path):
     """Someone else's Ray cluster: plain `ray start`, no clawgym record or marker."""
-    gcs, dash = ray_head.free_port(), ray_head.free_port()
+    gcs, dash = head_ports.free_port(), head_ports.free_port()
     temp = f"/tmp/fgn{uuid.uuid4().hex[:6]}"
     argv = ["ray", "start", "--head", "--node-ip-address", "127.0.0.1", "--port", str(gcs),
             "--dashboard-host", "127.0.0.1", "--dashboard-port", str(dash), "--disable-usage-stats",
-            "--temp-dir", temp, "--ray-client-server-port", str(ray_head.free_port()),
-            "--dashboard-agent-listen-port", str(ray_head.free_port()), "--num-cpus", "1"]
+            "--temp-dir", temp, "--ray-client-server-port", str(head_ports.free_port()),
+            "--dashboard-agent-listen-port", str(head_ports.free_port()), "--num-cpus", "1"]
     starter = subprocess.Popen(argv, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     assert starter.wait(timeout=120) == 0
     return starter.pid, f"http://127.0.0.1:{dash}", temp
@@ -355,19 +361,19 @@ def test_foreign_processes_and_clusters_survive_launch_and_cleanup(clawgym_check
     cluster_sid, cluster_address, cluster_temp = _start_foreign_cluster(tmp_path)
     try:
         members = _session_members(cluster_sid)
-        assert members and ray_head.dashboard_responds(cluster_address)
+        assert members and rayjob.dashboard_responds(cluster_address)
         head = local_head_overrides()
         dport = int(head[1].split("=")[1])
         # A stale record of an earlier launch on our port whose pid now belongs to someone else
         # (pid reused: other create time) and whose session id is the foreign cluster's.
-        py = ray_head.psutil_module().Process(foreign_py.pid)
-        stale = ray_head.HeadRecord(
+        py = head_procs.psutil_module().Process(foreign_py.pid)
+        stale = head_records.HeadRecord(
             dashboard_address=f"http://127.0.0.1:{dport}", dashboard_port=dport, gcs_address="127.0.0.1:1",
             temp_dir=str(tmp_path / "gone"), session_dir=None, sid=cluster_sid, marker="0" * 16, start_time=0.0,
             argv=[], plan_argv=[], salt="x", digest="x",
-            processes=[ray_head.ProcessId(foreign_py.pid, py.create_time() - 100, "gcs_server"),
-                       ray_head.ProcessId(members[0], 1.0, "raylet")])
-        ray_head.write_record(stale)
+            processes=[head_records.ProcessId(foreign_py.pid, py.create_time() - 100, "gcs_server"),
+                       head_records.ProcessId(members[0], 1.0, "raylet")])
+        head_records.write_record(stale)
         run = f"foreign-{uuid.uuid4().hex[:6]}"
         proc = run_train([*base_overrides(clawgym_checkout, run), *head], tmp_path, launcher_env(state_dir))
         assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -378,11 +384,11 @@ def test_foreign_processes_and_clusters_survive_launch_and_cleanup(clawgym_check
         # Someone else's process and cluster are untouched.
         assert foreign_py.poll() is None
         assert all(alive(pid) for pid in members)
-        assert ray_head.dashboard_responds(cluster_address)
+        assert rayjob.dashboard_responds(cluster_address)
     finally:
         foreign_py.kill()
         foreign_py.wait()
-        ray_head.terminate({p: ray_head.psutil_module().Process(p) for p in _session_members(cluster_sid)},
+        head_procs.terminate({p: head_procs.psutil_module().Process(p) for p in _session_members(cluster_sid)},
                            grace=3.0)
         shutil.rmtree(cluster_temp, ignore_errors=True)
 
@@ -453,7 +459,7 @@ def test_failed_preflight_stops_the_head_started_alongside_it_and_names_the_fix(
     # The head started before the checklist (it needs nothing preflight checks) and was stopped after it.
     out = proc.stdout
     assert out.index("starting a Ray head") < out.index("preflight of") < out.index("stopped the Ray head")
-    assert head_processes(dport) == [] and ray_head.load_record(dport) is None
+    assert head_processes(dport) == [] and head_records.load_record(dport) is None
     assert not list(Path("/tmp/clawgym").glob(f"h{dport}-*"))
     # Its reserved ports are free again.
     import socket
@@ -473,7 +479,7 @@ def test_a_config_validation_refuses_leaves_no_head_and_the_report_does_not_ment
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert proc.stderr.strip().startswith("clawgym: invalid configuration") and "[temperature-positive]" in proc.stderr
     assert "Ray head" not in proc.stdout + proc.stderr and "Traceback" not in proc.stderr
-    assert head_processes(dport) == [] and ray_head.load_record(dport) is None
+    assert head_processes(dport) == [] and head_records.load_record(dport) is None
     assert not list(Path("/tmp/clawgym").glob(f"h{dport}-*"))
     import socket
 

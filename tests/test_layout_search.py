@@ -14,7 +14,8 @@ import pytest
 
 from clawgym.config.compose import compose, config_dir, to_plain
 from clawgym.memory import memory_plan
-from clawgym.search import constraint_keys, search
+from clawgym.search.constraints import constraint_keys
+from clawgym.search.layout import search
 from clawgym.validate import violations
 from tests.conftest import ROOT
 
@@ -171,7 +172,7 @@ def test_gpu_layout_auto_dry_run_of_qwen3_32b_plans_a_fitting_layout_on_an_80gb_
 
 
 def test_gpu_layout_auto_keeps_the_keys_the_user_set():
-    from clawgym.search import resolve_auto
+    from clawgym.search.auto import resolve_auto
 
     overrides = ["model=qwen3_32b", "gpu_layout=auto", "memory.gpu=h200_141gb", "sglang.tp=4"]
     out, rec = resolve_auto(plain(*overrides), overrides)
@@ -203,7 +204,7 @@ def test_the_snapshot_of_an_auto_launch_records_the_choice_and_clawgym_show_prin
     from clawgym.app import apply_layout
     from clawgym.cli import main
     from clawgym.plan.build import build_plan_from_dict
-    from clawgym.search import resolve_auto
+    from clawgym.search.auto import resolve_auto
     from clawgym.snapshot.core import LaunchRecord, recorded_launch, write_launch_snapshot
 
     # What app.run does for a launch with gpu_layout=auto, up to the snapshot the pipeline writes.

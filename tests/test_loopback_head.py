@@ -1,7 +1,7 @@
 """A local head clawgym starts listens on loopback only, every one of its services.
 
 Started the way a launch starts it (the plan's ``ray start`` argv and head environment,
-through :mod:`clawgym.backends.ray_head`), with a job running on it so the job's supervisor actor and
+through :mod:`clawgym.backends.head.start`), with a job running on it so the job's supervisor actor and
 driver are there too; then every listening TCP socket and every bound UDP socket of the
 head's processes (found by its session and marker, as stopping it finds them) must be on
 127.0.0.0/8 or ::1 (IPv4-mapped loopback included).
@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from clawgym.backends import ray_head
+from clawgym.backends.head import ports as head_ports, processes as head_processes, start as head_start
 
 
 @pytest.fixture(autouse=True)
@@ -32,7 +32,7 @@ def _loopback(ip: str) -> bool:
 
 
 def _bound_sockets(pids):
-    psutil = ray_head.psutil_module()
+    psutil = head_processes.psutil_module()
     out = []
     for conn in psutil.net_connections(kind="inet"):
         if conn.pid not in pids or not conn.laddr:
@@ -49,14 +49,14 @@ def test_every_socket_a_started_head_listens_on_is_loopback(tmp_path):
     from clawgym.launch.rayjob import submit
     from clawgym.plan.build import build_plan
 
-    gcs, dash = ray_head.free_port(), ray_head.free_port()
+    gcs, dash = head_ports.free_port(), head_ports.free_port()
     plan = build_plan(compose([f"ray.port={gcs}", f"ray.dashboard_port={dash}", "ray.num_gpus=8"]),
                       environ={}, timestamp="loopback")
     assert plan.ray_start is not None
-    rec = ray_head.start_head(plan.ray_start, plan.ray_start_env, secrets={}, quiet=True)
+    rec = head_start.start_head(plan.ray_start, plan.ray_start_env, secrets={}, quiet=True)
     try:
         # The head is up: nothing of it is reserved any more.
-        assert ray_head.starting_ports() == {}
+        assert head_ports.starting_ports() == {}
         (tmp_path / "wd").mkdir()
         plan.entrypoint = [sys.executable, "-c", "import time; time.sleep(60)"]
         plan.working_dir = str(tmp_path / "wd")
@@ -67,15 +67,15 @@ def test_every_socket_a_started_head_listens_on_is_loopback(tmp_path):
         while handle.status() != "RUNNING":
             assert time.time() < deadline, "the job never ran"
             time.sleep(0.5)
-        procs = ray_head.record_processes(rec)
-        names = {ray_head._proc_name(p) for p in procs.values()}
+        procs = head_processes.record_processes(rec)
+        names = {head_processes.proc_name(p) for p in procs.values()}
         assert {"gcs_server", "raylet"} <= names, names
         sockets = _bound_sockets(set(procs))
         ports = {port for _ip, port, _pid in sockets}
         # The test looks at the head's real servers: its GCS, its dashboard and many more.
         assert {gcs, dash} <= ports and len(sockets) >= 10, sockets
-        wide = [(ip, port, ray_head._proc_name(procs[pid])) for ip, port, pid in sockets if not _loopback(ip)]
+        wide = [(ip, port, head_processes.proc_name(procs[pid])) for ip, port, pid in sockets if not _loopback(ip)]
         assert wide == [], f"listening beyond loopback: {wide}"
         handle.client.stop_job(handle.submission_id)
     finally:
-        ray_head.stop_head(rec, quiet=True)
+        head_start.stop_head(rec, quiet=True)

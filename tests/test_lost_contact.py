@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from clawgym.backends import ray_head
+from clawgym.backends.head import ports as head_ports, processes as head_processes, start as head_start
 from clawgym.launch.rayjob import EXIT_LOST_CONTACT, JobHandle, submit
 from clawgym.plan.build import LaunchPlan
 from tests.fixtures.ray_cluster import head_argv
@@ -23,21 +23,21 @@ from tests.fixtures.ray_cluster import head_argv
 @pytest.fixture()
 def own_head(tmp_path, monkeypatch):
     monkeypatch.setenv("CLAWGYM_STATE_DIR", str(tmp_path / "state"))
-    rec = ray_head.start_head(head_argv(port=ray_head.free_port(), dashboard_port=ray_head.free_port()), {},
+    rec = head_start.start_head(head_argv(port=head_ports.free_port(), dashboard_port=head_ports.free_port()), {},
                               secrets={}, quiet=True)
     try:
         yield rec
     finally:
-        for proc in ray_head.record_processes(rec).values():
+        for proc in head_processes.record_processes(rec).values():
             try:
                 proc.send_signal(signal.SIGCONT)
             except Exception:
                 pass
-        ray_head.stop_head(rec, quiet=True)
+        head_start.stop_head(rec, quiet=True)
 
 
 def dashboard_process(rec) -> Any:
-    for proc in ray_head.record_processes(rec).values():
+    for proc in head_processes.record_processes(rec).values():
         try:
             if any("dashboard.py" in part for part in proc.cmdline()):
                 return proc

@@ -26,7 +26,7 @@ import pytest
 
 from clawgym.common import ownership
 
-from clawgym.backends import ray_head
+from clawgym.backends.head import ports as head_ports, processes as head_processes, records as head_records
 from clawgym.config.compose import compose
 from clawgym.preflight import cleanup_leftovers
 from clawgym.preflight.sandbox import engine_address
@@ -133,7 +133,7 @@ def test_resume_and_a_second_launch_into_a_running_runs_save_dir_are_refused_wit
     """A real run on a real head: `clawgym resume` of it, and a launch with the same exp_name, are
     refused while it runs, also after its launcher was SIGKILLed (its job still runs)."""
     env = launcher_env(state)
-    head = [f"ray.port={ray_head.free_port()}", f"ray.dashboard_port={ray_head.free_port()}", "ray.num_gpus=4"]
+    head = [f"ray.port={head_ports.free_port()}", f"ray.dashboard_port={head_ports.free_port()}", "ray.num_gpus=4"]
     address = f"http://127.0.0.1:{head[1].split('=')[1]}"
     run = f"held-{uuid.uuid4().hex[:6]}"
     common = [*head, "gpu_layout=split_1_1", "+extra_env.STANDIN_SLEEP=600"]
@@ -177,20 +177,24 @@ def test_resume_and_a_second_launch_into_a_running_runs_save_dir_are_refused_wit
 # ---------------------------------------------------------------- finding 13a: ports
 
 def test_a_port_reserved_for_a_head_being_started_cannot_be_reserved_again(state):
-    port = ray_head.free_port()
+    port = head_ports.free_port()
     other = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
         import time
-        from clawgym.backends import ray_head
-        r = ray_head.PortReservation()
+        from clawgym.backends.head import (
+            ports as head_ports,
+            processes as head_processes,
+            records as head_records,
+        )
+        r = head_ports.PortReservation()
         r.hold('127.0.0.1', {port}, 'ray.port')
         print('held', flush=True)
         time.sleep(600)
     """)], stdout=subprocess.PIPE, text=True, cwd=ROOT, env={**os.environ, "CLAWGYM_STATE_DIR": str(state)})
     try:
         assert other.stdout.readline().strip() == "held"
-        mine = ray_head.PortReservation()
+        mine = head_ports.PortReservation()
         # Two never-listening SO_REUSEADDR sockets could share the port: the lock says no.
-        with pytest.raises(ray_head.HeadError) as info:
+        with pytest.raises(head_records.HeadError) as info:
             mine.hold("127.0.0.1", port, "ray.port")
         assert f"ray.port={port}: reserved by clawgym launch pid {other.pid}" in str(info.value)
         assert ownership.port_holder(port).startswith(f"clawgym launch pid {other.pid}")
@@ -204,7 +208,7 @@ def test_a_port_reserved_for_a_head_being_started_cannot_be_reserved_again(state
 def test_two_identical_launches_in_the_same_second_share_one_head_instead_of_both_reserving_its_ports(
         clawgym_checkout, state, tmp_path):
     env = launcher_env(state)
-    head = [f"ray.port={ray_head.free_port()}", f"ray.dashboard_port={ray_head.free_port()}", "ray.num_gpus=4"]
+    head = [f"ray.port={head_ports.free_port()}", f"ray.dashboard_port={head_ports.free_port()}", "ray.num_gpus=4"]
     runs = [f"twin-{uuid.uuid4().hex[:6]}" for _ in range(2)]
     procs = [start_launch([*base_overrides(clawgym_checkout, r), *head, "gpu_layout=split_1_1",
                            f"sglang.api_port={30010 + i}"], tmp_path, env, f"twin{i}")
@@ -217,7 +221,7 @@ def test_two_identical_launches_in_the_same_second_share_one_head_instead_of_bot
             assert "session" not in text.lower() or "session name" not in text.lower(), text
         # One head: the second launch joined (or reused) the first one's.
         assert sum("reusing the Ray head" in t for t in texts) == 1, texts
-        assert ray_head.list_records() == []
+        assert head_records.list_records() == []
     finally:
         for p in procs:
             if p.poll() is None:
@@ -228,7 +232,7 @@ def test_two_identical_launches_in_the_same_second_share_one_head_instead_of_bot
 
 def _ray_start_of(launcher: int, port: int) -> bool:
     """The launcher's `ray start` child for that dashboard port runs."""
-    psutil = ray_head.psutil_module()
+    psutil = head_processes.psutil_module()
 
     try:
         return any(f"--dashboard-port={port}" in " ".join(c.cmdline()) or
@@ -239,13 +243,13 @@ def _ray_start_of(launcher: int, port: int) -> bool:
 
 
 def _marked(marker: str) -> List[int]:
-    psutil = ray_head.psutil_module()
+    psutil = head_processes.psutil_module()
 
     found = []
     for proc in psutil.process_iter(["pid"]):
         try:
             with open(f"/proc/{proc.pid}/environ", "rb") as fh:
-                if f"{ray_head.MARKER_ENV}={marker}".encode() in fh.read().split(b"\0"):
+                if f"{head_records.MARKER_ENV}={marker}".encode() in fh.read().split(b"\0"):
                     found.append(proc.pid)
         except OSError:
             continue
@@ -256,8 +260,8 @@ def _marked(marker: str) -> List[int]:
 def test_a_signal_once_the_head_begins_leaves_no_head_or_a_recorded_one_clawgym_stops(
         sig, clawgym_checkout, state, tmp_path):
     env = launcher_env(state)
-    dport = ray_head.free_port()
-    head = [f"ray.port={ray_head.free_port()}", f"ray.dashboard_port={dport}", "ray.num_gpus=4"]
+    dport = head_ports.free_port()
+    head = [f"ray.port={head_ports.free_port()}", f"ray.dashboard_port={dport}", "ray.num_gpus=4"]
     run = f"sig-{uuid.uuid4().hex[:6]}"
     proc = start_launch([*base_overrides(clawgym_checkout, run), *head, "gpu_layout=split_1_1"], tmp_path, env,
                         "sig", start_new_session=True)
@@ -268,7 +272,7 @@ def test_a_signal_once_the_head_begins_leaves_no_head_or_a_recorded_one_clawgym_
             assert proc.poll() is None and time.time() < deadline, output(tmp_path, "sig")
             time.sleep(0.02)
         # The head's record exists from before `ray start` ran.
-        rec = ray_head.load_record(dport)
+        rec = head_records.load_record(dport)
         assert rec is not None and rec.marker, "the head being started is not recorded"
         proc.send_signal(sig)
         code = proc.wait(timeout=120)
@@ -283,12 +287,12 @@ def test_a_signal_once_the_head_begins_leaves_no_head_or_a_recorded_one_clawgym_
             assert code == 130, output(tmp_path, "sig")
             assert "Traceback" not in output(tmp_path, "sig")
         time.sleep(1.0)
-        assert ray_head.load_record(dport) is None
+        assert head_records.load_record(dport) is None
         assert _marked(rec.marker) == [], "processes of the head are left"
     finally:
         if proc.poll() is None:
             proc.kill()
-        if ray_head.load_record(dport) is not None:
+        if head_records.load_record(dport) is not None:
             clawgym_cli(["jobs", "stop-head", "--address", address, "--force"], env)
 
 
@@ -328,7 +332,7 @@ def _server_script(port: int, seconds: float) -> List[str]:
 
 
 def test_another_server_on_the_teachers_port_with_the_teacher_dead_does_not_make_the_job_succeed(tmp_path):
-    port = ray_head.free_port()
+    port = head_ports.free_port()
     foreign = http.server.HTTPServer(("127.0.0.1", port), _Answering)
     threading.Thread(target=foreign.serve_forever, daemon=True).start()
     try:
@@ -340,7 +344,7 @@ def test_another_server_on_the_teachers_port_with_the_teacher_dead_does_not_make
 
 
 def test_a_teacher_that_dies_while_the_trainer_runs_fails_the_job(tmp_path):
-    port = ray_head.free_port()
+    port = head_ports.free_port()
     started = time.monotonic()
     res = _supervise(tmp_path, _server_script(port, 3.0), port, "import time; time.sleep(60); print('trained')")
     assert res.returncode == 1, res.stdout + res.stderr
@@ -369,9 +373,9 @@ def test_the_teachers_port_is_in_the_ports_preflight(clawgym_checkout):
 def test_sighup_before_any_job_is_submitted_stops_the_head_and_says_nothing_was_submitted(
         clawgym_checkout, state, tmp_path):
     env = launcher_env(state)
-    dport = ray_head.free_port()
+    dport = head_ports.free_port()
     run = f"hup-{uuid.uuid4().hex[:6]}"
-    proc = start_launch([*base_overrides(clawgym_checkout, run), f"ray.port={ray_head.free_port()}",
+    proc = start_launch([*base_overrides(clawgym_checkout, run), f"ray.port={head_ports.free_port()}",
                          f"ray.dashboard_port={dport}", "ray.num_gpus=4", "gpu_layout=split_1_1"], tmp_path, env,
                         "hup", start_new_session=True)
     try:
@@ -386,10 +390,10 @@ def test_sighup_before_any_job_is_submitted_stops_the_head_and_says_nothing_was_
         text = output(tmp_path, "hup")
         assert "keep running on None" not in text and "nothing was submitted" in text, text
         assert code == 130 and "submitted job" not in text, text
-        assert ray_head.load_record(dport) is None
+        assert head_records.load_record(dport) is None
         assert not (clawgym_checkout / "exp" / run / "standin_record.json").exists()
     finally:
         if proc.poll() is None:
             proc.kill()
-        if ray_head.load_record(dport) is not None:
+        if head_records.load_record(dport) is not None:
             clawgym_cli(["jobs", "stop-head", "--address", f"http://127.0.0.1:{dport}", "--force"], env)

@@ -46,7 +46,7 @@ def test_the_pipeline_has_no_backend_specific_branches():
     import clawgym.pipeline.core as pipeline
 
     source = inspect.getsource(pipeline)
-    for name in ("LocalHead", "ExistingCluster", "ray_start", "ray_head", "isinstance(", ".name =="):
+    for name in ("LocalHead", "ExistingCluster", "ray_start", "backends.head", "head_start", "isinstance(", ".name =="):
         assert name not in source, name
 
 

@@ -466,9 +466,9 @@ def test_status_of_a_run_whose_cluster_is_gone_is_the_end_the_launcher_saw(sweep
 
     verify_snapshot(snap)
     sub = json.loads((snap / "submitted.json").read_text())
-    from clawgym.backends import ray_head
+    from clawgym.backends.head import ports as head_ports
 
-    sub["address"] = f"http://127.0.0.1:{ray_head.free_port()}"  # nobody answers there
+    sub["address"] = f"http://127.0.0.1:{head_ports.free_port()}"  # nobody answers there
     (snap / "submitted.json").write_text(json.dumps(sub))
     (row,) = runs_json([tmp_path], sweep["env"])
     assert row["status"] == "succeeded" and "as the launcher saw it end" in row["status_detail"]

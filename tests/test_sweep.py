@@ -20,7 +20,8 @@ from typing import Dict, List, Optional
 import pytest
 from hydra.core.utils import JobStatus
 
-from clawgym.backends import ray_head
+from clawgym.backends.head import ports as head_ports, records as head_records
+from clawgym.launch import rayjob
 from clawgym.common.overrides import differing_overrides
 from clawgym.sweep.core import default_run_name
 from tests.fixtures.checkout import checkout_overrides
@@ -228,7 +229,7 @@ def test_failed_sweep_job_ends_with_the_summary_and_exit_1_without_hydras_traile
 
 def test_sweep_starts_one_head_alongside_preflight_submits_once_it_answers_and_stops_it(clawgym_checkout,
                                                                                         tmp_path) -> None:
-    port, dash = ray_head.free_port(), ray_head.free_port()
+    port, dash = head_ports.free_port(), head_ports.free_port()
     secret = "sweep-secret-value-0451"
     proc = run_sweep(tmp_path, sweep_overrides(clawgym_checkout, tmp_path, f"ray.port={port}",
                                                f"ray.dashboard_port={dash}", "ray.num_gpus=8",
@@ -253,12 +254,12 @@ def test_sweep_starts_one_head_alongside_preflight_submits_once_it_answers_and_s
         if path.is_file():
             assert secret not in path.read_text(errors="replace"), path
     # The head we started is gone, with its record.
-    assert ray_head.load_record(dash) is None
-    assert not ray_head.dashboard_responds(f"http://127.0.0.1:{dash}")
+    assert head_records.load_record(dash) is None
+    assert not rayjob.dashboard_responds(f"http://127.0.0.1:{dash}")
 
 
 def test_ctrl_c_stops_running_jobs_submits_no_queued_one_and_stops_our_head(clawgym_checkout, tmp_path) -> None:
-    port, dash = ray_head.free_port(), ray_head.free_port()
+    port, dash = head_ports.free_port(), head_ports.free_port()
     proc = subprocess.Popen(
         [sys.executable, str(TRAIN), "-m", *sweep_overrides(
             clawgym_checkout, tmp_path, f"ray.port={port}", f"ray.dashboard_port={dash}", "ray.num_gpus=8",
@@ -279,8 +280,8 @@ def test_ctrl_c_stops_running_jobs_submits_no_queued_one_and_stops_our_head(claw
     assert len(recs) == 1, "the queued job must never be submitted"
     # The running job was stopped (the stand-in saw Ray's SIGTERM), then the head we started.
     assert recs[0]["signal"] == "SIGTERM" and recs[0]["end"] is not None
-    assert ray_head.load_record(dash) is None
-    assert not ray_head.dashboard_responds(f"http://127.0.0.1:{dash}")
+    assert head_records.load_record(dash) is None
+    assert not rayjob.dashboard_responds(f"http://127.0.0.1:{dash}")
     assert "interrupted" in out and "not started" in out
 
 
@@ -331,7 +332,7 @@ def test_sweep_head_declares_the_node_gpus_and_jobs_get_their_own_api_ports(claw
 
 def test_sweep_jobs_sharing_a_port_on_one_head_are_refused_before_anything_starts(clawgym_checkout, tmp_path) -> None:
     # A port chosen once for every job: the sweep cannot spread it, and two API servers on one node clash.
-    port, dash = ray_head.free_port(), ray_head.free_port()
+    port, dash = head_ports.free_port(), head_ports.free_port()
     proc = run_sweep(tmp_path, sweep_overrides(clawgym_checkout, tmp_path, f"ray.port={port}",
                                                f"ray.dashboard_port={dash}", "ray.num_gpus=8", "gpu_layout=split_1_1",
                                                "sglang.api_port=30500", "rollout.temperature=0.6,0.8"))
@@ -341,6 +342,6 @@ def test_sweep_jobs_sharing_a_port_on_one_head_are_refused_before_anything_start
     assert "nothing was started" in proc.stderr and "sglang.api_port=30001,30002" in proc.stderr
     # No head was started, no job ran, no snapshot was left.
     assert "started Ray head" not in proc.stdout
-    assert not ray_head.dashboard_responds(f"http://127.0.0.1:{dash}")
+    assert not rayjob.dashboard_responds(f"http://127.0.0.1:{dash}")
     assert not (tmp_path / "records").exists()
     assert not list((tmp_path / "exp").rglob("config.resolved.yaml"))

@@ -1,6 +1,6 @@
 """The clawgym sweeper (``hydra/sweeper=clawgym``): an asynchronous Optuna study of clawgym jobs.
 
-A real Ray head declaring 4 GPUs (started once for the module through clawgym.backends.ray_head, stopped
+A real Ray head declaring 4 GPUs (started once for the module through clawgym.backends.head, stopped
 through its record), ``python train.py -m hydra/sweeper=clawgym ...`` run as users run it, and
 the fixture checkout's stand-in trainer, whose logged reward is a known function of the swept
 values (STANDIN_PEAK_LR: a peak in log-lr, rising with the step) and whose trials last 1x to 3x
@@ -25,7 +25,7 @@ from optuna.storages import JournalStorage
 from optuna.storages.journal import JournalFileBackend
 from optuna.trial import TrialState
 
-from clawgym.backends import ray_head
+from clawgym.backends.head import ports as head_ports, start as head_start
 from tests.fixtures.checkout import checkout_overrides
 from tests.fixtures.ray_cluster import head_argv
 
@@ -44,12 +44,12 @@ DOC_COMMANDS = ("clawgym runs exp/ --sort=-objective", "clawgym report exp/ --ou
 @pytest.fixture(scope="module")
 def head4():
     """A Ray head of our own declaring 4 GPUs: two 2-GPU trials fit at once."""
-    argv = head_argv(port=ray_head.free_port(), dashboard_port=ray_head.free_port(), num_gpus=4)
-    rec = ray_head.start_head(argv, {"CLAWGYM_TEST_SESSION_HEAD": "1"}, secrets={}, quiet=True)
+    argv = head_argv(port=head_ports.free_port(), dashboard_port=head_ports.free_port(), num_gpus=4)
+    rec = head_start.start_head(argv, {"CLAWGYM_TEST_SESSION_HEAD": "1"}, secrets={}, quiet=True)
     try:
         yield rec.dashboard_address
     finally:
-        ray_head.stop_head(rec, quiet=True)
+        head_start.stop_head(rec, quiet=True)
         try:
             rec.path.unlink()
         except FileNotFoundError:

@@ -5,7 +5,7 @@ Issue 25's proof: the layouts ``clawgym layout`` proposes are ones the trainer s
 draw of cases over the model zoo (``conf/model/*.yaml``) x {8, 16, 32, 64} GPUs x {h100_80gb,
 h200_141gb} -- every model at least once, then further cases until each flavour has ``--target``
 layouts -- this composes the config a user would (``model=M``, plus ``trainer=slime`` for the
-upstream flavour), runs :func:`clawgym.search.search` exactly as ``clawgym layout M --gpus N --gpu G
+upstream flavour), runs :func:`clawgym.search.layout.search` exactly as ``clawgym layout M --gpus N --gpu G
 --top 3`` does, and takes the top layout and its runners-up. Each layout's override line (the one
 the user pastes after ``python train.py``) is composed, planned with ``build_plan`` and judged by
 tools/trainer_judge.py in the flavour's CPU trainer environment (the request/judge plumbing of
@@ -118,7 +118,8 @@ def cases(seed: int) -> Tuple[Dict[str, List[Dict[str, Any]]], List[Dict[str, An
 
 def found_layouts(flavour: str, case: Dict[str, Any], composer: Composer, top: int = TOP) -> Dict[str, Any]:
     """What ``clawgym layout model=M [trainer=slime] --gpus N --gpu G --top 3`` finds for the case."""
-    from clawgym.search import constraint_keys, search
+    from clawgym.search.constraints import constraint_keys
+    from clawgym.search.layout import search
 
     user = [*FLAVOUR_BASE[flavour], f"model={case['model']}"]
     c = composer.plain(user)

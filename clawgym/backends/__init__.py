@@ -26,7 +26,7 @@ clean up jobs nobody follows). Handles returned by ``submit`` follow with
 ``follow(echo=, lost_contact_after=, say=)`` and stop with ``stop()``.
 
 One owner per resource: what a backend starts, it records when it starts it and stops
-through that record (the local head's record lives in :mod:`clawgym.backends.ray_head`). Backends
+through that record (the local head's record lives in :mod:`clawgym.backends.head.records`). Backends
 are picked by :func:`clawgym.pipeline.clusters.backend_for`; a new one (SLURM allocation, KubeRay RayJob) is a
 module here with a class implementing :class:`Backend`, and a line in that function.
 

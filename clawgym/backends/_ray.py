@@ -14,14 +14,14 @@ class RayJobsBackend(Backend):
     started_here = False
 
     def total_gpus(self) -> float:
-        from clawgym.backends import ray_head
+        from clawgym.backends.head import liveness as head_liveness
 
-        return ray_head.cluster_gpus(self.address)
+        return head_liveness.cluster_gpus(self.address)
 
     def _running(self) -> List[Any]:
-        from clawgym.backends import ray_head
+        from clawgym.backends.head import jobs as head_jobs
 
-        return ray_head.running_job_details(self.address)
+        return head_jobs.running_job_details(self.address)
 
     def free_gpus(self) -> Optional[float]:
         # Declared GPUs minus what running jobs hold: Ray's own "available" count misses a job

@@ -19,9 +19,9 @@ class ExistingCluster(RayJobsBackend):
         return False
 
     def answers(self) -> bool:
-        from clawgym.backends import ray_head
+        from clawgym.launch import rayjob
 
-        return ray_head.dashboard_responds(self.address, timeout=5.0)
+        return rayjob.dashboard_responds(self.address, timeout=5.0)
 
     def start(self, secrets: Mapping[str, str], *, on_address: Optional[Callable[[str], None]] = None,
               while_waiting: Optional[Callable[[], None]] = None) -> Optional[str]:

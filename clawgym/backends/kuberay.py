@@ -295,13 +295,13 @@ class KubeRayHandle:
         """The Ray job once the dashboard answers and the job is registered there; raises LaunchError
         after ``wait_s``."""
         from clawgym.launch import rayjob as launch
-        from clawgym.backends import ray_head
+        from clawgym.launch import rayjob
 
         deadline = time.time() + self.wait_s
         seen = None
         while True:
             url = self.dashboard_url()
-            if url and ray_head.dashboard_responds(url):
+            if url and rayjob.dashboard_responds(url):
                 seen = url
                 try:
                     launch.jobs_client(url).get_job_info(self.submission_id)

@@ -1,6 +1,6 @@
 """A Ray head that clawgym starts on this machine, or reuses when an earlier launch left one.
 
-Its lifecycle (start, record, shared use, stop) lives in :mod:`clawgym.backends.ray_head`; this
+Its lifecycle (start, record, shared use, stop) lives in :mod:`clawgym.backends.head`; this
 backend decides when: ``settle`` deals with what an earlier launch left on the dashboard
 port; ``begin`` (before preflight) reserves the new head's ports and runs ``ray start`` in
 the background, or adopts the head :func:`speculate` began with the same settings while the
@@ -103,23 +103,23 @@ def speculate(c: Mapping[str, Any], environ: Mapping[str, str]) -> None:
 
     from clawgym.plan import build as plan
 
-    from clawgym.backends import ray_head
+    from clawgym.backends.head import records as head_records, signals as head_signals, start as head_start
 
     if _SPECULATIVE is not None:
         return
     argv = plan.ray_start_argv(c)
-    if argv is None or ray_head.load_record(ray_head.dashboard_port_of(argv)) is not None:
+    if argv is None or head_records.load_record(head_records.dashboard_port_of(argv)) is not None:
         return
     env = plan.head_env(c)
     names = plan.secret_env(c, use_wandb=plan.wandb_enabled(c, environ))
     secrets = launch.resolve_secrets(SimpleNamespace(secret_env=names), environ)
     # The head is this launch's from its first process: a SIGTERM or SIGHUP from here on stops
     # it (drop, through its record) instead of killing the launcher around it.
-    ray_head.interrupt_on_signals()
+    head_signals.interrupt_on_signals()
     atexit.register(drop)
     try:
-        _SPECULATIVE = ray_head.begin_head(argv, env, secrets=secrets, quiet=True)
-    except ray_head.HeadError:
+        _SPECULATIVE = head_start.begin_head(argv, env, secrets=secrets, quiet=True)
+    except head_records.HeadError:
         return  # e.g. a port in use: the launch reports it (preflight), or validation refuses first
 
 
@@ -139,9 +139,9 @@ def adopt(argv: Sequence[str], env: Mapping[str, str], secrets: Mapping[str, str
 def drop() -> None:
     """Stop the head :func:`speculate` began and nobody adopted (nothing is left of it)."""
     global _SPECULATIVE
-    from clawgym.backends import ray_head
+    from clawgym.backends.head import signals as head_signals
 
-    with ray_head.signals_deferred():
+    with head_signals.signals_deferred():
         head, _SPECULATIVE = _SPECULATIVE, None
         if head is not None:
             head.abort()
@@ -173,11 +173,11 @@ class LocalHead(RayJobsBackend):
         return self.reusable is None
 
     def settle(self, secrets: Mapping[str, str]) -> None:
-        from clawgym.backends import ray_head
+        from clawgym.backends.head import records as head_records, settle as head_settle
 
         try:
-            self.reusable = ray_head.settle(self.argv, self.env, secrets)
-        except ray_head.HeadError as err:
+            self.reusable = head_settle.settle(self.argv, self.env, secrets)
+        except head_records.HeadError as err:
             raise BackendError(str(err)) from None
         self._settled = True
         if self.reusable is not None:
@@ -189,7 +189,7 @@ class LocalHead(RayJobsBackend):
 
     def begin(self, secrets: Mapping[str, str]) -> None:
         # Reserve the head's ports and run `ray start` in the background while preflight runs.
-        from clawgym.backends import ray_head
+        from clawgym.backends.head import records as head_records, start as head_start
 
         if self.reusable is not None or self.pending is not None:
             return
@@ -201,8 +201,8 @@ class LocalHead(RayJobsBackend):
             self.pending = adopted
             return
         try:
-            self.pending = ray_head.begin_head(self.argv, self.env, secrets=secrets)
-        except ray_head.HeadError:
+            self.pending = head_start.begin_head(self.argv, self.env, secrets=secrets)
+        except head_records.HeadError:
             # A port is taken: preflight's ports check says which; start() would refuse the same way.
             self.pending = None
 
@@ -221,18 +221,18 @@ class LocalHead(RayJobsBackend):
 
     def start(self, secrets: Mapping[str, str], *, on_address: Optional[Callable[[str], None]] = None,
               while_waiting: Optional[Callable[[], None]] = None) -> Optional[str]:
-        from clawgym.backends import ray_head
+        from clawgym.backends.head import records as head_records, start as head_start, users as head_users
         from clawgym.backends.workdir import Packages
 
         if not self._settled:
             self.settle(secrets)
         if self.reusable is not None:
             rec = self.reusable
-            state = ray_head.ownership(rec)
+            state = head_users.ownership(rec)
             self._report_reuse(rec, state)
             try:
-                self.record = ray_head.join_head(rec)
-            except ray_head.HeadError as err:
+                self.record = head_users.join_head(rec)
+            except head_records.HeadError as err:
                 raise BackendError(str(err)) from None
             self.address = rec.dashboard_address
             self.started_here = True  # its environment carries the secrets (settle compared them)
@@ -242,8 +242,8 @@ class LocalHead(RayJobsBackend):
                 on_address(self.address)
             return self.address
         try:
-            pending = self.pending or ray_head.begin_head(self.argv, self.env, secrets=secrets)
-        except ray_head.HeadError as err:
+            pending = self.pending or head_start.begin_head(self.argv, self.env, secrets=secrets)
+        except head_records.HeadError as err:
             raise BackendError(str(err)) from None
         self.pending = pending
         def prepare() -> None:
@@ -261,7 +261,7 @@ class LocalHead(RayJobsBackend):
         self._agent_of = pending
         try:
             self.record = pending.finish(self._early(on_address))
-        except ray_head.HeadError as err:
+        except head_records.HeadError as err:
             self._drop_packages()
             raise BackendError(str(err)) from None
         except BaseException:
@@ -280,13 +280,13 @@ class LocalHead(RayJobsBackend):
         return self.reusable is None
 
     def total_gpus(self) -> float:
-        from clawgym.backends import ray_head
+        from clawgym.backends.head import liveness as head_liveness, records as head_records
 
-        declared = ray_head.declared_gpus(self.argv)
+        declared = head_records.declared_gpus(self.argv)
         if self._fresh() and declared is not None:
             return declared
         # A head another launch just started (joined while it came up) may not list its node yet either.
-        return ray_head.cluster_gpus(self.address, wait_for_node=True)
+        return head_liveness.cluster_gpus(self.address, wait_for_node=True)
 
     def free_gpus(self) -> Optional[float]:
         return self.total_gpus() if self._fresh() else super().free_gpus()
@@ -323,12 +323,12 @@ class LocalHead(RayJobsBackend):
         return call
 
     def _report_reuse(self, rec: Any, state: str) -> None:
-        from clawgym.backends import ray_head
+        from clawgym.backends.head import jobs as head_jobs, users as head_users
 
         addr = rec.dashboard_address
         started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(rec.start_time))
         if state == "in use":
-            users = ", ".join(f"pid {int(u['pid'])}" for u in ray_head.live_users(rec))
+            users = ", ".join(f"pid {int(u['pid'])}" for u in head_users.live_users(rec))
             _say(f"[clawgym] reusing the Ray head clawgym started earlier at {addr}, shared with the running "
                  f"clawgym launch(es) {users}; the last launch to end stops it")
             return
@@ -338,7 +338,7 @@ class LocalHead(RayJobsBackend):
                  f"clawgym jobs stop-head --address {addr})")
             return
         try:
-            running = ray_head.running_job_details(addr)
+            running = head_jobs.running_job_details(addr)
         except Exception:
             running = []
         lines = [f"[clawgym] WARNING: the Ray head at {addr} is ORPHANED: the clawgym launch that used it "
@@ -355,15 +355,20 @@ class LocalHead(RayJobsBackend):
         _say("\n".join(lines))
 
     def close(self, *, keep: bool, reason: str = "", ignore_jobs: Sequence[str] = ()) -> None:
-        from clawgym.backends import ray_head
+        from clawgym.backends.head import (
+            jobs as head_jobs,
+            records as head_records,
+            start as head_start,
+            users as head_users,
+        )
 
         self._drop_packages()
         if self._closed or self.record is None:
             return
         self._closed = True
         rec, addr = self.record, self.record.dashboard_address
-        with ray_head.record_lock(rec.dashboard_port):
-            rec, others = ray_head.leave_head(rec, keep=keep, reason=reason)
+        with head_records.record_lock(rec.dashboard_port):
+            rec, others = head_users.leave_head(rec, keep=keep, reason=reason)
             if keep:
                 _say(f"[clawgym] keeping the Ray head at {addr} ({reason or 'ray.keep_head=true'}); "
                      f"stop it later: clawgym jobs stop-head --address {addr}")
@@ -377,14 +382,14 @@ class LocalHead(RayJobsBackend):
                      f"stop it later: clawgym jobs stop-head --address {addr}")
                 return
             try:
-                busy = [j for j in ray_head.running_jobs(addr) if j not in ignore_jobs]
+                busy = [j for j in head_jobs.running_jobs(addr) if j not in ignore_jobs]
             except Exception:
                 busy = []
             if busy:
                 # Nobody follows them any more: record the head as kept, so it is not an orphan.
-                ray_head.leave_head(rec, keep=True, reason=f"jobs {', '.join(busy)} were running when the "
+                head_users.leave_head(rec, keep=True, reason=f"jobs {', '.join(busy)} were running when the "
                                                            f"last launch ended")
                 _say(f"[clawgym] keeping the Ray head at {addr}: job(s) still running there: {', '.join(busy)}; "
                      f"stop it later: clawgym jobs stop-head --address {addr}")
                 return
-            ray_head.stop_head(rec)
+            head_start.stop_head(rec)

@@ -409,7 +409,7 @@ def interpreter(c: Mapping[str, Any]) -> str:
 # ---------------------------------------------------------------- records (clawgym jobs slurm)
 
 def records_dir() -> Path:
-    from clawgym.backends.ray_head import state_dir
+    from clawgym.backends.head.records import state_dir
 
     return state_dir() / "slurm"
 

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Dict, List, Optional, Tuple
 # Only what ``reap`` needs is imported here: it runs during teardown, between SLURM's SIGTERM
 # and its SIGKILL KillWait seconds later, and the plan's imports (Hydra, OmegaConf) cost
 # seconds of that on a loaded node. The other steps import what they use.
-from clawgym.backends import ray_head
+from clawgym.backends.head import ports as head_ports, processes as head_processes, records as head_records
 
 if TYPE_CHECKING:
     from clawgym.plan.build import LaunchPlan
@@ -120,7 +120,7 @@ def cmd_preflight(args) -> int:
             print(f"[clawgym] preflight in the allocation failed: {p}", file=sys.stderr, flush=True)
         return 2
     ip = node_ip(args.head_ip, args.nodes)
-    ports = [ray_head.free_port() for _ in range(4)]
+    ports = [head_ports.free_port() for _ in range(4)]
     print(f"HEAD_IP={ip}\nNODE_GPUS={gpus}\nGCS_PORT={ports[0]}\nDASHBOARD_PORT={ports[1]}\n"
           f"CLIENT_PORT={ports[2]}\nAGENT_PORT={ports[3]}\nTEMP_DIR={_temp_dir()}")
     sys.stderr.write(f"[clawgym] preflight in the allocation passed: {gpus} GPUs on {os.uname().nodename}, "
@@ -251,7 +251,7 @@ def cmd_worker(args) -> int:
         return 2
     argv = [sys.executable, "-m", "ray.scripts.scripts", "start", "--block", "--disable-usage-stats",
             f"--address={args.address}", f"--num-gpus={gpus}",
-            f"--dashboard-agent-listen-port={ray_head.free_port()}", "--min-worker-port=0", "--max-worker-port=0",
+            f"--dashboard-agent-listen-port={head_ports.free_port()}", "--min-worker-port=0", "--max-worker-port=0",
             f"--temp-dir={_temp_dir()}"]
     temp_dir = argv[-1].split("=", 1)[1]
     proc = subprocess.Popen(argv, start_new_session=True)
@@ -279,7 +279,7 @@ REAP_TIMEOUT = 8.0
 def _kill_marked(marker: str, protected: set) -> List[int]:
     """SIGKILL each live process of this node whose environment holds the job's marker, as it
     is found (a process that forks fast gets little time to). Returns the pids signalled."""
-    want = f"{ray_head.MARKER_ENV}={marker}".encode()
+    want = f"{head_records.MARKER_ENV}={marker}".encode()
     killed = []
     for entry in os.scandir("/proc"):
         if not entry.name.isdigit() or int(entry.name) in protected:
@@ -303,10 +303,10 @@ def reap(timeout: float = REAP_TIMEOUT) -> List[int]:
     starting a worker, a driver's shell its next command) behind a pass carries the marker
     too and would otherwise outlive the job.
     """
-    marker = os.environ.get(ray_head.MARKER_ENV)
+    marker = os.environ.get(head_records.MARKER_ENV)
     if not marker:
         return []
-    protected = ray_head.protected_pids()
+    protected = head_processes.protected_pids()
     killed: Dict[int, None] = {}  # ordered, no repeats
     end = time.monotonic() + timeout
     while time.monotonic() < end:

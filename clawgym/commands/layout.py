@@ -42,7 +42,9 @@ def run(args: argparse.Namespace) -> int:
 
     from clawgym.config.compose import compose, to_plain
     from clawgym.memory import gpus as G
-    from clawgym.search import constraint_keys, format_result, search
+    from clawgym.search.constraints import constraint_keys
+    from clawgym.search.layout import search
+    from clawgym.search.output import format_result
 
     if args.gpus is None or args.gpus <= 0:
         return _fail(f"--gpus {args.gpus}: give the number of GPUs, a positive integer")

@@ -101,7 +101,7 @@ def _format_show(snap: Any, save: Any, *, config: str) -> str:
     layout = (snap.plan or {}).get("layout")
     if layout:
         # gpu_layout=auto: what the layout search chose at launch, and its runners-up.
-        from clawgym.search import format_choice
+        from clawgym.search.auto import format_choice
 
         out += ["", *format_choice(layout).splitlines()]
     versions = snap.meta.get("versions") or {}

@@ -4,7 +4,7 @@ The second translation beside ``clawgym/plan/build.py``: ``memory_plan(c, gpu=No
 GPU, the actor's train step and log-prob passes (``actor.py``), the SGLang engines' weights and
 KV pool (``rollout.py``), how colocated phases take turns (``colocate.py``), host RAM per node
 (``host.py``), against a GPU model (``gpus.py``). Which knobs would make a plan that does not fit
-fit is a search over configs, above this package: ``clawgym.search.memory_plan`` (the plan with
+fit is a search over configs, above this package: ``clawgym.search.advice.memory_plan`` (the plan with
 that advice) and ``clawgym.search.advice``. No torch, no GPU query: ``gpu`` is what the caller
 detected on this node (``gpus.detect``), used only when ``memory.gpu`` is null.
 """
@@ -140,7 +140,7 @@ def evaluate(c: Mapping[str, Any], gpu: Any = None) -> MemoryPlan:
 
 
 def memory_plan(c: Mapping[str, Any], gpu: Any = None) -> MemoryPlan:
-    """The memory plan of a resolved plain config, without advice (``clawgym.search.memory_plan`` adds
+    """The memory plan of a resolved plain config, without advice (``clawgym.search.advice.memory_plan`` adds
     it); ``gpu``: this node's GPU (``gpus.detect``).
     Null curated keys count with the value the trainer will use (:func:`clawgym.trainer.effective.effective_config`)."""
     from clawgym.trainer.effective import effective_config

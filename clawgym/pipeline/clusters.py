@@ -54,7 +54,7 @@ def dry_run_artefact(plan: Any, cfg: Any, plain: Mapping[str, Any], where: Path)
 
 def begin_head_early(c: Mapping[str, Any], environ: Mapping[str, str]) -> None:
     """Begin a single run's local head before its config is validated (``backends.local.speculate``)."""
-    from clawgym.backends.local import speculate  # ray_head and subprocess: not on a dry run's path
+    from clawgym.backends.local import speculate  # the head's modules and subprocess: not on a dry run's path
 
     speculate(c, environ)
 
@@ -71,56 +71,56 @@ def drop_early_head() -> None:
 
 def recorded_heads() -> List[Any]:
     """The local Ray heads clawgym started and recorded."""
-    from clawgym.backends import ray_head
+    from clawgym.backends.head import records as head_records
 
-    return _guarded(ray_head.list_records)
+    return _guarded(head_records.list_records)
 
 
 def live_heads(patience: float) -> List[Any]:
-    from clawgym.backends import ray_head
+    from clawgym.backends.head import liveness as head_liveness
 
-    return [r for r in recorded_heads() if _guarded(ray_head.is_alive, r, patience=patience)]
+    return [r for r in recorded_heads() if _guarded(head_liveness.is_alive, r, patience=patience)]
 
 
 def dashboard_answers(address: str, timeout: float) -> bool:
-    from clawgym.backends import ray_head
+    from clawgym.launch import rayjob
 
-    return _guarded(ray_head.dashboard_responds, address, timeout=timeout)
+    return _guarded(rayjob.dashboard_responds, address, timeout=timeout)
 
 
 def head_state(rec: Any, patience: float) -> str:
     """``alive``, ``unresponsive`` or ``dead``."""
-    from clawgym.backends import ray_head
+    from clawgym.backends.head import liveness as head_liveness
 
-    return _guarded(ray_head.head_state, rec, patience=patience)
+    return _guarded(head_liveness.head_state, rec, patience=patience)
 
 
 def live_users(rec: Any) -> List[Dict[str, float]]:
     """The live clawgym launches a head's record names (also while it is being started)."""
-    from clawgym.backends import ray_head
+    from clawgym.backends.head import users as head_users
 
-    return _guarded(ray_head.live_users, rec)
+    return _guarded(head_users.live_users, rec)
 
 
 def head_owner(rec: Any) -> Tuple[str, List[Dict[str, float]]]:
     """Who holds the head (``in use``, ``kept`` or not), and the live launches using it."""
-    from clawgym.backends import ray_head
+    from clawgym.backends.head import users as head_users
 
-    owner = _guarded(ray_head.ownership, rec)
-    return owner, (_guarded(ray_head.live_users, rec) if owner == "in use" else [])
+    owner = _guarded(head_users.ownership, rec)
+    return owner, (_guarded(head_users.live_users, rec) if owner == "in use" else [])
 
 
 def running_jobs(address: str) -> List[str]:
-    from clawgym.backends import ray_head
+    from clawgym.backends.head import jobs as head_jobs
 
-    return _guarded(ray_head.running_jobs, address)
+    return _guarded(head_jobs.running_jobs, address)
 
 
 def stop_head(rec: Any) -> None:
     """Stop a head clawgym started, through its record."""
-    from clawgym.backends import ray_head
+    from clawgym.backends.head import start as head_start
 
-    _guarded(ray_head.stop_head, rec)
+    _guarded(head_start.stop_head, rec)
 
 
 def slurm_jobs() -> List[Tuple[Dict[str, Any], str]]:
@@ -140,7 +140,7 @@ def slurm_jobs() -> List[Tuple[Dict[str, Any], str]]:
 
 def _guarded(fn: Any, *args: Any, **kwargs: Any) -> Any:
     """``fn``'s answer; a head's error (an unreadable record, a head that will not stop) as ClusterError."""
-    from clawgym.backends.ray_head import HeadError
+    from clawgym.backends.head.records import HeadError
 
     try:
         return fn(*args, **kwargs)

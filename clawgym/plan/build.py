@@ -69,7 +69,7 @@ class LaunchPlan:
     # Servers run inside the job before the trainer (services.*): name, argv, env, health_url...
     services: List[Dict[str, Any]] = field(default_factory=list)
     # gpu_layout=auto: the layout the search chose (its overrides, estimated step, runners-up;
-    # ``clawgym.search.resolve_auto``), attached by the launcher; None for a layout the user gave.
+    # ``clawgym.search.auto.resolve_auto``), attached by the launcher; None for a layout the user gave.
     layout: Optional[Dict[str, Any]] = None
 
     def to_dict(self) -> Dict[str, Any]:

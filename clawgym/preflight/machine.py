@@ -172,7 +172,7 @@ def check_ports(ctx: Context) -> str:
         seen[port] = key
     # The head's own ports are reserved by the head clawgym is starting right now (it starts
     # while preflight runs): reserving them was their check, probing them now would find the head.
-    from clawgym.backends.ray_head import starting_ports
+    from clawgym.backends.head.ports import starting_ports
 
     reserved = starting_ports()
     held = [key for key, _host, port in wanted if key.startswith("ray.") and port in reserved]
@@ -205,16 +205,17 @@ def check_cluster(ctx: Context) -> str:
     _runs_elsewhere(ctx)
     if ctx.local_head:
         raise NotApplicable("clawgym starts the head on this machine")
-    from clawgym.backends import ray_head
+    from clawgym.backends.head import liveness as head_liveness
+    from clawgym.launch import rayjob
 
     address = ctx.plan.address
     key = "ray.address" if ctx.c["ray"]["address"] else "ray.dashboard_port"
-    if not ray_head.dashboard_responds(address, timeout=5.0):
+    if not rayjob.dashboard_responds(address, timeout=5.0):
         raise CheckFailed(f"{key}: no Ray dashboard answers at {address}",
                           "start the cluster, or set ray.address to its dashboard's http address "
                           "(e.g. http://head:8265)")
     try:
-        gpus = ray_head.cluster_gpus(address)
+        gpus = head_liveness.cluster_gpus(address)
     except (OSError, ValueError) as exc:
         raise CheckFailed(f"{key}: the dashboard at {address} did not list its nodes ({exc})",
                           "check the cluster's health (ray status on the head node)")

@@ -2,7 +2,7 @@
 
 A search over knobs of one config, so it sits above both validation and the memory plan (moved
 here from ``clawgym/memory/``). When no single move fits, it asks the layout search
-(:func:`clawgym.search.search`) for the config's own GPUs, keeping the model and rollout: its best
+(:func:`clawgym.search.layout.search`) for the config's own GPUs, keeping the model and rollout: its best
 layout is the combined advice; only when no layout fits does the greedy combination below (which
 may also shorten the context) answer.
 
@@ -24,7 +24,7 @@ from clawgym.memory import evaluate as evaluate_plan
 from clawgym.memory import memory_plan as plain_memory_plan
 from clawgym.memory.actor import tokens_per_gpu
 from clawgym.memory.gpus import GPUS
-from clawgym.search import search
+from clawgym.search.layout import search
 from clawgym.validate.core import Collector, run_rule
 from clawgym.validate.trainer_rules import RULES
 

@@ -38,7 +38,7 @@ from clawgym.pipeline.core import (EXIT_FAILED, EXIT_INTERRUPTED, EXIT_REFUSED, 
 from clawgym.common.overrides import differing_overrides, split_override
 from clawgym.plan.build import LaunchPlan, build_plan_from_dict
 from clawgym.memory import this_node_gpu
-from clawgym.search import NoLayout, is_auto, resolve_auto
+from clawgym.search.auto import NoLayout, is_auto, resolve_auto
 from clawgym.validate import ConfigError, check
 from clawgym.trainer.effective import effective_config
 

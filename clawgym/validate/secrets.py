@@ -20,7 +20,7 @@ def _secret_names(c: Mapping[str, Any]) -> set:
 
 def _export_fix(c: Mapping[str, Any], name: str) -> str:
     """How a secret variable reaches the job from the environment on this config's cluster: the head
-    clawgym starts runs with the launcher's whole environment (ray_head: head_env = os.environ + ...), SLURM
+    clawgym starts runs with the launcher's whole environment (backends/head/start.py: head_env = os.environ + ...), SLURM
     hands it to the batch job (sbatch --export=ALL), an existing cluster's jobs see the environment its
     Ray nodes were started with; a RayJob's pods get only the Secret keys the plan names."""
     backend = str((c.get("cluster") or {}).get("backend", "local"))

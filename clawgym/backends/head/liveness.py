@@ -1,0 +1,74 @@
+"""Asking a head whether it answers: its dashboard, its dashboard agent, its GPUs, its state."""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.error
+import urllib.request
+
+from clawgym.backends.head.processes import verified
+from clawgym.backends.head.records import HeadRecord
+from clawgym.launch.rayjob import dashboard_responds
+
+
+def agent_answers(host: str, port: int, timeout: float = 1.0) -> bool:
+    """The dashboard agent of a head serves HTTP on ``host:port`` (any HTTP answer counts)."""
+    try:
+        with urllib.request.urlopen(f"http://{host}:{port}/api/local_raylet_healthz", timeout=timeout):
+            return True
+    except urllib.error.HTTPError:
+        return True
+    except (urllib.error.URLError, OSError, ValueError):
+        return False
+
+
+def agent_registered(address: str, node_ip: str, timeout: float = 2.0) -> bool:
+    """The dashboard at ``address`` knows the agent of the node at ``node_ip``.
+
+    The agent writes its address to the GCS just after its HTTP server starts; Ray's job API
+    finds the agent only through that entry, and so does the State API's log listing, which
+    answers 404 ("Cannot find matching node_id for a given node ip") until it is there."""
+    url = f"{address.rstrip('/')}/api/v0/logs?node_ip={node_ip}&glob=raylet.out"
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as resp:
+            return resp.status == 200
+    except (urllib.error.URLError, OSError, ValueError):
+        return False
+
+
+def cluster_gpus(address: str, timeout: float = 30.0, *, wait_for_node: bool = False) -> float:
+    """GPUs declared by the alive nodes of the cluster whose dashboard is at ``address``.
+
+    ``wait_for_node``: a head whose dashboard just came up may not list its own node yet; ask
+    again (up to ``timeout`` seconds) until one node is alive."""
+    # The dashboard's node list is one HTTP call; ray.init would start a driver.
+    url = f"{address.rstrip('/')}/api/v0/nodes?limit=10000&detail=1"
+    deadline = time.time() + timeout
+    while True:
+        with urllib.request.urlopen(url, timeout=timeout) as resp:
+            data = json.load(resp)
+        nodes = [n for n in data.get("data", {}).get("result", {}).get("result", []) if n.get("state") == "ALIVE"]
+        if nodes or not wait_for_node or time.time() > deadline:
+            return float(sum((n.get("resources_total") or {}).get("GPU", 0.0) for n in nodes))
+        time.sleep(0.2)
+
+
+def head_state(rec: HeadRecord, *, patience: float = 10.0) -> str:
+    """"alive", "unresponsive" (GCS and raylet run, the dashboard does not answer within
+    ``patience`` seconds, e.g. on an overloaded machine) or "dead" (GCS or raylet gone)."""
+    core = [p for p in rec.processes if p.name.startswith(("gcs_server", "raylet"))]
+    if not core or any(verified(p.pid, p.create_time) is None for p in core):
+        return "dead"
+    deadline = time.time() + patience
+    while True:
+        if dashboard_responds(rec.dashboard_address, timeout=min(5.0, max(0.5, deadline - time.time()))):
+            return "alive"
+        if time.time() >= deadline:
+            return "unresponsive"
+        time.sleep(0.5)
+
+
+def is_alive(rec: HeadRecord, *, patience: float = 10.0) -> bool:
+    """The recorded GCS and raylet still run and the dashboard answers."""
+    return head_state(rec, patience=patience) == "alive"
