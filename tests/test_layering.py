@@ -38,13 +38,13 @@ FLOORS: List[Tuple[str, Tuple[str, ...]]] = [
             "hydra_plugins.clawgym_sweeper",
         ),
     ),
-    ("pipeline", ("clawgym.pipeline.core", "clawgym.pipeline.clusters", "clawgym.pipeline.prepare")),
+    ("pipeline", ("clawgym.pipeline",)),
     (
         "backends",
         (
             "clawgym.backends",
             "clawgym.preflight",
-            "clawgym.snapshot.core",
+            "clawgym.snapshot",
             "clawgym.launch.rayjob",
             "clawgym.backends.ray_head",
             "clawgym.runs",

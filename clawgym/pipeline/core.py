@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from clawgym.plan.build import LaunchPlan
-from clawgym.snapshot.core import start_checkpoint_watcher
+from clawgym.snapshot.checkpoints import start_checkpoint_watcher
 from clawgym.common.text import fmt_duration
 
 from clawgym.common.exit_codes import FAILED as EXIT_FAILED, INTERRUPTED as EXIT_INTERRUPTED, REFUSED as EXIT_REFUSED
@@ -87,7 +87,7 @@ class PipelineJob:
     # What tells the job apart, for messages ("(no overrides)" for a single run).
     label: str = ""
     short_label: str = ""
-    # Overrides and choices for the snapshot (clawgym.snapshot.core.LaunchRecord); None: Hydra's current job.
+    # Overrides and choices for the snapshot (clawgym.snapshot.records.LaunchRecord); None: Hydra's current job.
     record: Any = None
     status: str = QUEUED
     # Secrets this job's plan names, read from the environment (never printed).
@@ -320,7 +320,7 @@ class Pipeline:
                 "own save dir: run_name=<new name> or paths.save=<new dir>"]) from None
 
     def _discard_unsubmitted(self) -> None:
-        from clawgym.snapshot.core import discard_unsubmitted
+        from clawgym.snapshot.marks import discard_unsubmitted
 
         for j in self.jobs:
             if j.snapshot and discard_unsubmitted(j.snapshot):
@@ -534,7 +534,8 @@ class Pipeline:
 
     def _cleanup_and_snapshot(self) -> None:
         from clawgym.preflight import PreflightError, cleanup_leftovers
-        from clawgym.snapshot.core import SnapshotError, write_launch_snapshot
+        from clawgym.snapshot.layout import SnapshotError
+        from clawgym.snapshot.write import write_launch_snapshot
 
         try:
             cleaned = set()
@@ -640,7 +641,7 @@ class Pipeline:
         ownership.add_job(job_record() if callable(job_record) else
                           {"kind": "ray", "address": getattr(j.handle, "address", "") or self.backend.address or "",
                            "submission_id": j.submission_id})
-        # The snapshot now belongs to a submitted job (bug 6: clawgym.snapshot.core marks it so).
+        # The snapshot now belongs to a submitted job (bug 6: clawgym.snapshot.marks marks it so).
         _mark_snapshot_submitted(j)
         if not self.detach:
             j.watcher = start_checkpoint_watcher(j.plan, j.snapshot)
@@ -783,7 +784,9 @@ class Pipeline:
         from clawgym.launch import rayjob as launch
         from clawgym.backends import cluster_key, describe_cluster
         from clawgym.preflight import PreflightError, run_preflight
-        from clawgym.snapshot.core import SnapshotError, discard_unsubmitted, write_launch_snapshot
+        from clawgym.snapshot.layout import SnapshotError
+        from clawgym.snapshot.marks import discard_unsubmitted
+        from clawgym.snapshot.write import write_launch_snapshot
 
         first = self.jobs[0]
         where = f"job #{job.num} ({job.label})"
@@ -1010,7 +1013,7 @@ class Pipeline:
 def _mark_snapshot_submitted(j: PipelineJob) -> None:
     """This job's snapshot now records a launch (until then ``show`` does not list it, and
     :meth:`Pipeline.run` discards it if the job is never submitted)."""
-    from clawgym.snapshot.core import mark_submitted
+    from clawgym.snapshot.marks import mark_submitted
 
     if j.snapshot:
         job_record = getattr(j.handle, "job_record", None)
@@ -1042,7 +1045,7 @@ def _metrics_ticker(j: PipelineJob):
 
 def _record_endings(jobs: Sequence[PipelineJob]) -> None:
     """Each followed job's end into its snapshot, so ``clawgym runs`` knows it after the cluster is gone."""
-    from clawgym.snapshot.core import mark_ended
+    from clawgym.snapshot.marks import mark_ended
 
     for j in jobs:
         if j.snapshot and j.submission_id and j.status in (SUCCEEDED, FAILED, STOPPED, NOT_APPLIED):

@@ -469,7 +469,7 @@ class SweepSession:
         self._dry_run_summary([j for j in self.jobs if j.kind == "dry_run"])
         launched = [j for j in self.jobs if j.kind == "launch" and not self.options.inline]
         if launched:
-            from clawgym.snapshot.core import LaunchRecord
+            from clawgym.snapshot.records import LaunchRecord
 
             for j in launched:
                 # This job's overrides and choices (HydraConfig holds the whole sweep's here).

@@ -47,7 +47,7 @@ ATTR_PREFIX = "clawgym_"
 INTERRUPTED = "clawgym_interrupted"
 #: Trials in flight at once on a backend that queues jobs itself, unless max_concurrent says.
 QUEUEING_BACKEND_TRIALS = 2
-#: The file in a trial's snapshot dir that says how the trial ended (clawgym.snapshot.core.TRIAL_FILE).
+#: The file in a trial's snapshot dir that says how the trial ended (clawgym.snapshot.layout.TRIAL_FILE).
 FINISHED = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
 
 
@@ -177,7 +177,7 @@ class TuneSession(PipelineListener):
             raise
         except Exception as exc:  # noqa: BLE001 - a check that raises refuses this trial, as it refuses a sweep
             raise SweepRefused(f"a check could not run: {type(exc).__name__}: {exc}") from None
-        from clawgym.snapshot.core import LaunchRecord
+        from clawgym.snapshot.records import LaunchRecord
 
         j.record = LaunchRecord.from_hydra(cfg.hydra, command="sweep")
         j.record.origin["tuner"] = {"study": str(self.settings.study_name), "storage": self.storage,
@@ -322,7 +322,7 @@ class TuneSession(PipelineListener):
         """How the trial ended, beside its snapshot (``clawgym runs`` reads it without Optuna)."""
         if trial.job is None or not trial.job.snapshot:
             return
-        from clawgym.snapshot.core import mark_trial
+        from clawgym.snapshot.marks import mark_trial
 
         try:
             mark_trial(trial.job.snapshot, {"study": str(self.settings.study_name), "trial": trial.number,
@@ -421,7 +421,7 @@ class TuneSession(PipelineListener):
             state, value = "failed", None
         snapshot = ft.user_attrs.get(ATTR_PREFIX + "snapshot")
         if snapshot:
-            from clawgym.snapshot.core import mark_trial
+            from clawgym.snapshot.marks import mark_trial
 
             try:
                 mark_trial(snapshot, {"study": str(self.settings.study_name), "trial": ft.number, "state": state,
