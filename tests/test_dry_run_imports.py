@@ -28,7 +28,7 @@ def test_a_dry_run_imports_no_launch_snapshot_or_backend_code(tmp_path):
     modules = set(json.loads(proc.stdout.splitlines()[-1]))
     assert "clawgym.memory" in modules and "clawgym.validate" in modules  # it did validate and plan
     for name in ("clawgym.snapshot.write", "clawgym.snapshot.checkpoints", "clawgym.snapshot.records",
-                 "clawgym.pipeline.core", "clawgym.backends.ray_head", "clawgym.preflight",
+                 "clawgym.pipeline.pipeline", "clawgym.backends.ray_head", "clawgym.preflight",
                  "clawgym.backends.local", "clawgym.backends.existing", "subprocess", "ray"):
         assert name not in modules, f"a dry run imported {name}"
 

@@ -137,7 +137,7 @@ def test_stamped_copy_in_a_checkpoint_is_verified_too(tmp_path, capsys):
 def test_launch_stopped_before_submission_leaves_no_snapshot(clawgym_checkout, tmp_path, monkeypatch, stop):
     """The real launch path: preflight, then snapshots while the cluster comes up, then the
     cluster step fails or Ctrl-C arrives before the job is submitted."""
-    from clawgym.pipeline import core as pipeline
+    from clawgym.pipeline.single import launch_single
     from clawgym.backends import BackendError
     from clawgym.backends.existing import ExistingCluster
     from clawgym.config.compose import compose
@@ -161,7 +161,7 @@ def test_launch_stopped_before_submission_leaves_no_snapshot(clawgym_checkout, t
     monkeypatch.setattr(ExistingCluster, "answers", lambda self: False)
     monkeypatch.setattr(ExistingCluster, "start", start)
     with pytest.raises(SystemExit):
-        pipeline.launch_single(cfg, plan)
+        launch_single(cfg, plan)
     assert written, "the snapshot was never written: the test did not reach the step it checks"
     # Nothing is left that would mark the folder as a run's save dir: not even an empty snapshots dir.
     assert not (save / SNAPSHOTS_RELPATH).exists()

@@ -207,7 +207,7 @@ def run(args: argparse.Namespace) -> int:
             print(banner, file=sys.stderr)
             return REFUSED
         return 0
-    from clawgym.pipeline.core import launch_single  # heavy imports (ray) only for real launches
+    from clawgym.pipeline.single import launch_single  # heavy imports (ray) only for real launches
 
     with recorded_launch(record):
         return _exit_code(launch_single(cfg, plan))

@@ -1,6 +1,6 @@
 """The study loop: Optuna asks, clawgym runs the trial as an ordinary job, Optuna is told.
 
-Asynchronous through the pipeline's listener interface (:class:`clawgym.pipeline.core.PipelineListener`):
+Asynchronous through the pipeline's listener interface (:class:`clawgym.pipeline.jobs.PipelineListener`):
 the pipeline says when it has room (no job queued, GPUs free, ``max_concurrent`` not reached),
 and the tuner asks Optuna for one trial, composes its job as a ``-m`` job is composed
 (:class:`clawgym.sweep.core.SweepSession`: composed, validated, planned, memory-planned), and
@@ -32,8 +32,11 @@ from hydra.core.utils import JobReturn
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig
 
-from clawgym.pipeline.core import (EXIT_INTERRUPTED, EXIT_REFUSED, STOPPED, SUCCEEDED, Pipeline,
-                              PipelineJob, PipelineListener, PipelineOptions, Refused, fmt_duration, say)
+from clawgym.common.exit_codes import INTERRUPTED as EXIT_INTERRUPTED, REFUSED as EXIT_REFUSED
+from clawgym.common.text import fmt_duration
+from clawgym.pipeline.jobs import STOPPED, SUCCEEDED, PipelineJob, PipelineListener, PipelineOptions, Refused
+from clawgym.pipeline.pipeline import Pipeline
+from clawgym.pipeline.report import say, why_failed
 from clawgym.plan.build import TENSORBOARD_DIR_ENV
 from clawgym.sweep.core import (LauncherOptions, SweepJob, SweepRefused, SweepSession, apply_value_overrides,
                            run_name_is_default, unresolved)
@@ -275,7 +278,7 @@ class TuneSession(PipelineListener):
             else:
                 self._finish(trial, "complete", value, TrialState.COMPLETE)
         else:
-            self._finish(trial, "failed", None, TrialState.FAIL, reason=Pipeline.why(job))
+            self._finish(trial, "failed", None, TrialState.FAIL, reason=why_failed(job))
         self._record(trial)
 
     # -------------------------------------------------------- metrics
