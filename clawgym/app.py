@@ -502,7 +502,7 @@ def _run(cfg: DictConfig) -> Any:
         from clawgym.preflight import preflight_only
 
         return preflight_only(cfg, plan)
-    from clawgym.pipeline.core import launch_single  # heavy imports (ray) only for real launches
+    from clawgym.pipeline.single import launch_single  # heavy imports (ray) only for real launches
 
     # Every backend (local head, existing cluster, SLURM, KubeRay) goes through the one pipeline.
     return launch_single(cfg, plan)

@@ -73,7 +73,7 @@ def test_diff_reports_missing_path_and_bad_override_without_traceback(tmp_path, 
 def test_show_prints_config_overrides_argv_versions_and_checkpoints(tmp_path, capsys):
     save = tmp_path / "run"
     _, plan, first = launch_snapshot(save, ["rollout.temperature=0.6"], timestamp="20260101_000000")
-    from clawgym.snapshot.core import CheckpointWatcher
+    from clawgym.snapshot.checkpoints import CheckpointWatcher
 
     w = CheckpointWatcher(save, first, poll_interval=60)
     write_checkpoint(save, 1)

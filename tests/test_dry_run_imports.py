@@ -27,7 +27,8 @@ def test_a_dry_run_imports_no_launch_snapshot_or_backend_code(tmp_path):
     assert proc.returncode == 0, proc.stderr
     modules = set(json.loads(proc.stdout.splitlines()[-1]))
     assert "clawgym.memory" in modules and "clawgym.validate" in modules  # it did validate and plan
-    for name in ("clawgym.snapshot.core", "clawgym.pipeline.core", "clawgym.backends.head", "clawgym.preflight",
+    for name in ("clawgym.snapshot.write", "clawgym.snapshot.checkpoints", "clawgym.snapshot.records",
+                 "clawgym.pipeline.pipeline", "clawgym.backends.head", "clawgym.preflight",
                  "clawgym.backends.local", "clawgym.backends.existing", "subprocess", "ray"):
         assert name not in modules, f"a dry run imported {name}"
 

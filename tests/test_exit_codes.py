@@ -33,7 +33,7 @@ def test_the_exit_code_page_is_generated_from_the_table_and_current():
 def test_no_exit_status_is_written_as_a_bare_number_outside_the_table():
     # Every exit of train.py's task function, the sweep, the pipeline, preflight and the clawgym commands
     # names the table's constant; a literal 1 or 2 would be a second source of truth.
-    files = [ROOT / "clawgym" / f for f in ("app.py", "sweep/core.py", "pipeline/core.py", "cli.py", "preflight/__init__.py")]
+    files = [ROOT / "clawgym" / f for f in ("app.py", "sweep/core.py", "pipeline/pipeline.py", "pipeline/single.py", "cli.py", "preflight/__init__.py")]
     files += sorted((ROOT / "clawgym" / "commands").glob("*.py"))
     bare = re.compile(r"sys\.exit\([12]\)|\breturn [12]\b")
     found = [f"{p.relative_to(ROOT)}:{n}" for p in files if p.name != "report.py"

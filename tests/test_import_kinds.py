@@ -251,7 +251,7 @@ def _free_port() -> int:
 
 def test_supervisor_starts_service_waits_for_health_and_stops_it(tmp_path):
     """run_services.py: the service answers before the command runs; it is stopped after."""
-    from clawgym.snapshot.core import write_job_files
+    from clawgym.snapshot.write import write_job_files
     from clawgym.plan.build import LaunchPlan
 
     port = _free_port()

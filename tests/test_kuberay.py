@@ -207,7 +207,7 @@ def _launch(checkout: Path, tmp_path: Path, *overrides: str, env: Dict[str, str]
 
 
 def test_kuberay_launch_runs_preflight_and_snapshots_before_anything_is_applied(clawgym_checkout, tmp_path):
-    from clawgym.snapshot.core import list_snapshots
+    from clawgym.snapshot.read import list_snapshots
 
     res = _launch(clawgym_checkout, tmp_path)
     assert res.returncode == 0, res.stdout + res.stderr
@@ -250,7 +250,7 @@ def test_a_kubectl_refusal_is_a_clean_error_and_leaves_no_launch(clawgym_checkou
     assert res.returncode == 2, res.stdout + res.stderr
     assert "kubectl refused the RayJob" in res.stderr and "nothing was started:" in res.stderr
     assert "connection refused" in res.stderr.lower() and "Traceback" not in res.stderr
-    from clawgym.snapshot.core import list_snapshots
+    from clawgym.snapshot.read import list_snapshots
 
     assert list_snapshots(tmp_path / "save") == []  # the snapshot of a launch that never ran is gone
 
@@ -328,7 +328,7 @@ def test_a_manifest_not_applied_is_recorded_as_not_applied_never_as_succeeded(cl
 
     from clawgym.runs.discover import find_runs
     from clawgym.runs.status import resolve
-    from clawgym.snapshot.core import list_snapshots
+    from clawgym.snapshot.read import list_snapshots
 
     res = _launch(clawgym_checkout, tmp_path)
     assert res.returncode == 0, res.stdout + res.stderr

@@ -438,7 +438,7 @@ def test_the_table_knows_the_modules_it_checks():
     # The reader itself must see what the rules are about: the face, a backend, the launcher
     # plugin, and imports both at the top and inside functions; otherwise every check above
     # would pass on an empty list.
-    assert {"train", "clawgym.app", "clawgym.backends.local", "clawgym.pipeline.core"} <= set(MODULES)
+    assert {"train", "clawgym.app", "clawgym.backends.local", "clawgym.pipeline.pipeline"} <= set(MODULES)
     assert "hydra_plugins.clawgym_launcher._core" in MODULES
     assert any(imp.top for imp in IMPORTS) and any(not imp.top for imp in IMPORTS)
     assert floor_of("clawgym.search.anything") == floor_of("clawgym.search")

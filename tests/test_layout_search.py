@@ -200,12 +200,13 @@ def test_gpu_layout_auto_with_nothing_that_fits_is_refused_with_exit_2(tmp_path)
 
 
 def test_the_snapshot_of_an_auto_launch_records_the_choice_and_clawgym_show_prints_it(tmp_path, capsys):
-    from clawgym.snapshot import core as snap_mod
+    from clawgym.snapshot import marks as snap_marks
     from clawgym.app import apply_layout
     from clawgym.cli import main
     from clawgym.plan.build import build_plan_from_dict
     from clawgym.search.auto import resolve_auto
-    from clawgym.snapshot.core import LaunchRecord, recorded_launch, write_launch_snapshot
+    from clawgym.snapshot.records import LaunchRecord, recorded_launch
+    from clawgym.snapshot.write import write_launch_snapshot
 
     # What app.run does for a launch with gpu_layout=auto, up to the snapshot the pipeline writes.
     overrides = [f"paths.save={tmp_path}", "model=qwen3_4b", "gpu_layout=auto", "memory.gpu=h100_80gb"]
@@ -216,7 +217,7 @@ def test_the_snapshot_of_an_auto_launch_records_the_choice_and_clawgym_show_prin
     apply_layout(cfg, rec)
     with recorded_launch(LaunchRecord(overrides=overrides, choices={"model": "qwen3_4b", "gpu_layout": "auto"})):
         path = write_launch_snapshot(cfg, plan)
-    snap_mod.mark_submitted(path, plan.submission_id)
+    snap_marks.mark_submitted(path, plan.submission_id)
     assert json.loads((path / "launch_plan.json").read_text())["layout"]["chosen"] == rec["chosen"]
     # The snapshot's config is the layout that runs, not the search's placeholders.
     assert f"tensor_parallel: {resolved['perf']['tensor_parallel']}" in (path / "config.resolved.yaml").read_text()

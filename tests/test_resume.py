@@ -12,7 +12,7 @@ from clawgym.cli import main as cli
 from clawgym.commands.diff import flatten, parse_flags
 from clawgym.commands.resume import build_resume
 from clawgym.config.compose import to_plain
-from clawgym.snapshot.core import recorded_launch
+from clawgym.snapshot.records import recorded_launch
 from tests.test_snapshot import SECRET_SGLANG, SECRET_WANDB, assert_no_secret_in_tree, launch_snapshot
 from tests.test_snapshot_watcher import write_checkpoint
 
@@ -147,7 +147,7 @@ def test_resume_bad_override_is_a_user_error(launched, capsys):
 
 def test_resumed_launch_snapshot_records_where_it_came_from(launched):
     save, _, _, first = launched
-    from clawgym.snapshot.core import write_launch_snapshot
+    from clawgym.snapshot.write import write_launch_snapshot
 
     snap, cfg, plan, record = build_resume(save, ["rollout.temperature=0.5"], environ={},
                                            timestamp="20260102_000000")
@@ -165,7 +165,8 @@ def test_resume_real_launch_continues_with_load_and_stamps_new_checkpoints(
     import subprocess
     import sys
 
-    from clawgym.snapshot.core import list_checkpoints, list_snapshots
+    from clawgym.snapshot.checkpoints import list_checkpoints
+    from clawgym.snapshot.read import list_snapshots
     from tests.fixtures.checkout import LAUNCH_SKIPS, checkout_overrides
 
     root = Path(__file__).resolve().parent.parent

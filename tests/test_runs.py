@@ -462,7 +462,7 @@ def test_status_of_a_run_whose_cluster_is_gone_is_the_end_the_launcher_saw(sweep
     ended = json.loads((snap / "ended.json").read_text())
     assert ended["status"] == "succeeded" and ended["exit_code"] == 0
     # The snapshot is still whole (ended.json is one of the files added after it was written).
-    from clawgym.snapshot.core import verify_snapshot
+    from clawgym.snapshot.manifest import verify_snapshot
 
     verify_snapshot(snap)
     sub = json.loads((snap / "submitted.json").read_text())

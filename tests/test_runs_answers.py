@@ -10,7 +10,8 @@ import time
 from clawgym.cli import main as cli
 from clawgym.runs import find_runs
 from clawgym.runs.table import OVERRIDES_WIDTH, build_rows, format_table
-from clawgym.snapshot.core import LaunchRecord, mark_ended
+from clawgym.snapshot.marks import mark_ended
+from clawgym.snapshot.records import LaunchRecord
 from tests.test_snapshot import launch_snapshot
 
 

@@ -16,7 +16,7 @@ from typing import Dict
 
 import pytest
 
-from clawgym.snapshot import core as snap_mod
+from clawgym.snapshot import marks as snap_marks
 from tests.fixtures.checkout import LAUNCH_SKIPS, checkout_overrides
 from tests.test_snapshot import launch_snapshot
 
@@ -89,16 +89,16 @@ def test_the_recorded_cluster_and_end_win_over_another_clusters_job_with_the_sam
     # COMPLETED, and must not make it "succeeded".
     elsewhere = {"kind": "slurm", "job_id": job, "cluster": "prodcluster", "controller": "ctl-prod"}
     _, _, failed = launch_snapshot(tmp_path / "failed", submitted=False)
-    snap_mod.mark_submitted(failed, f"slurm:{job}", job=elsewhere)
-    snap_mod.mark_ended(failed, "failed", 1)
+    snap_marks.mark_submitted(failed, f"slurm:{job}", job=elsewhere)
+    snap_marks.mark_ended(failed, "failed", 1)
     run = _status(tmp_path / "failed")
     assert run.status == "failed", (run.status, run.status_detail)
     # No recorded end: unknown, naming the cluster it was submitted to, not this one's answer.
     _, _, pending = launch_snapshot(tmp_path / "pending", submitted=False)
-    snap_mod.mark_submitted(pending, f"slurm:{job}", job=elsewhere)
+    snap_marks.mark_submitted(pending, f"slurm:{job}", job=elsewhere)
     run = _status(tmp_path / "pending")
     assert run.status == "unknown" and "prodcluster" in run.status_detail, (run.status, run.status_detail)
     # Submitted to this very cluster: its answer counts.
     _, _, mine = launch_snapshot(tmp_path / "mine", submitted=False)
-    snap_mod.mark_submitted(mine, f"slurm:{job}", job={"kind": "slurm", "job_id": job, **here})
+    snap_marks.mark_submitted(mine, f"slurm:{job}", job={"kind": "slurm", "job_id": job, **here})
     assert _status(tmp_path / "mine").status == "succeeded"

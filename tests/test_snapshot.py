@@ -1,4 +1,4 @@
-"""Launch snapshots: content, atomicity, no overwrite, no secrets (clawgym/snapshot/core.py)."""
+"""Launch snapshots: content, atomicity, no overwrite, no secrets (clawgym/snapshot/)."""
 
 from __future__ import annotations
 
@@ -13,14 +13,15 @@ from typing import List, Optional, Sequence
 import pytest
 import yaml
 
-from clawgym.snapshot import core as snap_mod
+from clawgym.snapshot import write as snap_write
+from clawgym.snapshot import marks as snap_marks
 from clawgym.config.compose import compose, config_dir
 from clawgym.plan.build import build_plan
 from clawgym.config.schema import GROUPS
-from clawgym.snapshot.core import (CHOICES_FILE, CONFIG_FILE, MANIFEST_FILE, META_FILE, OVERRIDES_FILE, PLAN_FILE,
-                              RESOLVED_FILE, SUBMITTED_FILE, LaunchRecord, SnapshotError, find_snapshot,
-                              list_snapshots, recorded_launch,
-                              write_launch_snapshot)
+from clawgym.snapshot.layout import (CHOICES_FILE, CONFIG_FILE, MANIFEST_FILE, META_FILE, OVERRIDES_FILE, PLAN_FILE, RESOLVED_FILE, SUBMITTED_FILE, SnapshotError)
+from clawgym.snapshot.read import find_snapshot, list_snapshots
+from clawgym.snapshot.records import LaunchRecord, recorded_launch
+from clawgym.snapshot.write import write_launch_snapshot
 
 ROOT = Path(__file__).resolve().parent.parent
 #: Secret values the tests put into the environment; none may ever be written.
@@ -40,7 +41,7 @@ def launch_snapshot(save: Path, overrides: Sequence[str] = (), *, timestamp: str
     with recorded_launch(record or LaunchRecord(overrides=ov, choices={"model": "qwen3_4b"})):
         path = write_launch_snapshot(cfg, plan)
     if submitted:
-        snap_mod.mark_submitted(path, plan.submission_id)
+        snap_marks.mark_submitted(path, plan.submission_id)
     return cfg, plan, path
 
 
@@ -134,7 +135,7 @@ def test_second_launch_adds_a_snapshot_and_never_overwrites(tmp_path):
 
 def test_failed_write_leaves_no_partial_snapshot(tmp_path, monkeypatch):
     save = tmp_path / "run"
-    real = snap_mod.write_synced
+    real = snap_write.write_synced
     calls = []
 
     def failing(path, text):
@@ -143,7 +144,7 @@ def test_failed_write_leaves_no_partial_snapshot(tmp_path, monkeypatch):
             raise OSError(28, "No space left on device")
         real(path, text)
 
-    monkeypatch.setattr(snap_mod, "write_synced", failing)
+    monkeypatch.setattr(snap_write, "write_synced", failing)
     with pytest.raises(SnapshotError) as err:
         launch_snapshot(save)
     assert "No space left on device" in str(err.value) and "fix:" in str(err.value)
@@ -158,7 +159,7 @@ def test_crash_mid_write_leaves_no_visible_snapshot(tmp_path):
     script = textwrap.dedent(f"""
         import os, sys
         sys.path.insert(0, {str(ROOT)!r})
-        from clawgym.snapshot import core as snapshot
+        from clawgym.snapshot import write as snapshot
         from clawgym.config.compose import compose
         from clawgym.plan.build import build_plan
         real, n = snapshot.write_synced, []
@@ -211,7 +212,7 @@ def test_hydra_run_records_task_overrides_and_group_choices(tmp_path):
         import hydra
         import clawgym.config.compose
         from clawgym.plan.build import build_plan
-        from clawgym.snapshot.core import write_launch_snapshot
+        from clawgym.snapshot.write import write_launch_snapshot
 
         @hydra.main(version_base="1.3", config_path={str(config_dir())!r}, config_name="config")
         def main(cfg):
@@ -237,7 +238,7 @@ def test_hydra_run_records_task_overrides_and_group_choices(tmp_path):
 def test_sweep_jobs_each_snapshot_their_own_overrides_and_stamp_their_checkpoints(
         clawgym_checkout, ray_cluster, tmp_path):
     """A real two-job sweep on the session's Ray head: per-job overrides, choices and stamps."""
-    from clawgym.snapshot.core import list_checkpoints
+    from clawgym.snapshot.checkpoints import list_checkpoints
     from tests.fixtures.checkout import LAUNCH_SKIPS, checkout_overrides
 
     overrides = [*checkout_overrides(clawgym_checkout, skip_checks=LAUNCH_SKIPS), *ray_cluster.overrides(),

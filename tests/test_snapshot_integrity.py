@@ -10,19 +10,20 @@ import shutil
 
 import pytest
 
-from clawgym.snapshot import core as snap_mod
+from clawgym.snapshot import write as snap_write
 from clawgym.cli import main as cli
-from clawgym.snapshot.core import (MANIFEST_FILE, META_FILE, RESOLVED_FILE, SNAPSHOTS_RELPATH, SUBMITTED_FILE,
-                              SnapshotError, discard_unsubmitted, find_snapshot, list_snapshots, load_snapshot,
-                              mark_submitted, verify_snapshot)
+from clawgym.snapshot.layout import (MANIFEST_FILE, META_FILE, RESOLVED_FILE, SNAPSHOTS_RELPATH, SUBMITTED_FILE, SnapshotError)
+from clawgym.snapshot.manifest import verify_snapshot
+from clawgym.snapshot.marks import discard_unsubmitted, mark_submitted
+from clawgym.snapshot.read import find_snapshot, list_snapshots, load_snapshot
 from tests.test_snapshot import SNAPSHOT_FILES, launch_snapshot
 from tests.test_snapshot_watcher import write_checkpoint
 
 
 def test_manifest_records_size_and_sha256_of_every_file_and_is_written_last(tmp_path, monkeypatch):
     order = []
-    real = snap_mod.write_synced
-    monkeypatch.setattr(snap_mod, "write_synced", lambda path, text: (order.append(path.name), real(path, text)))
+    real = snap_write.write_synced
+    monkeypatch.setattr(snap_write, "write_synced", lambda path, text: (order.append(path.name), real(path, text)))
     _, _, path = launch_snapshot(tmp_path / "run", submitted=False)
     assert order[-1] == MANIFEST_FILE and set(order[:-1]) == SNAPSHOT_FILES
     files = json.loads((path / MANIFEST_FILE).read_text())["files"]
@@ -136,7 +137,7 @@ def test_stamped_copy_in_a_checkpoint_is_verified_too(tmp_path, capsys):
 def test_launch_stopped_before_submission_leaves_no_snapshot(clawgym_checkout, tmp_path, monkeypatch, stop):
     """The real launch path: preflight, then snapshots while the cluster comes up, then the
     cluster step fails or Ctrl-C arrives before the job is submitted."""
-    from clawgym.pipeline import core as pipeline
+    from clawgym.pipeline.single import launch_single
     from clawgym.backends import BackendError
     from clawgym.backends.existing import ExistingCluster
     from clawgym.config.compose import compose
@@ -160,7 +161,7 @@ def test_launch_stopped_before_submission_leaves_no_snapshot(clawgym_checkout, t
     monkeypatch.setattr(ExistingCluster, "answers", lambda self: False)
     monkeypatch.setattr(ExistingCluster, "start", start)
     with pytest.raises(SystemExit):
-        pipeline.launch_single(cfg, plan)
+        launch_single(cfg, plan)
     assert written, "the snapshot was never written: the test did not reach the step it checks"
     # Nothing is left that would mark the folder as a run's save dir: not even an empty snapshots dir.
     assert not (save / SNAPSHOTS_RELPATH).exists()

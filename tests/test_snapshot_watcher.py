@@ -8,8 +8,8 @@ import time
 from pathlib import Path
 
 from clawgym.cli import main as cli
-from clawgym.snapshot.core import (META_FILE, STAMP_DIRNAME, STAMP_FILE, TRACKER_FILE, CheckpointWatcher,
-                              list_checkpoints, stamp_save_dir)
+from clawgym.snapshot.checkpoints import CheckpointWatcher, list_checkpoints, stamp_save_dir
+from clawgym.snapshot.layout import META_FILE, STAMP_DIRNAME, STAMP_FILE, TRACKER_FILE
 from tests.test_snapshot import launch_snapshot
 
 
@@ -141,7 +141,7 @@ def test_checkpoint_rewritten_by_a_fresh_run_gets_the_new_snapshot(tmp_path):
 
 
 def test_watcher_survives_a_checkpoint_deleted_while_copying(tmp_path, monkeypatch):
-    from clawgym.snapshot import core as snap_mod
+    from clawgym.snapshot import checkpoints as snap_mod
 
     save = tmp_path / "run"
     _, _, snap = launch_snapshot(save)
@@ -209,7 +209,7 @@ def test_detached_launch_points_to_stamp_which_places_the_snapshots_afterwards(
     import subprocess
     import sys
 
-    from clawgym.snapshot.core import list_snapshots
+    from clawgym.snapshot.read import list_snapshots
     from tests.fixtures.checkout import LAUNCH_SKIPS, checkout_overrides
 
     root = Path(__file__).resolve().parent.parent

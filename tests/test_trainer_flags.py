@@ -366,7 +366,9 @@ def test_clawgym_flags_text_table_has_the_columns(capsys):
 
 def test_args_reach_cfg_job_snapshot_diff_and_wandb_config(tmp_path):
     from clawgym.commands.diff import config_changes, flag_changes, resolve_side
-    from clawgym.snapshot.core import RESOLVED_FILE, LaunchRecord, snapshot_files
+    from clawgym.snapshot.layout import RESOLVED_FILE
+    from clawgym.snapshot.records import LaunchRecord
+    from clawgym.snapshot.write import snapshot_files
     from clawgym.trainer.wandb_env import wandb_config_document
 
     proc = subprocess.run([sys.executable, "train.py", "--cfg", "job", "args.lr_warmup_iters=10"], cwd=ROOT,

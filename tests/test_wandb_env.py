@@ -16,7 +16,7 @@ import yaml
 from clawgym.commands.diff import parse_flags
 from clawgym.config.compose import compose, to_plain
 from clawgym.plan.build import build_plan_from_dict
-from clawgym.snapshot.core import LaunchRecord
+from clawgym.snapshot.records import LaunchRecord
 from clawgym.trainer.wandb_env import CONFIG_FILE_ENV, run_tags, wandb_job_env
 from tests.test_snapshot import SECRET_SGLANG, SECRET_WANDB, assert_no_secret_in_tree, launch_snapshot
 

@@ -1,6 +1,6 @@
 """Cluster backends: where the Ray cluster of a launch comes from, behind one small interface.
 
-The launch pipeline (:mod:`clawgym.pipeline.core`) talks to a :class:`Backend` only, and never
+The launch pipeline (:mod:`clawgym.pipeline.pipeline`) talks to a :class:`Backend` only, and never
 asks which one it is. A backend answers six questions for the jobs of one launch (a single
 run is a sweep of one):
 

@@ -388,7 +388,7 @@ def job_dir(snapshot: str) -> Path:
 def write_script(plan: LaunchPlan, c: Mapping[str, Any], snapshot: str) -> tuple:
     """Write the batch script next to the snapshot; returns (script path, output pattern)."""
     from clawgym.common.fsutil import atomic_write_text
-    from clawgym.snapshot.core import PLAN_FILE
+    from clawgym.snapshot.layout import PLAN_FILE
 
     directory = job_dir(snapshot)
     directory.mkdir(parents=True, exist_ok=True)
@@ -544,7 +544,7 @@ class SlurmBackend(ClusterPerJobBackend):
 
     def dry_run_artefact(self, plan: LaunchPlan, c: Mapping[str, Any], where: Path) -> Optional[tuple]:
         """The batch script as sbatch would get it, with the plan and output next to ``where``."""
-        from clawgym.snapshot.core import PLAN_FILE
+        from clawgym.snapshot.layout import PLAN_FILE
 
         return SCRIPT_FILE, batch_script(plan, c, plan_file=str(where / PLAN_FILE),
                                          output=str(where / "slurm-%j.out"), python=interpreter(c))

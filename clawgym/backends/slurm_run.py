@@ -218,7 +218,7 @@ def cmd_run(args) -> int:
         wait_for_nodes(args.address, args.nodes, args.gpus, args.wait_nodes, head_pid=args.head_pid)
         handle = submit_when_ready(args.address, plan, secrets, timeout=args.wait_nodes, head_pid=args.head_pid)
         if args.snapshot:
-            from clawgym.snapshot.core import start_checkpoint_watcher
+            from clawgym.snapshot.checkpoints import start_checkpoint_watcher
 
             # Checkpoints are stamped here, inside the allocation, while the job runs.
             watcher = start_checkpoint_watcher(plan, args.snapshot)

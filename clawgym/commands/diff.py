@@ -171,7 +171,7 @@ def side_from_overrides(text: str, *, environ: Mapping[str, str] = os.environ) -
 
 
 def side_from_path(path: str) -> Side:
-    from clawgym.snapshot.core import find_snapshot
+    from clawgym.snapshot.read import find_snapshot
 
     snap, _ = find_snapshot(path)
     return Side(label=path, source=f"snapshot {snap.path}", config=snap.config,
@@ -184,7 +184,7 @@ def resolve_side(arg: str) -> Side:
     if arg and Path(arg).expanduser().exists():
         return side_from_path(arg)
     if arg and "=" not in arg and ("/" in arg or arg.startswith(".")):
-        from clawgym.snapshot.core import SnapshotError
+        from clawgym.snapshot.layout import SnapshotError
 
         raise SnapshotError(f"clawgym: {arg} does not exist (and is not an override set such as 'key=value')")
     return side_from_overrides(arg)
@@ -205,7 +205,7 @@ def run(args: argparse.Namespace) -> int:
     from omegaconf.errors import OmegaConfBaseException
 
     from clawgym.common.secrets import MIN_SECRET_LEN, config_secret_values, redact
-    from clawgym.snapshot.core import SnapshotError
+    from clawgym.snapshot.layout import SnapshotError
 
     try:
         a, b = resolve_side(args.a), resolve_side(args.b)

@@ -124,7 +124,10 @@ def build_resume(save_dir: str | os.PathLike, overrides: Sequence[str] = (), *,
     """(snapshot, config, plan, launch record) of a resume; raises ResumeError or ConfigError."""
     from clawgym.app import timestamp as now_stamp
     from clawgym.plan.build import build_plan
-    from clawgym.snapshot.core import LaunchRecord, SnapshotError, find_snapshot, has_checkpoint
+    from clawgym.snapshot.checkpoints import has_checkpoint
+    from clawgym.snapshot.layout import SnapshotError
+    from clawgym.snapshot.read import find_snapshot
+    from clawgym.snapshot.records import LaunchRecord
     from clawgym.validate import validate
 
     save = Path(save_dir).expanduser().resolve()
@@ -173,7 +176,7 @@ def run(args: argparse.Namespace) -> int:
     from clawgym.commands.diff import Side, format_diff
     from clawgym.config.compose import to_plain
     from clawgym.plan.build import format_plan
-    from clawgym.snapshot.core import recorded_launch
+    from clawgym.snapshot.records import recorded_launch
     from clawgym.validate import ConfigError
 
     try:
@@ -204,7 +207,7 @@ def run(args: argparse.Namespace) -> int:
             print(banner, file=sys.stderr)
             return REFUSED
         return 0
-    from clawgym.pipeline.core import launch_single  # heavy imports (ray) only for real launches
+    from clawgym.pipeline.single import launch_single  # heavy imports (ray) only for real launches
 
     with recorded_launch(record):
         return _exit_code(launch_single(cfg, plan))

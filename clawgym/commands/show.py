@@ -56,7 +56,7 @@ def _memory_lines(snap: Any) -> List[str]:
 
 def format_show(target: str, *, config: str = "resolved") -> str:
     """The whole report for a save dir, snapshot dir or checkpoint dir."""
-    from clawgym.snapshot.core import find_snapshot
+    from clawgym.snapshot.read import find_snapshot
 
     snap, save = find_snapshot(target)
     text = _format_show(snap, save, config=config)
@@ -68,7 +68,9 @@ def format_show(target: str, *, config: str = "resolved") -> str:
 def _format_show(snap: Any, save: Any, *, config: str) -> str:
     import yaml
 
-    from clawgym.snapshot.core import STAMP_DIRNAME, list_checkpoints, list_snapshots, read_tracker, unsubmitted_snapshots
+    from clawgym.snapshot.checkpoints import list_checkpoints, read_tracker
+    from clawgym.snapshot.layout import STAMP_DIRNAME
+    from clawgym.snapshot.read import list_snapshots, unsubmitted_snapshots
 
     values = config_secret_values(snap.config)
     out: List[str] = []
@@ -133,7 +135,7 @@ def _format_show(snap: Any, save: Any, *, config: str) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from clawgym.snapshot.core import SnapshotError
+    from clawgym.snapshot.layout import SnapshotError
 
     config = "none" if args.no_config else "unresolved" if args.unresolved else "resolved"
     try:

@@ -17,7 +17,9 @@ from clawgym.common.exit_codes import REFUSED
 
 
 def run(args: argparse.Namespace) -> int:
-    from clawgym.snapshot.core import CheckpointWatcher, SnapshotError, find_snapshot, stamp_save_dir
+    from clawgym.snapshot.checkpoints import CheckpointWatcher, stamp_save_dir
+    from clawgym.snapshot.layout import SnapshotError
+    from clawgym.snapshot.read import find_snapshot
 
     try:
         snap, save = find_snapshot(args.save_dir)

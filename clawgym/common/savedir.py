@@ -1,7 +1,7 @@
 """Names of what clawgym writes into a run's save dir, importable without what writes it.
 
 Validation asks whether a folder already is a run's save dir; it needs only these names, not
-:mod:`clawgym.snapshot.core` (which writes and reads the snapshots, and imports far more).
+:mod:`clawgym.snapshot` (which writes and reads the snapshots, and imports far more).
 """
 
 #: Snapshots of a save dir, relative to it.

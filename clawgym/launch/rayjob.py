@@ -1,6 +1,6 @@
 """Ray jobs: submit a plan, follow its output, stop it; the signal rules of a launch.
 
-The launch pipeline (:mod:`clawgym.pipeline.core`) and the Ray-based cluster backends
+The launch pipeline (:mod:`clawgym.pipeline.pipeline`) and the Ray-based cluster backends
 (:mod:`clawgym.backends`) use these pieces; ``clawgym jobs`` attaches to jobs submitted
 earlier through :meth:`JobHandle.attach`.
 
@@ -77,7 +77,7 @@ class TerminalLost(BaseException):
     """SIGHUP: the launcher lost its terminal (e.g. an ssh session dropped) while jobs run.
 
     Not an interrupt: the jobs keep running, as with ``ray.detach=true`` (see
-    :mod:`clawgym.pipeline.core`)."""
+    :mod:`clawgym.pipeline.pipeline`)."""
 
 
 #: Exit status after a lost terminal (128 + SIGHUP, as shells report it).

@@ -8,7 +8,9 @@ from pathlib import Path
 from typing import Any, Dict, Iterable, List, Optional, Sequence
 
 from clawgym.plan.build import TENSORBOARD_DIR_ENV, TENSORBOARD_RELPATH
-from clawgym.snapshot.core import SNAPSHOTS_RELPATH, Snapshot, SnapshotError, load_snapshot, snapshot_dirs, is_submitted
+from clawgym.snapshot.layout import SNAPSHOTS_RELPATH, SnapshotError
+from clawgym.snapshot.marks import is_submitted
+from clawgym.snapshot.read import Snapshot, load_snapshot, snapshot_dirs
 
 #: How deep below a given path save dirs are looked for (``<root>/exp/<run>`` is 2 below a checkout).
 MAX_DEPTH = 4

@@ -3,7 +3,7 @@
 The sweep's own part: every job composed once, named, validated and planned before
 anything starts, and the sweep refused when two jobs would share a save dir, run name or
 W&B run name. Launched jobs then go through the same launch pipeline as a single run
-(:mod:`clawgym.pipeline.core`: preflight all, snapshot, one cluster, pack by free GPUs,
+(:mod:`clawgym.pipeline.pipeline`: preflight all, snapshot, one cluster, pack by free GPUs,
 follow, summarise). Each job still runs through Hydra's ``run_job`` (job dir, ``.hydra/``,
 callbacks, logging); its task function's ``launch_single`` submits the job and returns
 at once. Dry-run and preflight-only jobs run inline, one after another.
@@ -33,8 +33,10 @@ from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 from omegaconf.errors import OmegaConfBaseException
 
-from clawgym.pipeline.core import (EXIT_FAILED, EXIT_INTERRUPTED, EXIT_REFUSED, FAILED, QUEUED, RUNNING, STOPPED, SUCCEEDED, Pipeline,
-                              PipelineJob, PipelineOptions, Refused, say, summary_table)
+from clawgym.common.exit_codes import FAILED as EXIT_FAILED, INTERRUPTED as EXIT_INTERRUPTED, REFUSED as EXIT_REFUSED
+from clawgym.pipeline.jobs import FAILED, RUNNING, SUCCEEDED, PipelineJob, PipelineOptions, Refused
+from clawgym.pipeline.pipeline import Pipeline
+from clawgym.pipeline.report import say, why_failed
 from clawgym.common.overrides import differing_overrides, split_override
 from clawgym.plan.build import LaunchPlan, build_plan_from_dict
 from clawgym.memory import this_node_gpu
@@ -479,7 +481,7 @@ class SweepSession:
         self._dry_run_summary([j for j in self.jobs if j.kind == "dry_run"])
         launched = [j for j in self.jobs if j.kind == "launch" and not self.options.inline]
         if launched:
-            from clawgym.snapshot.core import LaunchRecord
+            from clawgym.snapshot.records import LaunchRecord
 
             for j in launched:
                 # This job's overrides and choices (HydraConfig holds the whole sweep's here).
@@ -557,7 +559,7 @@ class SweepSession:
             if j.status == FAILED:
                 ret.status = JobStatus.FAILED
                 ret.return_value = SweepJobFailed(
-                    f"clawgym: sweep job #{j.num} ({j.label}) failed ({Pipeline.why(j)}); submission "
+                    f"clawgym: sweep job #{j.num} ({j.label}) failed ({why_failed(j)}); submission "
                     f"{j.submission_id}; log: {j.log_file}")
             else:
                 ret.status = JobStatus.COMPLETED
@@ -628,7 +630,7 @@ def run_sweep(*, hydra_context: HydraContext, task_function: TaskFunction, confi
         # A failed job is not a crash: the summary (printed) and one line per failure, then exit 1,
         # instead of Hydra re-raising each failure with its HYDRA_FULL_ERROR trailer.
         for j in failed:
-            print(f"clawgym: sweep job #{j.num} ({j.label}) failed ({Pipeline.why(j)})"
+            print(f"clawgym: sweep job #{j.num} ({j.label}) failed ({why_failed(j)})"
                   + (f"; submission {j.submission_id}" if j.submission_id else "")
                   + (f"; log: {j.log_file}" if j.log_file else ""), file=sys.stderr, flush=True)
         print(f"clawgym: {len(failed)} of {len(session.jobs)} sweep jobs failed", file=sys.stderr, flush=True)

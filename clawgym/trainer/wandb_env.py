@@ -18,7 +18,7 @@ wandb still takes from the environment (verified against wandb 0.31's
 Our config lands nested under ``clawgym`` (slime's flat ``args.__dict__`` has keys such as
 ``optimizer`` that would collide at top level); the launch record (overrides, choices,
 snapshot) under ``clawgym_launch``. The file is written by
-:func:`clawgym.snapshot.core.write_launch_snapshot` at :func:`wandb_config_path`.
+:func:`clawgym.snapshot.write.write_launch_snapshot` at :func:`wandb_config_path`.
 
 slime names the run ``<group>_<id>-RANK_0``; ``wandb.group`` defaults to the run name, so
 the W&B run's name carries the swept overrides (it is also in the notes, the tags and

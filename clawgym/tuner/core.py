@@ -1,6 +1,6 @@
 """The study loop: Optuna asks, clawgym runs the trial as an ordinary job, Optuna is told.
 
-Asynchronous through the pipeline's listener interface (:class:`clawgym.pipeline.core.PipelineListener`):
+Asynchronous through the pipeline's listener interface (:class:`clawgym.pipeline.jobs.PipelineListener`):
 the pipeline says when it has room (no job queued, GPUs free, ``max_concurrent`` not reached),
 and the tuner asks Optuna for one trial, composes its job as a ``-m`` job is composed
 (:class:`clawgym.sweep.core.SweepSession`: composed, validated, planned, memory-planned), and
@@ -32,8 +32,11 @@ from hydra.core.utils import JobReturn
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig
 
-from clawgym.pipeline.core import (EXIT_INTERRUPTED, EXIT_REFUSED, STOPPED, SUCCEEDED, Pipeline,
-                              PipelineJob, PipelineListener, PipelineOptions, Refused, fmt_duration, say)
+from clawgym.common.exit_codes import INTERRUPTED as EXIT_INTERRUPTED, REFUSED as EXIT_REFUSED
+from clawgym.common.text import fmt_duration
+from clawgym.pipeline.jobs import STOPPED, SUCCEEDED, PipelineJob, PipelineListener, PipelineOptions, Refused
+from clawgym.pipeline.pipeline import Pipeline
+from clawgym.pipeline.report import say, why_failed
 from clawgym.plan.build import TENSORBOARD_DIR_ENV
 from clawgym.sweep.core import (LauncherOptions, SweepJob, SweepRefused, SweepSession, apply_value_overrides,
                            run_name_is_default, unresolved)
@@ -47,7 +50,7 @@ ATTR_PREFIX = "clawgym_"
 INTERRUPTED = "clawgym_interrupted"
 #: Trials in flight at once on a backend that queues jobs itself, unless max_concurrent says.
 QUEUEING_BACKEND_TRIALS = 2
-#: The file in a trial's snapshot dir that says how the trial ended (clawgym.snapshot.core.TRIAL_FILE).
+#: The file in a trial's snapshot dir that says how the trial ended (clawgym.snapshot.layout.TRIAL_FILE).
 FINISHED = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
 
 
@@ -177,7 +180,7 @@ class TuneSession(PipelineListener):
             raise
         except Exception as exc:  # noqa: BLE001 - a check that raises refuses this trial, as it refuses a sweep
             raise SweepRefused(f"a check could not run: {type(exc).__name__}: {exc}") from None
-        from clawgym.snapshot.core import LaunchRecord
+        from clawgym.snapshot.records import LaunchRecord
 
         j.record = LaunchRecord.from_hydra(cfg.hydra, command="sweep")
         j.record.origin["tuner"] = {"study": str(self.settings.study_name), "storage": self.storage,
@@ -275,7 +278,7 @@ class TuneSession(PipelineListener):
             else:
                 self._finish(trial, "complete", value, TrialState.COMPLETE)
         else:
-            self._finish(trial, "failed", None, TrialState.FAIL, reason=Pipeline.why(job))
+            self._finish(trial, "failed", None, TrialState.FAIL, reason=why_failed(job))
         self._record(trial)
 
     # -------------------------------------------------------- metrics
@@ -322,7 +325,7 @@ class TuneSession(PipelineListener):
         """How the trial ended, beside its snapshot (``clawgym runs`` reads it without Optuna)."""
         if trial.job is None or not trial.job.snapshot:
             return
-        from clawgym.snapshot.core import mark_trial
+        from clawgym.snapshot.marks import mark_trial
 
         try:
             mark_trial(trial.job.snapshot, {"study": str(self.settings.study_name), "trial": trial.number,
@@ -421,7 +424,7 @@ class TuneSession(PipelineListener):
             state, value = "failed", None
         snapshot = ft.user_attrs.get(ATTR_PREFIX + "snapshot")
         if snapshot:
-            from clawgym.snapshot.core import mark_trial
+            from clawgym.snapshot.marks import mark_trial
 
             try:
                 mark_trial(snapshot, {"study": str(self.settings.study_name), "trial": ft.number, "state": state,

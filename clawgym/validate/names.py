@@ -144,7 +144,7 @@ def _run_save_dir(path: Path) -> bool:
     A ``clawgym/snapshots/`` holding nothing but hidden leftovers (a temp dir of a launch
     killed while it wrote, a discarded snapshot) is no run's: an interrupted launch must not
     mark the folder as another run's save dir."""
-    # Not from clawgym.snapshot.core: validation needs only the folder's name, and that module (~1000
+    # Not from clawgym.snapshot: validation needs only the folder's name, and that package (~1000
     # lines, subprocess, threading, socket) is the largest a dry run would import for nothing.
     from clawgym.common.savedir import SNAPSHOTS_RELPATH
 

@@ -1,6 +1,6 @@
 """The launch pipeline: one path for 1..N jobs (a single run is a sweep of one).
 
-``python train.py`` (through :func:`launch_single`) and the Hydra launcher plugin
+``python train.py`` (through :func:`clawgym.pipeline.single.launch_single`) and the Hydra launcher plugin
 (through :mod:`clawgym.sweep.core`) hand validated, planned jobs to :class:`Pipeline`, which
 walks the same steps for both:
 
@@ -31,200 +31,29 @@ log file says so and how to follow it, and the launcher exits 129.
 The pipeline never asks which backend it talks to.
 """
 
+
 from __future__ import annotations
 
 import os
 import sys
 import threading
 import time
-from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from clawgym.plan.build import LaunchPlan
-from clawgym.snapshot.core import start_checkpoint_watcher
+from clawgym.common.exit_codes import FAILED as EXIT_FAILED, INTERRUPTED as EXIT_INTERRUPTED
 from clawgym.common.text import fmt_duration
-
-from clawgym.common.exit_codes import FAILED as EXIT_FAILED, INTERRUPTED as EXIT_INTERRUPTED, REFUSED as EXIT_REFUSED
-
-QUEUED, RUNNING, SUCCEEDED, FAILED, STOPPED = "queued", "running", "succeeded", "failed", "stopped"
-#: A job handed over but not run by clawgym (``cluster=kuberay kuberay.apply=false``: manifest written).
-NOT_APPLIED = "not applied"
-
-
-class Refused(Exception):
-    """The launch cannot start; ``str()`` is the whole user-facing report; nothing was submitted."""
-
-    def __init__(self, report: str, code: int = EXIT_REFUSED) -> None:
-        super().__init__(report)
-        self.code = code
+from clawgym.pipeline.active import running_task
+from clawgym.pipeline.checks import LaunchChecks
+from clawgym.pipeline.jobs import (FAILED, NOT_APPLIED, QUEUED, RUNNING, STOPPED, SUCCEEDED, PipelineJob,
+                                   PipelineListener, PipelineOptions, Refused)
+from clawgym.pipeline.marks import mark_snapshot_submitted, record_endings
+from clawgym.pipeline.report import (metrics_note, metrics_ticker, quiet_ray_sdk, say, say_runs_table,
+                                     summary_table, why_failed)
+from clawgym.plan.build import LaunchPlan
+from clawgym.snapshot.checkpoints import start_checkpoint_watcher
 
 
-@dataclass
-class PipelineOptions:
-    """How the pipeline runs its jobs."""
-
-    # Sweep output (progress lines, summary table, job output only in log files) instead of
-    # one job's output on the console.
-    sweep: bool = False
-    # Most jobs running at once; 0 = as many as the free GPUs hold.
-    max_concurrent: int = 0
-    # Seconds between checks of running jobs.
-    poll_interval: float = 1.0
-    # Seconds between progress lines while nothing changes; 0 = on changes only.
-    progress_interval: float = 30.0
-
-
-@dataclass
-class PipelineJob:
-    """One job of a launch and what happened to it."""
-
-    # Job number (Hydra's ``hydra.job.num`` in a sweep).
-    num: int = 0
-    # Task config (no ``hydra`` node).
-    cfg: Any = None
-    # The validated plan that is submitted.
-    plan: Optional[LaunchPlan] = None
-    # What tells the job apart, for messages ("(no overrides)" for a single run).
-    label: str = ""
-    short_label: str = ""
-    # Overrides and choices for the snapshot (clawgym.snapshot.core.LaunchRecord); None: Hydra's current job.
-    record: Any = None
-    status: str = QUEUED
-    # Secrets this job's plan names, read from the environment (never printed).
-    secrets: Dict[str, str] = field(default_factory=dict, repr=False)
-    handle: Any = None
-    submission_id: Optional[str] = None
-    log_file: Optional[str] = None
-    started: Optional[float] = None
-    ended: Optional[float] = None
-    exit_code: Optional[int] = None
-    # Why the job failed, when it did.
-    error: Optional[BaseException] = None
-    thread: Optional[threading.Thread] = None
-    # Launch snapshot written before submission, and the checkpoint watcher that copies it.
-    snapshot: Optional[str] = None
-    watcher: Any = None
-    # Pipeline.stop() asked for this job to stop: it ends as "stopped", not "failed".
-    stop_requested: bool = False
-
-    @property
-    def duration(self) -> Optional[float]:
-        if self.started is None:
-            return None
-        return (self.ended or time.monotonic()) - self.started
-
-
-class PipelineListener:
-    """What a driver above the pipeline (the tuner) hears while a sweep's jobs run.
-
-    Every call comes from the pipeline's scheduling thread, between its checks of the running
-    jobs, so a listener may call :meth:`Pipeline.submit` and :meth:`Pipeline.stop` from inside
-    one. The default methods do nothing; a grid sweep has no listener.
-    """
-
-    def job_started(self, pipeline: "Pipeline", job: PipelineJob) -> None:
-        """``job`` was submitted and runs."""
-
-    def job_ended(self, pipeline: "Pipeline", job: PipelineJob) -> None:
-        """``job`` ended (``job.status``: succeeded, failed, or stopped after :meth:`Pipeline.stop`);
-        its GPUs are free."""
-
-    def room(self, pipeline: "Pipeline", free_gpus: Optional[float], running: int) -> None:
-        """No job is queued and another could start (``free_gpus``: None when the backend
-        queues jobs itself): submit one now, or none."""
-
-    def poll(self, pipeline: "Pipeline", running: Sequence[PipelineJob]) -> None:
-        """Every check of the running jobs (``PipelineOptions.poll_interval``)."""
-
-
-# ---------------------------------------------------------------- the task-function hook
-
-_ACTIVE: Optional["Pipeline"] = None
-
-
-def active_pipeline() -> Optional["Pipeline"]:
-    """The pipeline whose job's task function is running (a sweep), or None."""
-    return _ACTIVE
-
-
-def launch_single(cfg: Any, plan: LaunchPlan) -> Any:
-    """``python train.py`` without dry run: the pipeline with one job.
-
-    Inside a sweep (the task function of a sweep job), submits that job and returns its
-    submission id. Otherwise returns 0 when the job succeeded or was detached, and exits
-    with the launch's status (printed without a traceback) when not.
-    """
-    if _ACTIVE is not None:
-        return _ACTIVE.submit_current(cfg, plan)
-    job = PipelineJob(num=0, cfg=cfg, plan=plan, label="(no overrides)")
-    try:
-        rc = Pipeline([job], PipelineOptions()).run()
-    except Refused as err:
-        from clawgym.common.secrets import redact
-
-        print(redact(str(err)), file=sys.stderr, flush=True)
-        sys.exit(err.code)
-    except KeyboardInterrupt:
-        # Before a cluster or job existed (later interrupts are handled where they can stop things).
-        print("\n[clawgym] interrupted; nothing was left running", file=sys.stderr, flush=True)
-        sys.exit(EXIT_INTERRUPTED)
-    if rc == EXIT_FAILED:
-        # One exit code for a failed job (1); the trainer's own is in the message.
-        print(f"clawgym: {failure_message(job)}", file=sys.stderr, flush=True)
-    if rc:
-        sys.exit(rc)
-    return 0
-
-
-def failure_message(j: PipelineJob) -> str:
-    """"the job failed (trainer exited 3)", or why the launcher cannot say how it ended."""
-    from clawgym.common.exit_codes import job_failed
-    from clawgym.launch.rayjob import EXIT_LOST_CONTACT, trainer_exit_code
-
-    if j.exit_code == EXIT_LOST_CONTACT:
-        return "the launcher lost contact with the job (the Ray dashboard stopped answering); it may still run"
-    code = None
-    if j.handle is not None:
-        try:
-            code = trainer_exit_code(j.handle.message())
-        except Exception:  # noqa: BLE001 - the cluster may be gone: the message just has no code
-            code = None
-    if j.error is not None and j.handle is None:
-        return f"the job failed ({type(j.error).__name__}: {j.error})"
-    return job_failed(code)
-
-
-# ---------------------------------------------------------------- formatting
-
-def summary_table(jobs: Sequence[PipelineJob]) -> str:
-    head = ("#", "overrides", "run_name", "submission id", "status", "duration", "log file")
-    rows = [head] + [(str(j.num), j.short_label or j.label, j.plan.run_name if j.plan else "-", j.submission_id or "-",
-                      j.status, fmt_duration(j.duration), j.log_file or "-") for j in jobs]
-    widths = [max(len(r[i]) for r in rows) for i in range(len(head) - 1)]
-    out = []
-    for n, r in enumerate(rows):
-        out.append("  ".join(c.ljust(w) for c, w in zip(r, widths)) + "  " + r[-1])
-        if n == 0:
-            out.append("  ".join("-" * w for w in widths) + "  " + "-" * len(head[-1]))
-    return "\n".join(out)
-
-
-def say(text: str) -> None:
-    # One write per line: job threads print too, and print() writes the newline separately.
-    sys.stdout.write(text + "\n")
-    sys.stdout.flush()
-
-
-def _quiet_ray_sdk() -> None:
-    """Ray's job SDK logs each package upload and websocket close at INFO; keep progress readable."""
-    from clawgym.launch.rayjob import quiet_ray_sdk
-
-    quiet_ray_sdk()
-
-
-# ---------------------------------------------------------------- the pipeline
-
-class Pipeline:
+class Pipeline(LaunchChecks):
     """Validated, planned jobs -> checked, snapshotted, submitted, followed, summarised."""
 
     def __init__(self, jobs: Sequence[PipelineJob], options: PipelineOptions, *,
@@ -268,11 +97,6 @@ class Pipeline:
     def keep(self) -> bool:
         return any(bool(j.cfg.ray.keep_head) for j in self.jobs)
 
-    def _refuse(self, what: str, lines: Sequence[str], *, submitted: bool = False) -> Refused:
-        nothing = "nothing was submitted" if submitted else "nothing was started"
-        head = f"clawgym: sweep refused, {what}; {nothing}" if self._sweep else f"clawgym: {what}; {nothing}"
-        return Refused("\n".join([head, *lines]))
-
     def _elapsed(self) -> str:
         return fmt_duration(time.monotonic() - self.t0)
 
@@ -301,26 +125,8 @@ class Pipeline:
                                              or j.exit_code == EXIT_LOST_CONTACT) for j in self.jobs)
         ownership.release(jobs_left=left)
 
-    def _claim(self) -> None:
-        """One owner per save dir and per sandbox: recorded before preflight (clawgym.common.ownership),
-        refused when another live launch (its launcher, or a job it submitted) holds a save dir."""
-        from clawgym.common import ownership
-        from clawgym.preflight.sandbox import engine_address
-
-        sandboxes = [{"engine": engine_address(), "prefix": str(j.cfg.sandbox.container_prefix),
-                      "image": str(j.cfg.sandbox.image)} for j in self.jobs if j.cfg.sandbox.backend == "docker"]
-        try:
-            ownership.claim(runs=[j.plan.run_name for j in self.jobs],
-                            save_dirs=[str(j.plan.save_dir) for j in self.jobs if j.plan.save_dir],
-                            sandboxes=sandboxes)
-        except ownership.Held as err:
-            raise self._refuse("a save dir is in use by another launch", [
-                str(err), "  rule: one trainer per save dir (two would overwrite each other's iter_* checkpoints)",
-                "  fix:  wait for that run to end (or stop it: clawgym jobs stop <id>), or give this launch its "
-                "own save dir: run_name=<new name> or paths.save=<new dir>"]) from None
-
     def _discard_unsubmitted(self) -> None:
-        from clawgym.snapshot.core import discard_unsubmitted
+        from clawgym.snapshot.marks import discard_unsubmitted
 
         for j in self.jobs:
             if j.snapshot and discard_unsubmitted(j.snapshot):
@@ -405,158 +211,12 @@ class Pipeline:
                 self._close()
         return self._summarise()
 
-    # -------------------------------------------------------- checks
-
-    def _one_cluster(self) -> None:
-        from clawgym.backends import cluster_key, describe_cluster
-
-        if len({cluster_key(j.plan) for j in self.jobs}) > 1:
-            raise self._refuse("its jobs ask for different Ray clusters", [
-                *(f"  job #{j.num} ({j.label}): {describe_cluster(j.plan)}" for j in self.jobs),
-                "  rule: one sweep runs on one cluster",
-                "  fix:  set the same ray.* for every job (e.g. ray.num_gpus=<node GPUs> for all,"
-                " or ray.address=<cluster>)"])
-        if len({bool(j.cfg.ray.detach) for j in self.jobs}) > 1:
-            raise self._refuse("ray.detach differs between jobs", ["  fix:  set ray.detach once for the whole sweep"])
-
-    def _check_own_ports(self) -> None:
-        """One owner per port inside the launch: two jobs that may run at once on the backend's
-        one head claim no common port (the second API server would fail to bind mid-run), as
-        :meth:`_check_capacity` refuses against jobs of other launches. Checked before anything
-        starts; a backend whose jobs each get a cluster of their own (``packs_jobs`` False) and
-        ``max_concurrent=1`` (one job at a time) have nothing to check."""
-        if len(self.jobs) < 2 or not getattr(self.backend, "packs_jobs", True) or self.options.max_concurrent == 1:
-            return
-        from clawgym.launch.rayjob import ports_of
-
-        owner: Dict[int, PipelineJob] = {}
-        clashes = []
-        for j in self.jobs:
-            for port in ports_of(j.plan):
-                if port in owner:
-                    first = owner[port]
-                    clashes.append(f"  job #{j.num} ({j.label}) and job #{first.num} ({first.label}) both claim "
-                                   f"port {port}")
-                else:
-                    owner[port] = j
-        if clashes:
-            raise self._refuse("two of its jobs would share a port on one Ray head", [
-                *clashes, "  rule: jobs running side by side on one node cannot share an API server (or router) "
-                          "port",
-                "  fix:  leave sglang.api_port unset (the sweep gives each job its own), or sweep it with one "
-                "port per job (e.g. sglang.api_port=30001,30002), and the same for any --*-port in extra_args; "
-                "or run one job at a time: hydra.launcher.max_concurrent=1"])
-
-    def _check_capacity(self, *, after_start: bool = False) -> None:
-        """Every job fits the cluster's declared GPUs and, next to the jobs already running
-        there, its free GPUs; no job claims a port that a running job claimed."""
-        b = self.backend
-        try:
-            free = b.free_gpus()
-            total = b.total_gpus() if free is not None else None
-            ports = b.ports_in_use()
-            running = b.running_elsewhere()
-        except Exception:
-            if after_start:
-                raise
-            return  # the preflight's cluster check reports a cluster that does not answer
-        if free is None:
-            self.capacity = None
-            return
-        jobs = self.jobs
-        big = [j for j in jobs if j.plan.gpus_required > total]
-        if big and total == 0 and b.checks_this_machine():
-            raise self._refuse("the local Ray head sees no GPUs on this node", [
-                "  rule: jobs are packed onto the GPUs the head declares",
-                "  fix:  run on a GPU node, or declare them: ray.num_gpus=<GPUs of the node>"], submitted=True)
-        if big:
-            raise self._refuse(f"the cluster has {total:g} GPUs", [
-                *(f"  job #{j.num} ({j.label}) needs {j.plan.gpus_required} GPUs" for j in big),
-                "  rule: a job's gpu_layout must fit the cluster",
-                "  fix:  choose a smaller gpu_layout, or run on a cluster with more GPUs (ray.address / ray.num_gpus)"],
-                submitted=True)
-        where = self.backend.address
-        waiting = [j for j in jobs if j.plan.gpus_required > free]
-        if waiting:
-            raise self._refuse(f"the cluster at {where} has {free:g} of its {total:g} GPUs free", [
-                *(f"  job #{j.num} ({j.label}) needs {j.plan.gpus_required} GPUs" for j in waiting),
-                "  running there now:", *(f"    {line}" for line in running),
-                f"  rule: a job starts only on GPUs no running job holds",
-                f"  fix:  wait for those jobs, stop them (clawgym jobs stop <id> --address {where}), "
-                f"or use another cluster (ray.address, or ray.port/ray.dashboard_port for a head of its own)"],
-                submitted=True)
-        need = sum(j.plan.gpus_required for j in jobs)
-        if self.detach and need > free:
-            raise self._refuse(
-                f"ray.detach=true needs every job to run at once, but the jobs need {need} GPUs and the cluster has "
-                f"{free:g} free", ["  fix:  drop ray.detach (the sweep then queues jobs and waits), or split the sweep"],
-                submitted=True)
-        clashes = []
-        for j in jobs:
-            from clawgym.launch.rayjob import ports_of
-
-            for port in ports_of(j.plan):
-                if port in ports:
-                    clashes.append(f"  job #{j.num} ({j.label}): port {port} (e.g. sglang.api_port) is claimed by "
-                                   f"{ports[port]}")
-        if clashes:
-            raise self._refuse(f"ports clash with jobs running on {where}", [
-                *clashes, "  rule: two jobs' API servers (and routers) cannot share a port",
-                "  fix:  set sglang.api_port (and any --*-port in extra_args) to ports no running job uses"],
-                submitted=True)
-        self.capacity = free
-
-    def _preflight(self) -> None:
-        from clawgym.preflight import PreflightError, run_preflight
-
-        local = self.backend.checks_this_machine()
-        if not self._sweep:
-            j = self.jobs[0]
-            try:
-                run_preflight(j.cfg, j.plan, local_head=local)
-            except PreflightError as err:
-                # run_preflight already printed the checklist with every failing line and its fix.
-                from clawgym.preflight.core import failure_line
-
-                sys.stdout.flush()
-                raise Refused(failure_line(err)) from None
-            return
-        reports = []
-        for j in self.jobs:
-            try:
-                run_preflight(j.cfg, j.plan, local_head=local, echo=None)
-            except PreflightError as err:
-                reports.append(f"sweep job #{j.num} ({j.label}):\n{err.report()}")
-        if reports:
-            raise Refused(f"clawgym: sweep refused, preflight failed for {len(reports)} of {len(self.jobs)} "
-                          f"jobs; nothing was started\n" + "\n".join(reports))
-        say(f"[sweep] preflight passed for all {len(self.jobs)} jobs")
-
-    def _cleanup_and_snapshot(self) -> None:
-        from clawgym.preflight import PreflightError, cleanup_leftovers
-        from clawgym.snapshot.core import SnapshotError, write_launch_snapshot
-
-        try:
-            cleaned = set()
-            for j in self.jobs:
-                sb = j.cfg.sandbox
-                key = (sb.backend, sb.container_prefix, sb.image)
-                if key not in cleaned:
-                    cleanup_leftovers(j.cfg)
-                    cleaned.add(key)
-            for j in self.jobs:
-                j.snapshot = str(write_launch_snapshot(j.cfg, j.plan, record=j.record))
-        except (PreflightError, SnapshotError) as err:
-            if self._sweep:
-                raise Refused(f"clawgym: sweep refused; nothing was submitted\n{err}") from None
-            raise Refused(str(err)) from None
-
     # -------------------------------------------------------- cluster and jobs
 
     def _sweep_header(self) -> None:
         cap = f"{self.capacity:g} GPUs free" if self.capacity is not None else "the cluster queues jobs"
         say(f"[sweep] {len(self.jobs)} jobs on {self.backend.address} ({cap})")
-        _quiet_ray_sdk()
+        quiet_ray_sdk()
 
     def _connect(self, secrets: Mapping[str, str], *, submit_early: bool, sweep_early: bool = False,
                  prepare: Optional[Callable[[], None]] = None) -> None:
@@ -610,7 +270,7 @@ class Pipeline:
                                     redact=list(j.secrets.values()))
         j.submission_id, j.log_file = j.handle.submission_id, j.handle.log_file
         j.started, j.status = time.monotonic(), RUNNING
-        _mark_snapshot_submitted(j)
+        mark_snapshot_submitted(j)
         if not self.detach:
             j.watcher = start_checkpoint_watcher(j.plan, j.snapshot)
         return True
@@ -640,14 +300,13 @@ class Pipeline:
         ownership.add_job(job_record() if callable(job_record) else
                           {"kind": "ray", "address": getattr(j.handle, "address", "") or self.backend.address or "",
                            "submission_id": j.submission_id})
-        # The snapshot now belongs to a submitted job (bug 6: clawgym.snapshot.core marks it so).
-        _mark_snapshot_submitted(j)
+        # The snapshot now belongs to a submitted job (bug 6: clawgym.snapshot.marks marks it so).
+        mark_snapshot_submitted(j)
         if not self.detach:
             j.watcher = start_checkpoint_watcher(j.plan, j.snapshot)
 
     def _start(self, j: PipelineJob) -> None:
         """Submit one job (through the task function in a sweep)."""
-        global _ACTIVE
         j.started = time.monotonic()
         j.status = RUNNING
         if self._run_job is None:
@@ -663,11 +322,12 @@ class Pipeline:
                 j.status, j.started = QUEUED, None
                 raise
         else:
-            self._current, _ACTIVE = j, self
+            self._current = j
             try:
-                self._run_job(j)
+                with running_task(self):
+                    self._run_job(j)
             finally:
-                self._current, _ACTIVE = None, None
+                self._current = None
         if j.handle is None:
             j.ended = time.monotonic()
             j.status = FAILED if j.error is not None else SUCCEEDED
@@ -680,7 +340,7 @@ class Pipeline:
             self._start(j)
         if j.handle is None:
             return
-        ticker = _metrics_ticker(j)
+        ticker = metrics_ticker(j)
         try:
             j.exit_code = int(j.handle.follow(lost_contact_after=float(j.cfg.ray.lost_contact_s)))
         finally:
@@ -783,7 +443,9 @@ class Pipeline:
         from clawgym.launch import rayjob as launch
         from clawgym.backends import cluster_key, describe_cluster
         from clawgym.preflight import PreflightError, run_preflight
-        from clawgym.snapshot.core import SnapshotError, discard_unsubmitted, write_launch_snapshot
+        from clawgym.snapshot.layout import SnapshotError
+        from clawgym.snapshot.marks import discard_unsubmitted
+        from clawgym.snapshot.write import write_launch_snapshot
 
         first = self.jobs[0]
         where = f"job #{job.num} ({job.label})"
@@ -934,14 +596,14 @@ class Pipeline:
             say(f"[clawgym] could not clean up the cluster: {exc}")
 
     def _summarise(self) -> int:
-        _record_endings(self.jobs)
+        record_endings(self.jobs)
         if self.hangup:
             from clawgym.launch.rayjob import EXIT_HANGUP
 
             return EXIT_HANGUP
         if self._sweep:
             say(summary_table(self.jobs))
-            _say_runs_table(self.jobs)
+            say_runs_table(self.jobs)
             if self.interrupted:
                 say("[sweep] interrupted: running jobs stopped, queued jobs not submitted")
                 return EXIT_INTERRUPTED
@@ -974,27 +636,12 @@ class Pipeline:
                 f"{j.plan.gpus_required} GPUs)")
         elif j.status == SUCCEEDED:
             say(f"[sweep {self._elapsed()}] job #{j.num} succeeded after {fmt_duration(j.duration)}"
-                + _metrics_note(j))
+                + metrics_note(j))
         elif j.status == FAILED:
-            say(f"[sweep {self._elapsed()}] job #{j.num} FAILED ({self.why(j)}) after {fmt_duration(j.duration)}"
-                + _metrics_note(j) + (f"; log: {j.log_file}" if j.log_file else ""))
+            say(f"[sweep {self._elapsed()}] job #{j.num} FAILED ({why_failed(j)}) after {fmt_duration(j.duration)}"
+                + metrics_note(j) + (f"; log: {j.log_file}" if j.log_file else ""))
         elif j.status == STOPPED:
-            say(f"[sweep {self._elapsed()}] job #{j.num} stopped after {fmt_duration(j.duration)}" + _metrics_note(j))
-
-    @staticmethod
-    def why(j: PipelineJob) -> str:
-        """Why a job failed, in a few words: the trainer's exit code when Ray reported one."""
-        if j.error is not None and j.handle is None:
-            return f"{type(j.error).__name__}: {j.error}"
-        if j.handle is not None:
-            from clawgym.launch.rayjob import trainer_exit_code
-
-            code = trainer_exit_code(j.handle.message())
-            if code is not None:
-                return f"trainer exit code {code}"
-        if j.exit_code is not None:
-            return f"exit code {j.exit_code}"
-        return f"{type(j.error).__name__}: {j.error}"
+            say(f"[sweep {self._elapsed()}] job #{j.num} stopped after {fmt_duration(j.duration)}" + metrics_note(j))
 
     def _progress(self, force: bool = False) -> None:
         counts = tuple(sum(1 for j in self.jobs if j.status == s) for s in (QUEUED, RUNNING, SUCCEEDED, FAILED))
@@ -1002,68 +649,6 @@ class Pipeline:
         interval = self.options.progress_interval
         if force or counts != self._last_counts or (interval > 0 and now - self._last_progress >= interval):
             self._last_counts, self._last_progress = counts, now
-            notes = [(j.num, _metrics_note(j, sep="")) for j in self.jobs if j.status == RUNNING]
+            notes = [(j.num, metrics_note(j, sep="")) for j in self.jobs if j.status == RUNNING]
             say(f"[sweep {self._elapsed()}] queued {counts[0]} | running {counts[1]} | "
                 f"succeeded {counts[2]} | failed {counts[3]}" + "".join(f" | #{n} {t}" for n, t in notes if t))
-
-
-def _mark_snapshot_submitted(j: PipelineJob) -> None:
-    """This job's snapshot now records a launch (until then ``show`` does not list it, and
-    :meth:`Pipeline.run` discards it if the job is never submitted)."""
-    from clawgym.snapshot.core import mark_submitted
-
-    if j.snapshot:
-        job_record = getattr(j.handle, "job_record", None)
-        mark_submitted(j.snapshot, j.submission_id, address=getattr(j.handle, "address", "") or "",
-                       job=job_record() if callable(job_record) else None)
-
-
-# ---------------------------------------------------------------- metrics (clawgym/runs)
-
-def _metrics_note(j: PipelineJob, sep: str = " ") -> str:
-    """`` (rollout step N, raw reward R)`` from the job's TensorBoard events so far, else ""."""
-    if j.plan is None or j.handle is None:
-        return ""
-    from clawgym.runs.live import latest_step
-
-    text = latest_step(j.plan)
-    return f"{sep}({text})" if text else ""
-
-
-def _metrics_ticker(j: PipelineJob):
-    """A single followed job: a line whenever its events show a new rollout step."""
-    try:
-        from clawgym.runs.live import Ticker
-
-        return Ticker(j.plan, say).start()
-    except Exception:  # noqa: BLE001 - the run matters more than its progress lines
-        return None
-
-
-def _record_endings(jobs: Sequence[PipelineJob]) -> None:
-    """Each followed job's end into its snapshot, so ``clawgym runs`` knows it after the cluster is gone."""
-    from clawgym.snapshot.core import mark_ended
-
-    for j in jobs:
-        if j.snapshot and j.submission_id and j.status in (SUCCEEDED, FAILED, STOPPED, NOT_APPLIED):
-            try:
-                mark_ended(j.snapshot, j.status, j.exit_code)
-            except OSError:
-                pass  # a read-only save dir: the status is then asked from the cluster only
-
-
-def _say_runs_table(jobs: Sequence[PipelineJob]) -> None:
-    """The sweep's end: ``clawgym runs``' table of its jobs (what each reached, where its time went)."""
-    try:
-        from clawgym.runs.live import sweep_table
-
-        table = sweep_table(jobs)
-    except Exception as exc:  # noqa: BLE001 - the summary above already says how the jobs ended
-        say(f"[sweep] runs table unavailable: {type(exc).__name__}: {exc}")
-        return
-    if table:
-        import os
-
-        saves = [str(j.plan.save_dir) for j in jobs if j.plan is not None and j.plan.save_dir]
-        where = os.path.commonpath(saves) if len(saves) > 1 else (saves[0] if saves else ".")
-        say(f"\nruns (again, or with curves: clawgym runs {where}; clawgym report {where}):\n{table}")
