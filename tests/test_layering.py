@@ -118,6 +118,7 @@ ARROWS: Dict[Tuple[str, str], str] = {
     ("clawgym.pipeline", "clawgym.runs"): "progress lines and the sweep's table",
     ("clawgym.pipeline", "clawgym.search"): "the memory plan with advice",
     ("clawgym.pipeline", "clawgym.snapshot"): "snapshots written before the job starts, checkpoints watched",
+    # supervision (below the pipeline, which starts it): its arrows join here as it imports
     # checks and records
     ("clawgym.preflight", "clawgym.backends"): "the ports a local head being started holds, the cluster's GPUs",
     ("clawgym.preflight", "clawgym.common"): "ownership records, ports, exit codes",
