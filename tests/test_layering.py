@@ -531,3 +531,13 @@ def test_the_arrow_table_can_fail():
     assert package_of("clawgym.pipeline.core") == "clawgym.pipeline"
     assert package_of("clawgym.new_root_module") == "clawgym.new_root_module"
     assert "clawgym.new_root_module" not in ROOT_MODULES
+
+
+def test_the_map_draws_the_arrow_table():
+    # docs/architecture.md's picture is generated from LAYERS and ARROWS: it must be the current one.
+    import subprocess
+    import sys
+
+    run = subprocess.run([sys.executable, str(ROOT / "tools" / "gen_architecture.py"), "--check"],
+                         capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
