@@ -4,21 +4,22 @@ calls :func:`clawgym.pipeline.single.launch_single`, which submits through it)."
 from __future__ import annotations
 
 import contextlib
-from typing import TYPE_CHECKING, Iterator, Optional
+from typing import Any, Iterator, Optional
 
-if TYPE_CHECKING:
-    from clawgym.pipeline.pipeline import Pipeline
+# The pipeline is typed as Any here: naming its class would close a circle with pipeline.py,
+# which imports this module.
+Pipeline = Any
 
-_ACTIVE: Optional["Pipeline"] = None
+_ACTIVE: Optional[Pipeline] = None
 
 
-def active_pipeline() -> Optional["Pipeline"]:
+def active_pipeline() -> Optional[Pipeline]:
     """The pipeline whose job's task function is running (a sweep), or None."""
     return _ACTIVE
 
 
 @contextlib.contextmanager
-def running_task(pipeline: "Pipeline") -> Iterator[None]:
+def running_task(pipeline: Pipeline) -> Iterator[None]:
     """``pipeline`` is the active one while a job's task function runs inside the block."""
     global _ACTIVE
     _ACTIVE = pipeline

@@ -7,13 +7,14 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Dict, Optional, Sequence
+from typing import Any, Dict, Optional, Sequence
 
 from clawgym.common.exit_codes import REFUSED as EXIT_REFUSED
 from clawgym.plan.build import LaunchPlan
 
-if TYPE_CHECKING:
-    from clawgym.pipeline.pipeline import Pipeline
+# The pipeline is typed as Any here: naming its class would close a circle with pipeline.py,
+# which imports this module.
+Pipeline = Any
 
 QUEUED, RUNNING, SUCCEEDED, FAILED, STOPPED = "queued", "running", "succeeded", "failed", "stopped"
 #: A job handed over but not run by clawgym (``cluster=kuberay kuberay.apply=false``: manifest written).
@@ -91,16 +92,16 @@ class PipelineListener:
     one. The default methods do nothing; a grid sweep has no listener.
     """
 
-    def job_started(self, pipeline: "Pipeline", job: PipelineJob) -> None:
+    def job_started(self, pipeline: Pipeline, job: PipelineJob) -> None:
         """``job`` was submitted and runs."""
 
-    def job_ended(self, pipeline: "Pipeline", job: PipelineJob) -> None:
+    def job_ended(self, pipeline: Pipeline, job: PipelineJob) -> None:
         """``job`` ended (``job.status``: succeeded, failed, or stopped after :meth:`Pipeline.stop`);
         its GPUs are free."""
 
-    def room(self, pipeline: "Pipeline", free_gpus: Optional[float], running: int) -> None:
+    def room(self, pipeline: Pipeline, free_gpus: Optional[float], running: int) -> None:
         """No job is queued and another could start (``free_gpus``: None when the backend
         queues jobs itself): submit one now, or none."""
 
-    def poll(self, pipeline: "Pipeline", running: Sequence[PipelineJob]) -> None:
+    def poll(self, pipeline: Pipeline, running: Sequence[PipelineJob]) -> None:
         """Every check of the running jobs (``PipelineOptions.poll_interval``)."""
