@@ -52,9 +52,9 @@ def test_the_top_layout_keeps_the_memory_margin_measured_for_the_plan():
     assert layouts
     best = layouts[0]
     assert not best.in_margin
-    assert best.gpu_peak_gib <= best.gpu_memory_gib * MEMORY_PLAN_LOW_RATIO + 1e-6
+    assert best.actor_peak_gib <= best.gpu_memory_gib * MEMORY_PLAN_LOW_RATIO + 1e-2
     for x in layouts:
-        assert x.in_margin == (x.gpu_peak_gib > x.gpu_memory_gib * MEMORY_PLAN_LOW_RATIO + 1e-6)
+        assert x.in_margin == (x.actor_peak_gib > x.gpu_memory_gib * MEMORY_PLAN_LOW_RATIO + 1e-2)
 
 
 def test_the_memory_margin_covers_every_measured_point_of_the_reference(tmp_path):
@@ -88,7 +88,7 @@ def test_gpu_layout_auto_picks_outside_the_margin_and_records_ties():
 
     overrides = ["model=qwen3_30b_a3b", "gpu_layout=auto", "memory.gpu=h100_80gb"]
     _, rec = resolve_auto(plain(*overrides), overrides)
-    assert rec["gpu_peak_gib"] <= rec["gpu_memory_gib"] * MEMORY_PLAN_LOW_RATIO + 1e-6
+    assert rec["actor_peak_gib"] <= rec["gpu_memory_gib"] * MEMORY_PLAN_LOW_RATIO + 1e-2
     for x in rec["runners_up"]:
         assert "rank" in x
 
