@@ -90,3 +90,17 @@ def test_clawgym_explain_is_a_command():
                           timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.count("set by, first to last") == 2
+
+
+def test_explain_of_a_map_masks_its_secret_named_children():
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    proc = subprocess.run([sys.executable, "-m", "clawgym", "explain", "extra_env", "args",
+                           "+extra_env.WANDB_API_KEY=abc123secret", "+args.hub_token=tok999"],
+                          capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "abc123secret" not in proc.stdout + proc.stderr and "tok999" not in proc.stdout + proc.stderr
+    assert '"WANDB_API_KEY": "<redacted>"' in proc.stdout and '"hub_token": "<redacted>"' in proc.stdout

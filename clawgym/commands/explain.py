@@ -20,7 +20,7 @@ import argparse
 import json
 import os
 import sys
-from typing import Any, List, Optional, Sequence, Tuple
+from typing import Any, List, Mapping, Optional, Sequence, Tuple
 
 from clawgym.common.exit_codes import DONE, REFUSED
 
@@ -55,6 +55,18 @@ def _secret(key: str) -> bool:
     return names_secret(last) and not last.endswith("_name")  # a flag's dest (kuberay.secret_name is a name)
 
 
+def _masked(key: str, value: Any) -> Any:
+    """``value`` with every secret-named child under ``key`` (``extra_env.WANDB_API_KEY`` below
+    ``extra_env``, ``args.*_token``...) replaced by ``<redacted>``: a map is shown whole."""
+    from clawgym.common.secrets import is_secret_name
+
+    if isinstance(value, Mapping):
+        # A child of a free-form map is masked by its name too (``args.hub_token``), as the launch masks it.
+        return {k: ("<redacted>" if (_secret(f"{key}.{k}") or is_secret_name(str(k))) and v not in (None, "", "???") else _masked(f"{key}.{k}", v))
+                for k, v in value.items()}
+    return value
+
+
 def _unknown(key: str) -> str:
     """The refusal of a key the schema does not define: the closest key, or the key that owns a
     trainer flag of that name (``perf.tensor_model_parallel_size`` -> ``perf.tensor_parallel``)."""
@@ -84,7 +96,8 @@ def _chain(origin: Any, secrets: List[str], indent: str, secret: bool) -> List[s
     from clawgym.common.secrets import redact
 
     def show(value: Any) -> str:
-        return "<redacted>" if secret and value not in (None, "", "???") else redact(fmt_value(value), secrets)
+        return "<redacted>" if secret and value not in (None, "", "???") else \
+            redact(fmt_value(_masked(origin.key, value)), secrets)
 
     out = []
     width = max((len(s.kind) for s in origin.steps), default=0)
@@ -113,7 +126,8 @@ def explain_key(prov: Any, key: str, secrets: List[str]) -> str:
     secret = _secret(key)
 
     def show(value: Any) -> str:
-        return "<redacted>" if secret and value not in (None, "", "???") else redact(fmt_value(value), secrets)
+        return "<redacted>" if secret and value not in (None, "", "???") else \
+            redact(fmt_value(_masked(key, value)), secrets)
 
     lines = [f"{key}" + (f"  ({info.type})" if info is not None else "  (below an open map: free-form)")]
     if info is not None and info.help:

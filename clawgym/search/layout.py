@@ -63,6 +63,24 @@ _ALWAYS = {"perf.tensor_parallel"}
 #: The fastest candidates of each side carried into the join.
 KEEP_PER_SIDE = 3
 
+#: The step-time model's stated error per pass: its calibration (``clawgym/steptime/compute.py``) is
+#: within 15.1% of every measured train pass and 15.0% of every log-prob pass of
+#: ``benchmarks/step_time_reference.json`` (26 real Megatron-core steps on an H200). Two estimated steps
+#: closer than this are a tie: the model cannot order them.
+STEP_TIME_ERROR = 0.15
+
+#: The lowest ratio of the memory plan's GPU peak (actor peak + overhead) to the real one (torch's
+#: ``max_memory_reserved`` + memory outside the allocator) over the 42 points of
+#: ``benchmarks/memory_reference.json``: 0.871 (q06_t16k_full_nochunk, log-prob pass), rounded down. A
+#: layout whose planned actor peak is above this share of the GPU may really not fit: it is inside the margin,
+#: listed after those outside it, and ``gpu_layout=auto`` never picks it
+#: (``tests/test_layout_rankings.py`` recomputes the ratio from the data).
+MEMORY_PLAN_LOW_RATIO = 0.87
+
+#: The most GPUs one search covers: 512 nodes of 8 (the parallel sizes it tries stop at 256, and the
+#: split layouts it enumerates grow with the GPU count).
+MAX_SEARCH_GPUS = 4096
+
 
 @dataclass
 class Layout:
@@ -83,6 +101,12 @@ class Layout:
     tok_s_per_gpu: float
     gpus: int
     settings: Dict[str, Any] = field(default_factory=dict)
+    #: Layouts whose steps are within :data:`STEP_TIME_ERROR` of their group's fastest share a rank.
+    rank: int = 0
+    #: The actor's planned peak per GPU (training and log-prob passes, with their overhead).
+    actor_peak_gib: float = 0.0
+    #: The actor's planned peak is above :data:`MEMORY_PLAN_LOW_RATIO` of the GPU: it may not fit.
+    in_margin: bool = False
 
     def to_dict(self) -> Dict[str, Any]:
         d = asdict(self)
@@ -143,11 +167,31 @@ def _gpu_entry(c: Mapping[str, Any], gpu: Optional[str]) -> Tuple[str, float]:
 
 def search(c: Mapping[str, Any], *, gpus: int, gpus_per_node: Optional[int] = None, gpu: Optional[str] = None,
            constraints: Sequence[str] = (), top: int = 5, user_overrides: Sequence[str] = (),
-           explain: bool = True) -> SearchResult:
-    """Rank the layouts of the resolved plain config ``c`` on ``gpus`` GPUs (module docstring)."""
+           explain: bool = True, actor_ratio: float = MEMORY_PLAN_LOW_RATIO) -> SearchResult:
+    """Rank the layouts of the resolved plain config ``c`` on ``gpus`` GPUs (module docstring).
+
+    The actor side is first held to ``actor_ratio`` of the GPU (the memory margin); only when no layout
+    keeps it are the layouts inside the margin searched and returned, each marked ``in_margin``."""
+    r = _search(c, gpus=gpus, gpus_per_node=gpus_per_node, gpu=gpu, constraints=constraints, top=top,
+                user_overrides=user_overrides, explain=explain and actor_ratio >= 1.0, actor_ratio=actor_ratio)
+    if r.layouts or actor_ratio >= 1.0:
+        return r
+    return _search(c, gpus=gpus, gpus_per_node=gpus_per_node, gpu=gpu, constraints=constraints, top=top,
+                   user_overrides=user_overrides, explain=explain, actor_ratio=1.0)
+
+
+def _search(c: Mapping[str, Any], *, gpus: int, gpus_per_node: Optional[int], gpu: Optional[str],
+            constraints: Sequence[str], top: int, user_overrides: Sequence[str], explain: bool,
+            actor_ratio: float) -> SearchResult:
     per_node = int(gpus_per_node or min(gpus, 8))
     if gpus <= 0 or per_node <= 0:
         raise ValueError("--gpus and --gpus-per-node must be positive")
+    if gpus > MAX_SEARCH_GPUS:
+        raise ValueError(f"--gpus {gpus}: the layout search covers at most {MAX_SEARCH_GPUS} GPUs (512 nodes of 8); "
+                         f"give --gpus {MAX_SEARCH_GPUS} or fewer")
+    bad = model_errors(c)
+    if bad:
+        raise ValueError("; ".join(bad))
     if gpus > per_node and gpus % per_node:
         raise ValueError(f"--gpus {gpus} is not a whole number of nodes of {per_node} GPUs (--gpus-per-node)")
     name, usable = _gpu_entry(c, gpu)
@@ -187,7 +231,7 @@ def search(c: Mapping[str, Any], *, gpus: int, gpus_per_node: Optional[int] = No
         key = (world, col)
         if key in actor_cache:
             return actor_cache[key]
-        budget = usable - (SGLANG_OFFLOADED_RESIDUE_GIB if col else 0.0)
+        budget = usable * actor_ratio - (SGLANG_OFFLOADED_RESIDUE_GIB if col else 0.0)
         lay_v = {"gpu_layout.actor_gpus": per, "gpu_layout.actor_num_nodes": nodes, "gpu_layout.num_gpus": per_node,
                  "gpu_layout.colocate": col}
         found: List[Tuple[float, float, Dict[str, Any]]] = []
@@ -289,7 +333,8 @@ def search(c: Mapping[str, Any], *, gpus: int, gpus_per_node: Optional[int] = No
     layouts: List[Layout] = []
     seen = set()
     for step_s, vals, cand, plan, st in joined:
-        if len(layouts) >= top:
+        # More than ``top`` are validated: ties and the margin may reorder them (_order).
+        if len(layouts) >= 2 * top + 2:
             break
         line = _overrides(vals, c, fixed, base)
         if tuple(line) in seen:
@@ -315,7 +360,13 @@ def search(c: Mapping[str, Any], *, gpus: int, gpus_per_node: Optional[int] = No
             step_s=round(st.step_s, 2), rollout_s=round(st.rollout_s, 2), logprob_s=round(st.logprob_s, 2),
             train_s=round(st.train_s, 2), weight_update_s=round(st.weight_update_s, 2),
             offload_s=round(st.offload_s, 2), tok_s_per_gpu=round(st.tok_s_per_gpu, 1), gpus=st.gpus,
-            settings={k: vals[k] for k in LAYOUT_KEYS if k in vals}))
+            settings={k: vals[k] for k in LAYOUT_KEYS if k in vals},
+            # The margin is the actor's: the measured points are actor phases; SGLang's pool is the share of
+            # the GPU that mem_fraction_static asks for, no estimate.
+            # Colocated, the actor's phase is the train phase (beside SGLang's offloaded residue).
+            actor_peak_gib=round(_actor_peak(plan), 2),
+            in_margin=_actor_peak(plan) > plan.gpu_memory_gib * MEMORY_PLAN_LOW_RATIO + 1e-6))
+    layouts = _order(layouts)[:top]
     result = SearchResult(layouts=layouts, refused=refused.summary(), gpus=gpus, gpus_per_node=per_node, gpu=name,
                           user_overrides=list(user_overrides), considered=considered)
     if not layouts:
@@ -324,6 +375,45 @@ def search(c: Mapping[str, Any], *, gpus: int, gpus_per_node: Optional[int] = No
                  constraints=sorted(fixed), top=top, any_actor=any(actor_cache.values()),
                  any_engine=any(engine_cache.values()), blocking=blocking.get("rule"))
     return result
+
+
+def _actor_peak(plan: MemoryPlan) -> float:
+    return float(plan.phases.get("train_phase_gib", plan.phases["actor_gpu_peak_gib"]))
+
+
+def model_errors(c: Mapping[str, Any]) -> List[str]:
+    """Model shapes no layout can tile, each with its key, value, rule and a value that works."""
+    m = c.get("model") or {}
+    out = []
+    for key in ("num_layers", "num_attention_heads", "hidden_size"):
+        v = m.get(key)
+        if v is not None and (not isinstance(v, int) or v < 1):
+            out.append(f"model.{key}={v}: a model has at least one (set model.{key} to the checkpoint's "
+                       f"config.json value, e.g. choose a model= option)")
+    experts, topk = m.get("num_experts"), m.get("moe_router_topk")
+    if experts and (not isinstance(topk, int) or not 1 <= topk <= int(experts)):
+        out.append(f"model.moe_router_topk={topk}: an MoE routes each token to 1 to num_experts ({experts}) experts "
+                   f"(set it to the checkpoint's num_experts_per_tok, e.g. model.moe_router_topk=1)")
+    return out
+
+
+def _order(layouts: List[Layout]) -> List[Layout]:
+    """Layouts outside the memory margin first, then those inside it; within each, groups of ties: from the
+    fastest left, every layout within :data:`STEP_TIME_ERROR` of it shares its rank, most headroom first
+    (whole GiB: finer is the plan's noise), then the shortest override line, then the faster. Every later
+    rank is slower than all of an earlier one, so the list order agrees with the printed times."""
+    out: List[Layout] = []
+    for part in ([x for x in layouts if not x.in_margin], [x for x in layouts if x.in_margin]):
+        rest = sorted(part, key=lambda x: x.step_s)
+        while rest:
+            bound = rest[0].step_s * (1 + STEP_TIME_ERROR)
+            group = [x for x in rest if x.step_s <= bound]
+            rest = rest[len(group):]
+            rank = len(out) + 1
+            for x in sorted(group, key=lambda x: (-math.floor(x.headroom_gib), len(x.overrides), x.step_s)):
+                x.rank = rank
+                out.append(x)
+    return out
 
 
 def _rank(x: Tuple[float, float, Dict[str, Any]], base: Mapping[str, Any]) -> Tuple[int, int, float]:
@@ -442,14 +532,20 @@ def _explain(result: SearchResult, c: Mapping[str, Any], refused: Refusals, smal
         if found is not None:
             result.lifts.append(f"a bigger GPU: {result.gpus} x {biggest.name} fit ({' '.join(found.overrides)})")
     if "rollout.max_context_len" not in constraints and ctx > 4096:
-        for shorter in sorted({max(4096, ctx // 2), max(4096, ctx // 8)}, reverse=True):
+        for shorter in sorted({max(4096, ctx // 2), max(4096, ctx // 8), 4096}, reverse=True):
             vals: Dict[str, Any] = {"rollout.max_context_len": shorter}
             if (c.get("sglang") or {}).get("context_length") == ctx:
                 vals["sglang.context_length"] = shorter
+            response = int((c.get("rollout") or {}).get("max_response_len") or 0)
+            if response >= shorter:
+                # The context must hold more than one response (rule context-exceeds-response): a shorter
+                # context comes with responses of half of it.
+                vals["rollout.max_response_len"] = shorter // 2
             found = fits(with_values(c, vals), result.gpus, result.gpu)
             if found is not None:
-                result.lifts.append(f"a shorter context: rollout.max_context_len={shorter} fits on {result.gpus} x "
-                                    f"{result.gpu} ({' '.join(found.overrides)})")
+                keys = " ".join(f"{k}={v}" for k, v in vals.items() if k != "sglang.context_length")
+                result.lifts.append(f"a shorter context: {keys} fits on {result.gpus} x {result.gpu} "
+                                    f"({' '.join(found.overrides)})")
                 break
     if not result.lifts:
         result.lifts.append(f"no single lift tried fits: {result.gpus * 4} GPUs, the biggest GPU of the table, a "
