@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -216,8 +217,10 @@ def test_demo_what_you_would_type_line_skips_only_checks_a_user_would_skip(demo)
     assert "memory" not in line, line
 
 
-def test_demo_sweep_warns_nothing_about_its_shipped_layout(demo):
-    assert "sequence-parallel-off-at-tp1" not in demo["proc"].stdout + demo["proc"].stderr
+def test_demo_sweep_prints_each_warning_once_for_both_jobs(demo):
+    said = demo["proc"].stdout + demo["proc"].stderr
+    for code in set(re.findall(r"warning: \[([\w-]+)\]", said)):
+        assert said.count(f"warning: [{code}]") == 1, code
 
 
 def test_a_checkout_inside_another_git_clone_records_no_commit_of_that_clone(tmp_path):
