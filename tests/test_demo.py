@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -139,3 +140,104 @@ def test_stand_in_logs_the_same_events_without_tensorboardx(tmp_path):
     assert set(read) == set(record["logged"]) and "rollout/raw_reward" in read
     for tag, points in record["logged"].items():
         assert sorted(read[tag], key=lambda p: p[0]) == points
+
+
+# ---------------------------------------------------------------- issue 35: interrupt, refusals, what it shows
+
+def checkout_demo(args: List[str], cwd: Path, mark: str = "", **kw) -> subprocess.Popen:
+    """``clawgym demo ARGS`` from this checkout's package (faster than the venv; same code), marked."""
+    env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "VIRTUAL_ENV")}
+    env.update({"PYTHONPATH": str(ROOT), "CLAWGYM_STATE_DIR": str(cwd / "state"), MARK: mark or uuid.uuid4().hex})
+    return subprocess.Popen([sys.executable, "-m", "clawgym", "demo", *args], cwd=cwd, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)
+
+
+def test_demo_interrupted_stops_its_sweep_and_head_leaves_nothing_and_exits_130(tmp_path):
+    import signal
+
+    mark = uuid.uuid4().hex
+    proc = checkout_demo([str(tmp_path / "d"), "--steps", "200"], tmp_path, mark)
+    heads = tmp_path / "state" / "heads"
+    deadline = time.time() + 240
+    # Wait until the sweep's head is up and a job writes its record (a job is running).
+    while time.time() < deadline and proc.poll() is None and not (
+            list(heads.glob("*.json")) and list((tmp_path / "d").rglob("tensorboard"))):
+        time.sleep(0.5)
+    assert proc.poll() is None, proc.communicate()
+    proc.send_signal(signal.SIGINT)  # as `kill -INT`: only the demo gets it; it must forward it
+    out, err = proc.communicate(timeout=180)
+    assert proc.returncode == 130, out[-3000:] + err[-3000:]
+    assert "Traceback" not in err
+    deadline = time.time() + 20
+    while marked_processes(mark) and time.time() < deadline:
+        time.sleep(0.5)
+    assert marked_processes(mark) == []
+    assert not list(heads.glob("*.json"))  # the head was stopped through its record, not orphaned
+
+
+def test_demo_in_an_unwritable_folder_is_refused_naming_the_folder_and_the_fix(tmp_path):
+    if os.geteuid() == 0:
+        target = Path(f"/sys/clawgym-demo-{uuid.uuid4().hex[:8]}")  # root may write anywhere but /sys
+    else:
+        locked = tmp_path / "locked"
+        locked.mkdir(mode=0o500)
+        target = locked / "demo"
+    out, err = checkout_demo([str(target)], tmp_path).communicate(timeout=120)
+    assert "Traceback" not in err, err
+    assert str(target) in err and "fix:" in err, err
+    assert not target.exists()
+
+
+def test_two_demos_into_one_new_folder_only_one_starts(tmp_path):
+    import signal
+
+    target = tmp_path / "shared"
+    procs = [checkout_demo([str(target), "--steps", "200"], tmp_path) for _ in range(2)]
+    try:
+        first_done = None
+        deadline = time.time() + 120
+        while first_done is None and time.time() < deadline:
+            first_done = next((p for p in procs if p.poll() is not None), None)
+            time.sleep(0.2)
+        assert first_done is not None, "neither demo was refused"
+        out, err = first_done.communicate()
+        assert first_done.returncode == 2, out[-2000:] + err[-2000:]
+        assert "Traceback" not in err and str(target) in err, err
+        other = procs[1 - procs.index(first_done)]
+        assert other.poll() is None
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.send_signal(signal.SIGINT)
+                p.communicate(timeout=180)
+
+
+def test_demo_what_you_would_type_line_skips_only_checks_a_user_would_skip(demo):
+    line = next(l for l in demo["proc"].stdout.splitlines() if l.strip().startswith("python train.py -m"))
+    assert "memory" not in line, line
+
+
+def test_demo_sweep_prints_each_warning_once_for_both_jobs(demo):
+    said = demo["proc"].stdout + demo["proc"].stderr
+    for code in set(re.findall(r"warning: \[([\w-]+)\]", said)):
+        assert said.count(f"warning: [{code}]") == 1, code
+
+
+def test_a_checkout_inside_another_git_clone_records_no_commit_of_that_clone(tmp_path):
+    # A demo inside a git clone (clawgym's own): its slime/Megatron are not that clone's code.
+    from clawgym.snapshot.records import checkout_git_info
+
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    subprocess.run(["git", "-C", str(tmp_path), "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q",
+                    "--allow-empty", "-m", "clone"], check=True)
+    root = tmp_path / "clawgym-demo" / "ClawGym-RL"
+    (root / "slime").mkdir(parents=True)
+    for path in (root, root / "slime"):
+        info = checkout_git_info(path, root)
+        assert info["commit"] is None and str(tmp_path) in info["error"], info
+    own = tmp_path / "own"
+    (own / "slime").mkdir(parents=True)
+    subprocess.run(["git", "init", "-q", str(own)], check=True)
+    subprocess.run(["git", "-C", str(own), "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q",
+                    "--allow-empty", "-m", "own"], check=True)
+    assert checkout_git_info(own / "slime", own)["commit"]  # the run's own checkout still counts

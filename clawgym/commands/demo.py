@@ -19,15 +19,22 @@ the real Qwen3-4B).
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shlex
+import signal
 import socket
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import List
 
-from clawgym.common.exit_codes import REFUSED
+from clawgym.common.exit_codes import INTERRUPTED, REFUSED
+from clawgym.common.ownership import me
+
+#: The file in DIR that says which demo owns it (pid + start time), made exclusively.
+OWNER_FILE = ".clawgym-demo-owner.json"
 
 #: Learning rates of the two jobs (the stand-in's reward rises faster with a higher one).
 LRS = ("1e-6", "4e-6")
@@ -72,19 +79,71 @@ def sweep_command(root: Path, work: Path, steps: int) -> List[str]:
             f"optimizer.lr={','.join(LRS)}"]
 
 
-def run(args: argparse.Namespace) -> int:
-    from clawgym.cli import main as cli_main
-    from clawgym.demo.checkout import build_checkout
+def _take(work: Path) -> str:
+    """Make DIR this demo's (one owner): an owner file created exclusively in an empty or new
+    folder, so two demos started together cannot both pass. A refusal's text, or "" when taken."""
+    fix_new = f"clawgym demo {shlex.quote(str(work))}-2 (a new folder), or remove it"
+    if work.exists() and (not work.is_dir() or any(p.name != OWNER_FILE for p in work.iterdir())):
+        return (f"clawgym demo: {work} exists and is not an empty folder; the demo writes a throwaway checkout "
+                f"there.\n  fix: {fix_new}")
+    try:
+        work.mkdir(parents=True, exist_ok=True)
+        fd = os.open(work / OWNER_FILE, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    except FileExistsError:
+        return (f"clawgym demo: {work} is taken by another clawgym demo ({work / OWNER_FILE} names it); "
+                f"one demo per folder.\n  fix: clawgym demo {shlex.quote(str(work))}-2 (a new folder), "
+                "or wait for that demo to end")
+    except OSError as exc:
+        return (f"clawgym demo: cannot write in {work} ({exc.strerror}); the demo writes a throwaway checkout "
+                f"there.\n  fix: clawgym demo DIR with a DIR you can write, e.g. clawgym demo "
+                f"{shlex.quote(str(Path(tempfile.gettempdir()) / 'clawgym-demo'))}")
+    with os.fdopen(fd, "w") as fh:
+        fh.write(json.dumps(me()) + "\n")
+    return ""
 
+
+def _follow(cmd: List[str], cwd: Path, env: dict) -> int:
+    """Run the sweep in its own session and wait; Ctrl-C or SIGTERM of the demo is forwarded to it
+    as SIGINT (once per signal), so the sweep stops its jobs and its head through what it recorded.
+    Never SIGKILL (``subprocess.call`` kills its child on an interrupt, orphaning the head)."""
+    proc = subprocess.Popen(cmd, cwd=cwd, env=env, start_new_session=True)
+    interrupted = False
+
+    def forward(signum, frame):  # noqa: ARG001
+        nonlocal interrupted
+        interrupted = True
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGINT)
+
+    old = {sig: signal.signal(sig, forward) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        rc = proc.wait()
+    finally:
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
+    return INTERRUPTED if interrupted else rc
+
+
+def run(args: argparse.Namespace) -> int:
     work = Path(args.dir).expanduser().resolve()
-    if work.exists() and (not work.is_dir() or any(work.iterdir())):
-        print(f"clawgym demo: {work} exists and is not an empty folder; the demo writes a throwaway checkout there.\n"
-              f"  fix: clawgym demo {shlex.quote(str(work))}-2 (a new folder), or remove it", file=sys.stderr)
-        return REFUSED
     if args.steps < 1:
         print(f"clawgym demo: --steps {args.steps}: the stand-in must log at least one step, e.g. --steps 4",
               file=sys.stderr)
         return REFUSED
+    refusal = _take(work)
+    if refusal:
+        print(refusal, file=sys.stderr)
+        return REFUSED
+    try:
+        return _demo(args, work)
+    finally:
+        (work / OWNER_FILE).unlink(missing_ok=True)  # the demo ended: DIR is the user's again
+
+
+def _demo(args: argparse.Namespace, work: Path) -> int:
+    from clawgym.cli import main as cli_main
+    from clawgym.demo.checkout import build_checkout
+
     root = work / "ClawGym-RL"
 
     _say(f"1/4 a throwaway ClawGym-RL checkout in {root}")
@@ -95,18 +154,20 @@ def run(args: argparse.Namespace) -> int:
     cmd = sweep_command(root, work, args.steps)
     _say(f"2/4 a 2-job sweep over optimizer.lr={','.join(LRS)} on a local Ray head (no GPUs: it declares "
          f"{HEAD_GPUS} that Ray only counts)")
-    print("    what you would type in a real checkout:\n"
-          f"    python train.py -m gpu_layout=split_1_1 optimizer.lr={','.join(LRS)} "
-          f"'skip_checks=[{','.join(SKIPS)}]'", flush=True)
+    print("    what you would type in a real checkout on a GPU machine:\n"
+          f"    python train.py -m gpu_layout=split_1_1 optimizer.lr={','.join(LRS)}\n"
+          f"    the demo adds skip_checks=[{','.join(SKIPS)}]: this machine may have no GPU, Docker engine or\n"
+          "    sandbox image, and the memory plan is for the real Qwen3-4B, which the stand-in never loads",
+          flush=True)
     env = dict(os.environ)
     # The plan runs the trainer with ``python3``: this interpreter's, so the stand-in finds what clawgym has.
     env["PATH"] = os.pathsep.join([os.path.dirname(sys.executable), env.get("PATH", "")])
     env.pop("RAY_ADDRESS", None)  # the demo starts its own head, never submits to another cluster
-    try:
-        rc = subprocess.call(cmd, cwd=work, env=env)
-    except KeyboardInterrupt:
-        # The sweep got the same Ctrl-C and stops its jobs and its head itself.
-        return 130
+    rc = _follow(cmd, work, env)
+    if rc == INTERRUPTED:
+        print(f"clawgym demo: interrupted; the sweep stopped its jobs and its head. What it wrote is in {work}",
+              file=sys.stderr)
+        return INTERRUPTED
     if rc != 0:
         print(f"clawgym demo: the sweep exited {rc}; its output is above, its runs under {root / 'exp'}",
               file=sys.stderr)

@@ -101,6 +101,20 @@ def package_versions() -> Dict[str, Optional[str]]:
     return out
 
 
+def checkout_git_info(path: str | os.PathLike, root: str | os.PathLike) -> Dict[str, Any]:
+    """:func:`git_info` of a run's own code (``paths.root``, slime, Megatron): a commit only when the
+    git checkout holding ``path`` lies inside ``root``. One that holds ``root`` itself is someone
+    else's clone (a demo made inside clawgym's clone): its commit is not what the run ran."""
+    info = git_info(path)
+    top = info.get("toplevel")
+    if info.get("commit") and top:
+        here, mine = Path(top).resolve(), Path(root).resolve()
+        if here != mine and mine not in here.parents:
+            return {**info, "commit": None, "dirty": None,
+                    "error": f"no git checkout of its own (the enclosing clone {here} is not this run's code)"}
+    return info
+
+
 def git_info(path: str | os.PathLike) -> Dict[str, Any]:
     """Commit and dirty flag of the checkout at ``path``; ``error`` says why when there is none."""
     p = Path(path)

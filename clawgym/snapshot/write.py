@@ -22,7 +22,7 @@ from clawgym.snapshot.checkpoints import checkpoint_baseline
 from clawgym.snapshot.layout import (CHOICES_FILE, CONFIG_FILE, FORMAT_VERSION, MANIFEST_FILE, META_FILE,
                                      OVERRIDES_FILE, PLAN_FILE, RESOLVED_FILE, SNAPSHOTS_RELPATH, SnapshotError)
 from clawgym.snapshot.manifest import manifest_text
-from clawgym.snapshot.records import LaunchRecord, current_record, git_info, package_versions
+from clawgym.snapshot.records import LaunchRecord, checkout_git_info, current_record, git_info, package_versions
 
 
 # ---------------------------------------------------------------- secrets
@@ -77,7 +77,8 @@ def snapshot_files(cfg: Any, plan: Any, record: LaunchRecord, *, snapshot_id: st
         unresolved = resolved = OmegaConf.to_container(OmegaConf.create(dict(cfg)), resolve=True)
     now = time.time() if now is None else now
     paths = resolved.get("paths", {})
-    git = {name: git_info(paths[name]) for name in ("root", "slime", "megatron") if paths.get(name)}
+    git = {name: checkout_git_info(paths[name], paths.get("root") or paths[name])
+           for name in ("root", "slime", "megatron") if paths.get(name)}
     git["clawgym"] = git_info(Path(__file__).resolve().parents[1])
     meta = {
         "format": FORMAT_VERSION,

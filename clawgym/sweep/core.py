@@ -430,12 +430,22 @@ class SweepSession:
             elif warns:
                 from clawgym.validate import format_warnings
 
-                warned.append(f"sweep job #{j.num}: {j.label}\n" + format_warnings(warns))
+                for w in warns:
+                    # One entry per distinct warning: the jobs it concerns gather under it.
+                    text = format_warnings([w])
+                    at = next((e for e in warned if e[0] == text), None)
+                    if at is None:
+                        warned.append((text, [j.num]))
+                    else:
+                        at[1].append(j.num)
         if warned and not reports:
-            # Warnings never refuse: printed once per job, before anything starts.
+            # Warnings never refuse: each printed once per sweep, naming the jobs it concerns.
             from clawgym.common.console import say
 
-            say("\n".join(warned))
+            every = len(self.jobs)
+            say("\n".join((f"every sweep job ({every}):" if len(nums) == every and every > 1
+                            else "sweep job" + ("s" if len(nums) > 1 else "") + " " + ", ".join(f"#{n}" for n in nums)
+                            + ":") + "\n" + text for text, nums in warned))
         if reports:
             n = len(reports)
             raise SweepRefused(f"clawgym: sweep refused, {n} of {len(self.jobs)} job{'s' if len(self.jobs) != 1 else ''}"
