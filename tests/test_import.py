@@ -149,7 +149,7 @@ def imported(slime_checkout, tmp_path_factory):
     """Each round-trip fixture imported once into one config dir: name -> (result, report)."""
     if not _registries_present():
         pytest.skip("the flag registries or the owner table are absent (see needs_registry)")
-    from clawgym.importer.core import format_result, import_script
+    from clawgym.importer.entry import format_result, import_script
 
     out_dir = tmp_path_factory.mktemp("conf")
     done = {}
@@ -163,7 +163,7 @@ def imported(slime_checkout, tmp_path_factory):
 @needs_registry
 @pytest.mark.parametrize("name", ROUND_TRIP)
 def test_fixture_script_round_trips_with_zero_differences(name, imported, slime_checkout):
-    from clawgym.importer.core import format_result, import_script
+    from clawgym.importer.entry import format_result, import_script
 
     result, report = imported[name]
     assert result.ok, report
@@ -222,7 +222,7 @@ def _options(group):
 @pytest.mark.skipif(not SEED.is_file(), reason=f"seed script {SEED} not found (../shared is absent outside "
                                                  "the team workplace)")
 def test_seed_import_reproduces_todays_clawgym_defaults(seed_checkout, tmp_path):  # noqa: F811
-    from clawgym.importer.core import format_result, import_script
+    from clawgym.importer.entry import format_result, import_script
 
     result = import_script(seed_checkout / SEED.name, out_dir=tmp_path / "conf")
     assert result.ok, format_result(result)
