@@ -310,3 +310,43 @@ def test_imported_experiment_dry_runs_through_train_py(imported, slime_checkout,
     assert plan["entrypoint"][1] == "train.py"
     # The one deliberate difference: TensorBoard events stay on, so clawgym runs / report show curves.
     assert {k: (theirs[k], v) for k, v in ours.items() if v != theirs[k]} == {"use_tensorboard": (False, True)}
+
+
+# ---------------------------------------------------------------- scripts written for a multi-node cluster
+
+
+@needs_registry
+def test_multi_node_script_imports_to_an_existing_cluster_with_the_address_left_to_set(slime_checkout, tmp_path,
+                                                                                         capsys):
+    """A script that starts a head here and asks for more GPUs than this node has (slime v0.3.1's
+    run-qwen3-235B-A22B.sh and 7 others) runs on a cluster of several nodes: the experiment names
+    cluster=existing, leaves ray.address to give, validates with it given, and the import exits 0."""
+    from clawgym.config.compose import compose
+    from clawgym.validate import violations
+
+    out_dir = tmp_path / "conf"
+    code, out = run_cli([str(slime_checkout / LAYOUT["run-qwen3-30B-A3B-2nodes.sh"]), "--out", str(out_dir),
+                         "--name", "two_nodes"], capsys)
+    assert code == 0, out
+    assert "local-head-gpus-fit" not in out
+    assert "left to set" in out and "ray.address" in out
+    assert "ray.address=http://127.0.0.1:8265" in out  # the command to run names the address to give
+    text = (out_dir / "experiment" / "two_nodes.yaml").read_text()
+    assert "override /cluster: existing" in text
+    search = [f"hydra.searchpath=[file://{out_dir}]", "+experiment=two_nodes"]
+    assert "Left to set at launch" in text and "ray.address" in text
+    # Without the address it is refused naming the key to set; with it, it validates where it runs.
+    assert [v.code for v in violations(compose(search)) if v.severity == "error"] == ["existing-cluster-needs-address"]
+    assert [v.format() for v in violations(compose([*search, "ray.address=http://10.0.0.1:8265"]))
+            if v.severity == "error"] == []
+
+
+# ---------------------------------------------------------------- clean refusals
+
+
+@pytest.mark.parametrize("out", ["/proc/x", "/dev/null/conf"])
+def test_an_unwritable_out_is_a_clean_refusal_naming_the_option(out, slime_checkout, capsys):
+    code, text = run_cli([str(slime_checkout / LAYOUT["run-qwen3-4B-colocate.sh"]), "--out", out], capsys)
+    assert code == 2, text
+    assert "Traceback" not in text
+    assert f"--out {out}" in text and "--out conf" in text

@@ -41,6 +41,8 @@ class Launch:
     env: Dict[str, str]
     working_dir: str
     head_gpus: Optional[str]
+    # Whether this launch starts its own Ray head (False: it submits to a cluster that runs).
+    starts_head: bool = True
 
 
 def script_launch(capture: Capture, submit: Submit, parser: Any, reg: Any,
@@ -67,7 +69,7 @@ def plan_launch(plan: Any, parser: Any, reg: Any) -> Launch:
     if plan.ray_start is not None and "--num-gpus" in plan.ray_start:
         gpus = plan.ray_start[plan.ray_start.index("--num-gpus") + 1]
     return Launch(plan.entrypoint[1], parity.parse_argv(parser, reg, plan.entrypoint[2:]), env,
-                  plan.working_dir, gpus)
+                  plan.working_dir, gpus, starts_head=plan.ray_start is not None)
 
 
 def compare(script: Launch, ours: Launch, reg: Any, secret_targets: Sequence[str] = ()
@@ -120,6 +122,11 @@ def compare(script: Launch, ours: Launch, reg: Any, secret_targets: Sequence[str
             diffs.append(d)
     if parity.norm_path(script.working_dir) != parity.norm_path(ours.working_dir):
         diffs.append(Difference("working dir", "job", script.working_dir, ours.working_dir, "paths.slime"))
-    if script.head_gpus is not None and script.head_gpus != ours.head_gpus:
+    if script.head_gpus is not None and not ours.starts_head:
+        # The experiment runs on a cluster that already runs (a script written for several nodes): the
+        # head the script started is that cluster's head, whose GPUs are declared by whoever starts it.
+        deliberate.append(Difference("GPUs", "ray start --num-gpus", script.head_gpus, None,
+                                     "the cluster's head is started by whoever runs it (cluster=existing)"))
+    elif script.head_gpus is not None and script.head_gpus != ours.head_gpus:
         diffs.append(Difference("GPUs", "ray start --num-gpus", script.head_gpus, ours.head_gpus, "ray.num_gpus"))
     return diffs, deliberate

@@ -18,10 +18,11 @@
 from __future__ import annotations
 
 import contextlib
+import copy
 import os
 import re
 from pathlib import Path
-from typing import Any, Dict, Iterator, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -98,6 +99,9 @@ def import_script(script: Path, *, name: Optional[str] = None, trainer: Optional
         raise ImportFailure(f"--gpus-per-node {gpus_per_node}: a node has at least one GPU")
     out_dir = Path(out_dir) if out_dir is not None else Path("conf")
     target = out_dir / "experiment" / f"{name}.yaml"
+    if not check:
+        # Known before the script runs (twice, in its jail): the folder takes files, or the refusal says so.
+        _check_writable(out_dir, target)
     if check and not target.is_file():
         raise ImportFailure(f"--check: {target} not found; import the script first (without --check)")
     if target.exists() and not force and not check:
@@ -179,7 +183,7 @@ def import_script(script: Path, *, name: Optional[str] = None, trainer: Optional
         result.path, result.checked = target, True
         _verify(imp, result, written_cfg, second)
         if result.ok or not force:
-            result.command = _command(out_dir, name)
+            result.command = _command(out_dir, name, result)
             return result
         # --check --force: the experiment no longer matches; import afresh and replace it.
         stale = len(result.differences) + len(result.violations)
@@ -211,13 +215,38 @@ def import_script(script: Path, *, name: Optional[str] = None, trainer: Optional
                 write_atomic(target, previous)
             result.path = None
             result.text = text
-    result.command = _command(out_dir, name)
+    result.command = _command(out_dir, name, result)
     return result
 
 
-def _command(out_dir: Path, name: str) -> str:
+def _check_writable(out_dir: Path, target: Path) -> None:
+    """Refuse an ``--out`` that cannot hold ``target``: probed by creating what is missing (then removed),
+    since permission bits do not tell (root passes every access check, yet /proc takes no folder)."""
+    import tempfile
+
+    made: List[Path] = []
+    try:
+        for folder in reversed([target.parent, *target.parent.parents]):
+            if not folder.exists():
+                folder.mkdir()
+                made.append(folder)
+        with tempfile.NamedTemporaryFile(dir=target.parent, prefix=".clawgym-import-probe-"):
+            pass
+    except OSError as exc:
+        raise ImportFailure(f"--out {out_dir}: cannot write {target} there ({exc.strerror or exc}); "
+                            "choose a folder you can write, e.g. --out conf") from None
+    finally:
+        for folder in reversed(made):
+            try:
+                folder.rmdir()
+            except OSError:
+                pass
+
+
+def _command(out_dir: Path, name: str, result: ImportResult) -> str:
     extra = " ".join(searchpath_override(out_dir))
-    return f"python train.py {extra + ' ' if extra else ''}+experiment={name}"
+    given = "".join(f" {k}={v}" for k, v in result.launch_with.items())
+    return f"python train.py {extra + ' ' if extra else ''}+experiment={name}{given}"
 
 
 @contextlib.contextmanager
@@ -257,6 +286,14 @@ def _verify(imp: "Importer", result: ImportResult, cfg: DictConfig, second: Opti
     run that the experiment froze differs in the second."""
     from clawgym.validate import violations
 
+    if not OmegaConf.select(cfg, "ray.address") and str(OmegaConf.select(cfg, "cluster.backend")) == "existing":
+        # Left to give at launch: verified as it will run, with the address the script submitted to.
+        address = _address_to_give(imp)
+        result.left_to_set.setdefault("ray.address", f"the dashboard of the Ray cluster to run on (the script "
+                                                     f"submitted to {address})")
+        cfg = copy.deepcopy(cfg)
+        cfg.ray.address = address
+        result.launch_with["ray.address"] = address
     result.violations = [v.format() for v in violations(cfg)]
     with _clock_at(imp.capture.epoch):
         diffs, deliberate, _ = imp.differences(cfg)
@@ -312,6 +349,21 @@ def _solve(imp: "Importer", result: ImportResult, capture: Capture, submit: Subm
         imp_overrides = {}
     overrides = imp.solve(base) if not imp_overrides else _solve_with(imp, base, imp_overrides)
     overrides = _dynamic(overrides, clock, result)
+    if capture.head_starts and _needs_more_nodes(imp, base, overrides):
+        # The script starts a head on its node and asks for more GPUs than that node has: it was written
+        # for a cluster of several nodes (its other nodes join that head out of band, e.g. by ssh). A head
+        # clawgym starts holds one node, so the experiment runs on an existing cluster whose address is
+        # given at launch; the import verifies it with the address the script itself submitted to.
+        choices = {**choices, "cluster": "existing"}
+        overrides = {k: v for k, v in overrides.items() if k not in LOCAL_HEAD_KEYS}
+        # ray.address stays unset (a "???" in an experiment would not unset it: Hydra's merge keeps the
+        # default), so the launch without it is refused by existing-cluster-needs-address, naming the key.
+        result.left_to_set["ray.address"] = ("the dashboard of the Ray cluster the script's nodes form (the "
+                                             f"script submitted to {_address_to_give(imp)} from its head node)")
+        result.notes.append(
+            f"the script starts a Ray head on this node and asks for more GPUs than one node of "
+            f"{base.gpu_layout.num_gpus} holds (its other nodes join that head): imported for the Ray cluster "
+            "those nodes form (cluster=existing), or run it with cluster=slurm")
     for key, why in imp.refused.items():
         result.inexpressible.append(f"{key}: the script needs a value this key cannot take ({why})"
                                     if not why.startswith("the script") else f"{key}: {why}")
@@ -324,11 +376,32 @@ def _solve(imp: "Importer", result: ImportResult, capture: Capture, submit: Subm
         header += ["", "Prerequisites: the script prepares the machine with these steps before it launches;",
                    "run them (or their equivalent) once before the first launch. clawgym does not run them:"]
         header += [f"  - {t}" for t in result.setup]
+    if result.left_to_set:
+        header += ["", "Left to set at launch (e.g. python train.py +experiment=NAME KEY=VALUE):"]
+        header += [f"  - {k}: {why}" for k, why in result.left_to_set.items()]
     if result.answered:
         header += ["", f"Imported with the probes answered as a node of {capture.gpus_per_node} GPUs"
                        f"{' with NVLink' if capture.nvlink else ' without NVLink'}:"]
         header += [f"  - {t}" for t in result.answered]
     return render_experiment(choices, body, script=result.script, flags=flags, header=header)
+
+
+#: Settings of a head clawgym starts itself; an existing cluster's head is started by whoever runs it.
+LOCAL_HEAD_KEYS = ("ray.num_gpus", "ray.node_ip", "ray.port", "ray.dashboard_host", "ray.dashboard_port")
+
+
+def _needs_more_nodes(imp: Importer, base: DictConfig, overrides: Mapping[str, Any]) -> bool:
+    """Whether the solved experiment, run on a head clawgym starts here, asks for more GPUs than this node."""
+    from clawgym.validate import violations
+
+    cfg, _ = imp.apply(base, overrides)
+    return any(v.code == "local-head-gpus-fit" for v in violations(cfg))
+
+
+def _address_to_give(imp: Importer) -> str:
+    """The dashboard the script submitted to: where its cluster's head is, seen from its head node."""
+    address = str(imp.submit.options.get("--address") or "http://127.0.0.1:8265")
+    return address if "://" in address else f"http://{address}"
 
 
 def _solve_with(imp: Importer, base: DictConfig, fixed: Mapping[str, Any]) -> Dict[str, Any]:
@@ -417,6 +490,9 @@ def _format_result(result: ImportResult) -> str:
     if result.differences:
         out += ["", f"differences ({len(result.differences)}):", parity.render_table(result.differences)]
     out += [""]
+    if result.left_to_set:
+        out += ["", "left to set at launch (the experiment validates with them given):"]
+        out += [f"  - {k}: {why}" for k, why in result.left_to_set.items()]
     if result.ok:
         out.append(f"parity: the experiment launches the same run (0 differences). Run it with:\n  {result.command}")
     else:

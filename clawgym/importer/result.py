@@ -41,6 +41,11 @@ class ImportResult:
     answered: List[str] = field(default_factory=list)
     # Servers the script starts itself (reproduced as services.*).
     services: List[str] = field(default_factory=list)
+    # Keys the experiment leaves to give at launch (``???``), each with what to give: a script
+    # written for a cluster of several nodes runs where that cluster is (ray.address).
+    left_to_set: Dict[str, str] = field(default_factory=dict)
+    # The values the import verified them with (shown in the command to run).
+    launch_with: Dict[str, str] = field(default_factory=dict)
     # The experiment's text when it was not written (a failed import writes nothing).
     text: str = ""
     command: str = ""
