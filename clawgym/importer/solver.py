@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import copy
+import re
 import os
+from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from omegaconf import DictConfig, OmegaConf, open_dict
@@ -294,7 +296,7 @@ class Importer:
             if not want:
                 break
             overrides.update(want)
-        overrides = self.prune(base, overrides)
+        overrides = relative_to_root(self.prune(base, overrides))
         return self.name_run(base, overrides)
 
     def name_run(self, base: DictConfig, overrides: Dict[str, Any]) -> Dict[str, Any]:
@@ -316,8 +318,23 @@ class Importer:
         """Where the script's files are: its repository is the ClawGym-RL checkout (fork) ."""
         out: Dict[str, Any] = {}
         if self.flavour == "clawgym" and "paths" in base:
-            out["paths.root"] = str(self.capture.repo_root)
+            out["paths.root"] = str(self.script_root())
         return out
+
+    def script_root(self) -> Path:
+        """The folder the script's paths derive from: of the script's folder and the folders above it up to
+        its repository's top, the nearest whose ``slime`` is the job's working dir (the schema derives
+        ``paths.slime`` as ``${paths.root}/slime``: ClawGym-Agents/RL, not the repository's top ClawGym-Agents);
+        else the repository's top."""
+        repo = Path(self.capture.repo_root)
+        wd = os.path.normpath(self.submit.working_dir)
+        script = Path(self.capture.script)
+        for folder in [script.parent, *script.parent.parents]:
+            if os.path.normpath(str(folder / "slime")) == wd:
+                return folder
+            if folder == repo:
+                break
+        return repo
 
     def prune(self, base: DictConfig, overrides: Dict[str, Any]) -> Dict[str, Any]:
         """Drop every override whose key would resolve to the same value without it.
@@ -350,6 +367,27 @@ class Importer:
             else:
                 OmegaConf.update(cfg, key, overrides[key], merge=False)
         return kept
+
+
+def relative_to_root(overrides: Dict[str, Any]) -> Dict[str, Any]:
+    """Every path under ``paths.root`` in the other overrides written as ``${paths.root}/...``, so an
+    experiment moved to another root (``paths.root=/elsewhere``) takes all its paths along."""
+    root = overrides.get("paths.root")
+    if not isinstance(root, str) or not root.startswith("/") or root == "/":
+        return overrides
+    # The root as a whole path: not the start of a longer name (/a/RL2), nor inside another path (/x/a/RL).
+    pattern = re.compile(r"(?<![\w./-])" + re.escape(root.rstrip("/")) + r"(?![\w.-])")
+
+    def rewrite(value: Any) -> Any:
+        if isinstance(value, str):
+            return pattern.sub(lambda _: "${paths.root}", value)
+        if isinstance(value, list):
+            return [rewrite(v) for v in value]
+        if isinstance(value, dict):
+            return {k: rewrite(v) for k, v in value.items()}
+        return value
+
+    return {k: (v if k == "paths.root" else rewrite(v)) for k, v in overrides.items()}
 
 
 #: sglang.launch_server options the teacher service config owns, by every spelling SGLang takes.
