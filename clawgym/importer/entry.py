@@ -73,6 +73,76 @@ def _compose_experiment(out_dir: Path, name: str, target: Path) -> DictConfig:
                             "fix the file, or re-import the script with --force") from None
 
 
+#: File tests of ``[``/``test``/``[[`` whose operand is a path the script needs.
+_PATH_TESTS = ("-d", "-f", "-e", "-x", "-s", "-r")
+
+
+def _traced(line: str) -> Optional[List[str]]:
+    """The argv of a ``set -x`` trace line (``+ cmd args``, ``++`` in a substitution), else None."""
+    import shlex
+
+    m = re.match(r"^\++ (.*)$", line)
+    if not m:
+        return None
+    try:
+        return shlex.split(m.group(1))
+    except ValueError:
+        return None
+
+
+def failed_check(output: str, script: Path) -> List[str]:
+    """The script's own check that stopped it before it submitted, read from its ``set -x`` trace: a
+    file test (``[ ! -d DIR ]``) followed only by messages and ``exit``, or a ``cd DIR`` that ended it
+    (``SLIME_ROOT="$(cd -- DIR && pwd)"`` under ``set -e``); with what it printed, the folder it wants and
+    how to give it (``--env NAME=FOLDER`` where the script reads ``NAME`` from the environment)."""
+    lines = output.rstrip().splitlines()
+    traced = [(i, argv) for i, line in enumerate(lines) if (argv := _traced(line))]
+    if not traced:
+        return []
+    check: Optional[List[str]] = None
+    says: List[str] = []
+    for i, argv in reversed(traced):
+        if argv[0] in ("[", "[[", "test"):
+            check, says = argv, [line for line in lines[i + 1:] if _traced(line) is None and line.strip()]
+            break
+        if argv[0] not in ("echo", "printf", "exit", "return", "cat"):
+            break
+    if check is None:
+        # Ended in a cd (its failure under set -e ends the script; the assignment it fed may follow).
+        for i, argv in reversed(traced[-2:]):
+            if argv[0] == "cd":
+                check = argv
+                break
+    if check is None:
+        return []
+    if check[0] == "cd":
+        wanted = [a for a in check[1:] if a != "--" and not a.startswith("-")][-1:]
+    else:
+        wanted = [check[j + 1] for j, a in enumerate(check[:-1]) if a in _PATH_TESTS]
+    out = [f"the script's own check failed: `{' '.join(check)}`"]
+    if says:
+        out.append(f"  it says: {says[0]}")
+        out += [f"           {line.strip()}" for line in says[1:6]]
+    try:
+        text = Path(script).read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        text = ""
+    for path in wanted:
+        kind = "folder" if check[0] == "cd" or "-d" in check else "file"
+        where = ("it exists on this machine, but the import's jail does not show it (it shows the script's "
+                 "checkout, the slime checkout, system folders and its own HOME and /tmp): put it in the checkout"
+                 if os.path.exists(path) else "it is not there: create it, or import the script from the checkout "
+                 "it belongs to")
+        # The first variable assigned that path (later ones copy it: REF_LOAD=${HF_CKPT}), when the script
+        # takes it from the environment (${NAME:-default}).
+        names = [argv[0].split("=", 1)[0] for _, argv in traced
+                 if len(argv) == 1 and re.match(r"^[A-Za-z_]\w*=", argv[0]) and argv[0].split("=", 1)[1] == path]
+        settable = [n for n in names[:1] if re.search(r"\$\{" + n + r":?[-=]", text)]
+        out.append(f"to satisfy it: it wants the {kind} {path}; {where}"
+                   + "".join(f", or pass --env {n}={kind.upper()} (the script reads {n})" for n in settable))
+    return out
+
+
 def import_script(script: Path, *, name: Optional[str] = None, trainer: Optional[str] = None,
                   out_dir: Optional[Path] = None, slime_root: Optional[Path] = None,
                   env: Optional[Mapping[str, str]] = None, force: bool = False,
@@ -128,6 +198,7 @@ def import_script(script: Path, *, name: Optional[str] = None, trainer: Optional
             f"{script} submitted no Ray job ({ended}); nothing to import.\n"
             + "\n".join(f"  - {text}" for kind, text in classify(capture)
                         if kind in ("inexpressible", "answered", "setup"))
+            + "".join(f"\n{line}" for line in failed_check(capture.output, script))
             + (f"\nlast lines of its output:\n{tail}" if tail else "")))
     submit = submits[-1]
     entry = submit.entrypoint
