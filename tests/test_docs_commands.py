@@ -205,6 +205,9 @@ OUTCOMES: Dict[str, Outcome] = {
     "clawgym runs exp/ --plot rollout/raw_reward,eval/clawgym_eval --out plots/ --smooth 0.6": accepted(
         "rollout_raw_reward", cwd="checkout"),
     "clawgym report exp/ --out report.html": accepted("(2 runs)", cwd="checkout"),
+    # import
+    "clawgym import RL/run_qwen3_4b.sh": covered_by(
+        "tests/test_import.py::test_seed_below_the_repository_top_imports_its_paths_relative_to_its_root"),
 }
 
 

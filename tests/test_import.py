@@ -149,7 +149,7 @@ def imported(slime_checkout, tmp_path_factory):
     """Each round-trip fixture imported once into one config dir: name -> (result, report)."""
     if not _registries_present():
         pytest.skip("the flag registries or the owner table are absent (see needs_registry)")
-    from clawgym.importer.core import format_result, import_script
+    from clawgym.importer.entry import format_result, import_script
 
     out_dir = tmp_path_factory.mktemp("conf")
     done = {}
@@ -163,7 +163,7 @@ def imported(slime_checkout, tmp_path_factory):
 @needs_registry
 @pytest.mark.parametrize("name", ROUND_TRIP)
 def test_fixture_script_round_trips_with_zero_differences(name, imported, slime_checkout):
-    from clawgym.importer.core import format_result, import_script
+    from clawgym.importer.entry import format_result, import_script
 
     result, report = imported[name]
     assert result.ok, report
@@ -222,7 +222,7 @@ def _options(group):
 @pytest.mark.skipif(not SEED.is_file(), reason=f"seed script {SEED} not found (../shared is absent outside "
                                                  "the team workplace)")
 def test_seed_import_reproduces_todays_clawgym_defaults(seed_checkout, tmp_path):  # noqa: F811
-    from clawgym.importer.core import format_result, import_script
+    from clawgym.importer.entry import format_result, import_script
 
     result = import_script(seed_checkout / SEED.name, out_dir=tmp_path / "conf")
     assert result.ok, format_result(result)
@@ -236,6 +236,105 @@ def test_seed_import_reproduces_todays_clawgym_defaults(seed_checkout, tmp_path)
     assert sorted(d.name for d in result.deliberate) == ["--use-tensorboard (use_tensorboard)", "HOST",
                                                          "TENSORBOARD_DIR"]
     assert any("clawgym runs / report show its curves" in d.note for d in result.deliberate)
+
+
+def _seed_in_a_repository(seed_checkout, tmp_path) -> Path:  # noqa: F811
+    """The seed's fixture checkout as ``RL/`` of a git repository whose top level is the folder
+    above it (as in ClawGym-Agents: the script's checkout is not the repository's top)."""
+    top = Path(os.path.realpath(tmp_path)) / "ClawGym-Agents"
+    shutil.copytree(seed_checkout, top / "RL", symlinks=True)
+    if not shutil.which("git"):
+        pytest.skip("git is needed to make the fixture a repository")
+    subprocess.run(["git", "init", "-q", str(top)], check=True, timeout=60)
+    return top / "RL"
+
+
+@needs_registry
+@pytest.mark.skipif(not SEED.is_file(), reason=f"seed script {SEED} not found (../shared is absent outside "
+                                                 "the team workplace)")
+def test_seed_below_the_repository_top_imports_its_paths_relative_to_its_root(seed_checkout, tmp_path):  # noqa: F811
+    """``RL/run_qwen3_4b.sh`` in a repository whose top is above ``RL``: the root is ``RL`` (the folder
+    the script's paths derive from), the only key set, so ``paths.root=/elsewhere`` moves every path."""
+    from omegaconf import OmegaConf
+
+    from clawgym.config.compose import compose, to_plain
+    from clawgym.importer.entry import format_result, import_script
+    from clawgym.importer.writing import searchpath_override
+
+    rl = _seed_in_a_repository(seed_checkout, tmp_path)
+    out_dir = tmp_path / "conf"
+    result = import_script(rl / SEED.name, out_dir=out_dir)
+    assert result.ok, format_result(result)
+    assert result.body == {"paths": {"root": str(rl)}}
+    report = format_result(result)
+    assert "keys set: 1" in report
+    # docs/guide/import.md shows this import (tests/test_docs_commands.py points here): what it promises holds.
+    page = (ROOT / "docs" / "guide" / "import.md").read_text()
+    assert "$ clawgym import RL/run_qwen3_4b.sh\n" in page
+    for promised in ("  keys set: 1\n", "  root: /path/to/ClawGym-Agents/RL\n",
+                     "  options: trainer=clawgym, model=qwen3_4b, gpu_layout=split_4_4, sandbox=docker\n"):
+        assert promised in page
+        assert promised.replace("/path/to/ClawGym-Agents/RL", str(rl)) in report + result.path.read_text() + "\n"
+    moved = compose([*searchpath_override(out_dir), f"+experiment={result.name}", "paths.root=/elsewhere/RL"])
+    text = OmegaConf.to_yaml(OmegaConf.create(to_plain(moved)))
+    assert str(rl.parent) not in text, [line for line in text.splitlines() if str(rl.parent) in line]
+
+
+@needs_registry
+@pytest.mark.skipif(not SEED.is_file(), reason=f"seed script {SEED} not found (../shared is absent outside "
+                                                 "the team workplace)")
+def test_paths_a_script_sets_under_its_root_are_written_relative_to_the_root(seed_checkout, tmp_path):  # noqa: F811
+    """A checkpoint the script takes from elsewhere under its checkout (``HF_CKPT``) is written as
+    ``${paths.root}/...``, never as the absolute folder of the machine it was imported on."""
+    from clawgym.importer.entry import format_result, import_script
+
+    rl = _seed_in_a_repository(seed_checkout, tmp_path)
+    result = import_script(rl / SEED.name, out_dir=tmp_path / "conf",
+                           env={"HF_CKPT": str(rl / "local" / "models" / "other-ckpt")})
+    assert result.ok, format_result(result)
+    assert result.body["paths"]["hf_checkpoint"] == "${paths.root}/local/models/other-ckpt"
+    keys = [line.split("#")[0] for line in result.path.read_text().splitlines() if not line.lstrip().startswith("#")]
+    assert [line for line in keys if str(rl) in line] == [f"  root: {rl}"]
+
+
+def _seed_alone(tmp_path, *, with_slime: bool) -> Path:
+    """The seed copied out of its checkout: no ``slime/`` beside it, or one without the model."""
+    folder = Path(os.path.realpath(tmp_path)) / "alone"
+    folder.mkdir()
+    shutil.copy(SEED, folder / SEED.name)
+    if with_slime:
+        from tests.test_seed_parity import QWEN3_4B_MODEL_SCRIPT
+
+        models = folder / "slime" / "scripts" / "models"
+        models.mkdir(parents=True)
+        (models / "qwen3-4B.sh").write_text(QWEN3_4B_MODEL_SCRIPT)
+    return folder / SEED.name
+
+
+@pytest.mark.skipif(not SEED.is_file(), reason=f"seed script {SEED} not found (../shared is absent outside "
+                                                 "the team workplace)")
+def test_seed_outside_its_checkout_is_refused_naming_the_folder_it_wants(tmp_path, capsys):
+    script = _seed_alone(tmp_path, with_slime=False)
+    code, out = run_cli([str(script), "--out", str(tmp_path / "conf")], capsys)
+    assert code == 2, out
+    assert "Traceback" not in out
+    assert "submitted no Ray job (exit status 1)" in out
+    assert f"the script's own check failed: `cd -- {script.parent / 'slime'}`" in out
+    assert f"it wants the folder {script.parent / 'slime'}" in out
+
+
+@pytest.mark.skipif(not SEED.is_file(), reason=f"seed script {SEED} not found (../shared is absent outside "
+                                                 "the team workplace)")
+def test_seed_without_its_model_is_refused_with_its_own_message_and_the_env_that_satisfies_it(tmp_path, capsys):
+    script = _seed_alone(tmp_path, with_slime=True)
+    folder = script.parent / "local" / "models" / "Qwen3-4B-Instruct-2507"
+    code, out = run_cli([str(script), "--out", str(tmp_path / "conf")], capsys)
+    assert code == 2, out
+    assert "Traceback" not in out
+    assert f"the script's own check failed: `[ ! -d {folder} ]`" in out
+    assert f"it says: ERROR: HF model not found at {folder}" in out
+    assert f"it wants the folder {folder}" in out
+    assert "or pass --env HF_CKPT=FOLDER" in out
 
 
 @needs_registry
@@ -310,3 +409,43 @@ def test_imported_experiment_dry_runs_through_train_py(imported, slime_checkout,
     assert plan["entrypoint"][1] == "train.py"
     # The one deliberate difference: TensorBoard events stay on, so clawgym runs / report show curves.
     assert {k: (theirs[k], v) for k, v in ours.items() if v != theirs[k]} == {"use_tensorboard": (False, True)}
+
+
+# ---------------------------------------------------------------- scripts written for a multi-node cluster
+
+
+@needs_registry
+def test_multi_node_script_imports_to_an_existing_cluster_with_the_address_left_to_set(slime_checkout, tmp_path,
+                                                                                         capsys):
+    """A script that starts a head here and asks for more GPUs than this node has (slime v0.3.1's
+    run-qwen3-235B-A22B.sh and 7 others) runs on a cluster of several nodes: the experiment names
+    cluster=existing, leaves ray.address to give, validates with it given, and the import exits 0."""
+    from clawgym.config.compose import compose
+    from clawgym.validate import violations
+
+    out_dir = tmp_path / "conf"
+    code, out = run_cli([str(slime_checkout / LAYOUT["run-qwen3-30B-A3B-2nodes.sh"]), "--out", str(out_dir),
+                         "--name", "two_nodes"], capsys)
+    assert code == 0, out
+    assert "local-head-gpus-fit" not in out
+    assert "left to set" in out and "ray.address" in out
+    assert "ray.address=http://127.0.0.1:8265" in out  # the command to run names the address to give
+    text = (out_dir / "experiment" / "two_nodes.yaml").read_text()
+    assert "override /cluster: existing" in text
+    search = [f"hydra.searchpath=[file://{out_dir}]", "+experiment=two_nodes"]
+    assert "Left to set at launch" in text and "ray.address" in text
+    # Without the address it is refused naming the key to set; with it, it validates where it runs.
+    assert [v.code for v in violations(compose(search)) if v.severity == "error"] == ["existing-cluster-needs-address"]
+    assert [v.format() for v in violations(compose([*search, "ray.address=http://10.0.0.1:8265"]))
+            if v.severity == "error"] == []
+
+
+# ---------------------------------------------------------------- clean refusals
+
+
+@pytest.mark.parametrize("out", ["/proc/x", "/dev/null/conf"])
+def test_an_unwritable_out_is_a_clean_refusal_naming_the_option(out, slime_checkout, capsys):
+    code, text = run_cli([str(slime_checkout / LAYOUT["run-qwen3-4B-colocate.sh"]), "--out", out], capsys)
+    assert code == 2, text
+    assert "Traceback" not in text
+    assert f"--out {out}" in text and "--out conf" in text

@@ -37,7 +37,7 @@ def checkout(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def kinds(checkout, tmp_path_factory):
-    from clawgym.importer.core import format_result, import_script
+    from clawgym.importer.entry import format_result, import_script
 
     out_dir = tmp_path_factory.mktemp("conf")
     return {name: (r, format_result(r)) for name in KINDS
@@ -55,7 +55,7 @@ def _plan(result):
 
 @pytest.mark.parametrize("name", KINDS)
 def test_run_kind_fixture_round_trips_with_zero_differences(name, kinds, checkout):
-    from clawgym.importer.core import format_result, import_script
+    from clawgym.importer.entry import format_result, import_script
 
     result, report = kinds[name]
     assert result.ok, report
@@ -122,7 +122,7 @@ def test_generated_sglang_config_is_a_typed_key_compared_by_content(kinds, check
 
 
 def test_setup_steps_are_prerequisites_and_strict_refuses_them(kinds, checkout, tmp_path):
-    from clawgym.importer.core import import_script
+    from clawgym.importer.entry import import_script
 
     result, report = kinds["run-qwen3-4B-setup.sh"]
     steps = "\n".join(result.setup)
@@ -178,7 +178,7 @@ def test_nvidia_smi_answers_for_the_gpus_per_node(tmp_path):
 
 
 def test_failed_import_with_force_puts_the_old_file_back(checkout, tmp_path):
-    from clawgym.importer.core import import_script
+    from clawgym.importer.entry import import_script
 
     target = tmp_path / "conf" / "experiment" / "mine.yaml"
     target.parent.mkdir(parents=True)
@@ -190,7 +190,7 @@ def test_failed_import_with_force_puts_the_old_file_back(checkout, tmp_path):
 
 
 def test_check_force_reimports_a_stale_experiment(kinds, checkout, tmp_path):
-    from clawgym.importer.core import import_script
+    from clawgym.importer.entry import import_script
 
     result, _ = kinds["run-qwen3-4B-ray-env.sh"]
     out_dir = tmp_path / "conf"
@@ -282,7 +282,7 @@ def test_supervisor_starts_service_waits_for_health_and_stops_it(tmp_path):
 @pytest.mark.parametrize("name", ["run-qwen3-4B-sft.sh", "run-qwen3-4B-pd-config.sh", "run-qwen3-4B-ray-env.sh"])
 def test_run_kinds_round_trip_under_the_fork_flavour_too(name, checkout, tmp_path):
     """Parity by the fork's parser (trainer=clawgym): the same kinds, its registry and defaults."""
-    from clawgym.importer.core import format_result, import_script
+    from clawgym.importer.entry import format_result, import_script
 
     result = import_script(checkout / LAYOUT[name], out_dir=tmp_path / "conf", trainer="clawgym")
     assert result.ok and result.flavour == "clawgym", format_result(result)
@@ -292,7 +292,7 @@ def test_script_with_tensorboard_keeps_it_and_clawgym_names_the_folder(checkout,
     """A script with --use-tensorboard and --save but no TENSORBOARD_DIR (slime's default folder)
     imports with metrics.tensorboard on; the folder clawgym gives (the run's save dir) is a
     deliberate difference (slime's run-minimax-m2.sh)."""
-    from clawgym.importer.core import format_result, import_script
+    from clawgym.importer.entry import format_result, import_script
 
     original = checkout / LAYOUT["run-qwen3-4B-unbuffered.sh"]
     script = original.with_name("run-qwen3-4B-tensorboard.sh")

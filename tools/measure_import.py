@@ -111,7 +111,7 @@ def one_line(text: str) -> str:
 
 
 def import_one(rel: str, slime: Path, out_dir: Path) -> Dict[str, Any]:
-    from clawgym.importer.core import ImportFailure, import_script
+    from clawgym.importer.entry import ImportFailure, import_script
     from clawgym.importer.parity import strip_secrets
 
     script = slime / rel
@@ -120,23 +120,23 @@ def import_one(rel: str, slime: Path, out_dir: Path) -> Dict[str, Any]:
     # The import runs the script again; a script that names things after the clock (a run dir by
     # `date +%S`) submits a different argv each run. The comparison uses the capture the import
     # itself made and solved for (recorded as it returns), so both argvs come from one run.
-    from clawgym.importer import core as importer_core
+    from clawgym.importer import entry as importer_entry
 
     own = []
-    real_run_script = importer_core.run_script
+    real_run_script = importer_entry.run_script
 
     def recording_run_script(*a, **kw):
         own.append(real_run_script(*a, **kw))
         return own[-1]
 
-    importer_core.run_script = recording_run_script
+    importer_entry.run_script = recording_run_script
     try:
         result = import_script(script, name=name, out_dir=out_dir, slime_root=slime, env=env, force=True)
         failure = None
     except ImportFailure as exc:
         result, failure = None, exc
     finally:
-        importer_core.run_script = real_run_script
+        importer_entry.run_script = real_run_script
     if own and own[-1].submits:
         cap = own[-1]
     row: Dict[str, Any] = {"script": rel, "env": env, "name": name,

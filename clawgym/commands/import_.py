@@ -71,7 +71,7 @@ def parse_env(items: List[str]) -> Dict[str, str]:
 def run(args: argparse.Namespace) -> int:
     from clawgym.common import secrets
     from clawgym.importer.capture import DEFAULT_TIMEOUT
-    from clawgym.importer.core import ImportFailure, format_result, import_script
+    from clawgym.importer.entry import ImportFailure, format_result, import_script
     from clawgym.registry import RegistryError
 
     try:
