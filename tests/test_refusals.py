@@ -188,3 +188,17 @@ def test_a_value_of_the_wrong_type_is_worded_by_clawgym_with_key_type_and_fix(tm
     assert "is typed" in proc.stderr and f"fix:  {fix}" in proc.stderr
     assert "OptimizerConfig" not in proc.stderr and "reference_type" not in proc.stderr
     assert not (tmp_path / "out").exists()
+
+
+def test_a_tuner_dry_run_whose_first_trial_does_not_fit_exits_2_as_a_dry_run_does(tmp_path, clawgym_checkout):
+    """issue 35: the tuner's dry run printed DOES NOT FIT and exited 0 (docs/guide/explain.md: 2)."""
+    from tests.fixtures.checkout import checkout_overrides
+
+    proc = subprocess.run([sys.executable, str(ROOT / "train.py"), "-m", "hydra/sweeper=clawgym",
+                           "optimizer.lr=interval(1e-7,1e-4)", "hydra.sweeper.n_trials=2", "gpu_layout=split_1_1",
+                           "memory.gpu=h100_80gb", *checkout_overrides(clawgym_checkout),
+                           f"hydra.sweep.dir={tmp_path}/sweep", "dry_run=true"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 2, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "clawgym: DOES NOT FIT" in proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stderr
