@@ -296,7 +296,7 @@ class ClawGymCallback(Callback):
             kept = copy.deepcopy(resolved) if resolved is not None and raw is not None and reusable else None
             try:
                 # A config that does not resolve goes to the rules unresolved: they report what does not.
-                errors, warned = check(resolved if resolved is not None else _task_config(config))
+                errors, warned = check(resolved if resolved is not None else _task_config(config), here=True)
                 found += [v for v in errors if not (found and v.code == "no-secret-values-in-config")]
             except RegistryError as err:
                 # A missing or broken flag registry is a broken install: say so without a traceback.

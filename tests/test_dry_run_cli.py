@@ -32,7 +32,9 @@ def assert_no_secret(texts: List[str], folder: Path) -> None:
 
 def test_dry_run_writes_launch_plan_into_hydra_output_dir(tmp_path):
     run_dir = tmp_path / "run"
-    proc = train(["dry_run=true", "paths.root=/ckpt/ClawGym-RL", f"hydra.run.dir={run_dir}"], SECRETS)
+    # A plan for another machine's checkout: this machine's folders are not checked (skip_checks=[checkout]).
+    proc = train(["dry_run=true", "paths.root=/ckpt/ClawGym-RL", "skip_checks=[checkout]", f"hydra.run.dir={run_dir}"],
+                 SECRETS)
     assert proc.returncode == 0, proc.stderr
     plan_file = run_dir / "launch_plan.json"
     assert f"plan written to {plan_file}" in proc.stdout

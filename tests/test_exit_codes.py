@@ -70,7 +70,7 @@ def test_the_open_maps_still_take_new_keys(tmp_path):
 def test_a_hydra_composition_error_exits_2_not_1(tmp_path):
     proc = run(["gpu_layout=split_9_9", "dry_run=true", f"hydra.run.dir={tmp_path}/run"], tmp_path)
     assert proc.returncode == exit_codes.REFUSED, proc.stderr
-    assert "Could not find 'gpu_layout/split_9_9'" in proc.stderr
+    assert "clawgym: gpu_layout=split_9_9 is not an option of gpu_layout" in proc.stderr
     # The typed schema entry is no option a user picks.
     assert "base_gpu_layout" not in proc.stderr and "split_4_4" in proc.stderr
     proc = run(["rollout.temperature=[", "dry_run=true"], tmp_path)
@@ -95,6 +95,6 @@ def test_a_failed_preflight_only_exits_2_like_a_preflight_failure_during_a_launc
 def test_clawgym_commands_refuse_with_2(tmp_path):
     assert run(["explain", "rollout.temprature"], tmp_path, module=True).returncode == exit_codes.REFUSED
     proc = run(["explain", "rollout.temperature", "model=nope"], tmp_path, module=True)
-    assert proc.returncode == exit_codes.REFUSED and "Could not find 'model/nope'" in proc.stderr
+    assert proc.returncode == exit_codes.REFUSED and "model=nope is not an option of model" in proc.stderr
     assert run(["show", str(tmp_path / "nothing-here")], tmp_path, module=True).returncode == exit_codes.REFUSED
     assert run(["no-such-command"], tmp_path, module=True).returncode == exit_codes.REFUSED

@@ -121,6 +121,24 @@ def test_cleanup_failure_is_reported_not_swallowed(clawgym_checkout, prefix, mon
     assert "/nonexistent/clawgym-test/docker.sock is not reachable" in info.value.report()
 
 
+def test_the_leftovers_refusal_names_its_switches_and_skip_checks_takes_its_name(clawgym_checkout, prefix,
+                                                                                 monkeypatch):
+    """issue 35: the refusal is named "leftovers", but skip_checks refused that name and the refusal
+    never said sandbox.cleanup_leftovers=false."""
+    monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent/clawgym-test/docker.sock")
+    with pytest.raises(PreflightError) as info:
+        cleanup_leftovers(docker_cfg(clawgym_checkout, "clawgym-rl:v0.1", prefix), echo=None)
+    assert "skip_checks=[leftovers]" in info.value.report()
+    assert "sandbox.cleanup_leftovers=false" in info.value.report()
+    lines: list = []
+    cfg = docker_cfg(clawgym_checkout, "clawgym-rl:v0.1", prefix, "skip_checks=[gpus,ports,cluster,leftovers]")
+    assert cleanup_leftovers(cfg, echo=lines.append) == []
+    assert lines == ["leftover containers: not removed (skip_checks=[leftovers])"]
+    from clawgym.preflight import check_names
+
+    assert "leftovers" in check_names()  # so preflight does not refuse it as an unknown check
+
+
 def test_chroot_backend_cleanup_contacts_no_engine(clawgym_checkout, monkeypatch):
     monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent/clawgym-test/docker.sock")
     cfg = compose([f"paths.root={clawgym_checkout}", "sandbox=chroot", "sandbox.rootfs=/nonexistent", OFF])

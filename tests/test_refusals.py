@@ -143,3 +143,62 @@ def test_hydra_callback_refuses_before_the_output_dir_exists(tmp_path, monkeypat
         assert exit_.value.code == 2 and not out.exists()
     ClawGymCallback().on_run_start(config=compose([f"hydra.run.dir={out}"], return_hydra_config=True))
     assert out.is_dir()
+
+
+def test_a_root_that_names_no_folder_is_refused_naming_paths_root_and_writes_nothing(tmp_path):
+    """issue 35: paths.root=/nonexistent/RL dry_run=true printed a whole plan and exited 0."""
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    proc = subprocess.run([sys.executable, str(ROOT / "train.py"), f"paths.root={tmp_path}/nonexistent/RL", "dry_run=true"],
+                          cwd=cwd, capture_output=True, text=True, timeout=180,
+                          env={k: v for k, v in os.environ.items() if k != "CLAWGYM_RL_ROOT"})
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "[checkout-exists] paths.root=" in proc.stderr and "fix:  set paths.root" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert files_under(cwd) == []  # no Hydra outputs/ in the cwd
+
+
+def test_a_root_for_another_machine_plans_when_its_checkout_check_is_skipped(tmp_path):
+    run_dir = tmp_path / "out"
+    proc = train(["paths.root=/nonexistent/RL", "skip_checks=[checkout]", f"hydra.run.dir={run_dir}", "dry_run=true"],
+                 tmp_path, env={"WANDB_API_KEY": ""})
+    assert proc.returncode == 0, proc.stderr
+    assert (run_dir / "launch_plan.json").is_file()
+
+
+@pytest.mark.parametrize("override, said", [
+    ("gpu_layout=split_44", "did you mean split_4_4?"), ("model=qwen3-4b", "did you mean qwen3_4b?")])
+def test_a_misspelled_group_option_is_refused_with_the_closest_option(tmp_path, override, said):
+    proc = train([override, "dry_run=true", f"hydra.run.dir={tmp_path / 'out'}"], tmp_path)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert proc.stderr.startswith(f"clawgym: {override} is not an option of {override.split('=')[0]}; {said}"), proc.stderr
+    assert f"fix:  {override.split('=')[0]}={said.split()[-1].rstrip('?')}" in proc.stderr
+    assert "Available options in" not in proc.stderr and "Config search path" not in proc.stderr
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("override, said, fix", [
+    ("optimizer.lr=fast", "optimizer.lr='fast' is not a number", "optimizer.lr=1e-06"),
+    ("optimizer.cpu_offload=fast", "optimizer.cpu_offload='fast' is not true or false", "optimizer.cpu_offload=true"),
+    ("rollout.batch_size=1.5", "rollout.batch_size='1.5' is not a whole number", "rollout.batch_size=")])
+def test_a_value_of_the_wrong_type_is_worded_by_clawgym_with_key_type_and_fix(tmp_path, override, said, fix):
+    proc = train([override, "dry_run=true", f"hydra.run.dir={tmp_path / 'out'}"], tmp_path)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert proc.stderr.startswith(f"clawgym: {said}"), proc.stderr
+    assert "is typed" in proc.stderr and f"fix:  {fix}" in proc.stderr
+    assert "OptimizerConfig" not in proc.stderr and "reference_type" not in proc.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_tuner_dry_run_whose_first_trial_does_not_fit_exits_2_as_a_dry_run_does(tmp_path, clawgym_checkout):
+    """issue 35: the tuner's dry run printed DOES NOT FIT and exited 0 (docs/guide/explain.md: 2)."""
+    from tests.fixtures.checkout import checkout_overrides
+
+    proc = subprocess.run([sys.executable, str(ROOT / "train.py"), "-m", "hydra/sweeper=clawgym",
+                           "optimizer.lr=interval(1e-7,1e-4)", "hydra.sweeper.n_trials=2", "gpu_layout=split_1_1",
+                           "memory.gpu=h100_80gb", *checkout_overrides(clawgym_checkout),
+                           f"hydra.sweep.dir={tmp_path}/sweep", "dry_run=true"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 2, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "clawgym: DOES NOT FIT" in proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stderr

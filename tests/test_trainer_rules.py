@@ -36,6 +36,9 @@ CASES: Dict[str, Case] = {
         ["model=qwen3_30b_a3b", "gpu_layout=split_4_4", "perf.expert_parallel=8"],
         ["perf.expert_parallel", "perf.expert_tensor_parallel", "perf.pipeline_parallel", "gpu_layout.actor_gpus"],
         "perf.expert_parallel=4"),
+    # issue 35: args.sglang_ep_size=8 on the dense seed model passed without comment.
+    "sglang-ep-on-dense-model": Case(["args.sglang_ep_size=8"], ["args.sglang_ep_size", "model.num_experts"],
+                                     "set it to 1", "warning"),
     "expert-parallel-needs-moe": Case(["perf.expert_parallel=2"], ["perf.expert_parallel", "model.num_experts"],
                                       "perf.expert_parallel=1"),
     "expert-parallel-divides-experts": Case(

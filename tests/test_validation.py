@@ -27,10 +27,15 @@ class Case(NamedTuple):
     makedirs: List[str] = []
     # Environment variables the launcher sees (e.g. a secret).
     env: Dict[str, str] = {}
+    # A rule about this machine (validate.HERE_RULES): run as train.py and the sweep run them.
+    here: bool = False
 
 
 #: Rule code -> a config breaking it. Codes are those of clawgym/validate/.
 CASES: Dict[str, Case] = {
+    # issue 35: paths.root=/nonexistent/RL dry_run=true printed a whole plan and exited 0.
+    "checkout-exists": Case(["paths.root={tmp}/nonexistent/RL"], ["paths.root"],
+                            {"paths.root": "{tmp}/nonexistent/RL"}, here=True),
     # --- issue 2 §6 rules
     # Over one node's GPUs is a warning on a cluster of several nodes (existing, SLURM, KubeRay) ...
     "split-gpus-fit": Case(["gpu_layout.actor_gpus=6", "ray.address=http://10.0.0.1:8265"],
@@ -288,7 +293,7 @@ def test_rule(code: str, tmp_path, monkeypatch):
     def at_tmp(x: Any) -> Any:
         return x.replace("{tmp}", str(tmp_path)) if isinstance(x, str) else x
 
-    errors, warned = check(compose([at_tmp(o) for o in case.overrides]))
+    errors, warned = check(compose([at_tmp(o) for o in case.overrides]), here=case.here)
     found = errors + warned
     mine = [v for v in found if v.code == code]
     assert mine, f"{code} not reported for {case.overrides}; got {[v.code for v in found]}"

@@ -200,6 +200,12 @@ def composition_report(exc: BaseException) -> str:
                 f" never added\n"
                 f"  fix:  {near[0] + '=' + _value_of(text, key) if near else 'use a key of the schema'}"
                 f"  (clawgym explain {near[0] if near else key} says what it is)")
+    option = _option_report(text)
+    if option:
+        return option
+    typed = _type_report(text, key)
+    if typed:
+        return typed
     # Hydra lists the ``base_<group>`` schema entries as options; they are not options a user picks.
     unknown = key is not None and not is_known(key)
     lines = [ln for ln in text.splitlines() if not (unknown and ln.startswith("To append to your config use"))
@@ -207,6 +213,66 @@ def composition_report(exc: BaseException) -> str:
     from clawgym.common.secrets import redact
 
     return redact("\n".join(lines).rstrip() + "\n(a composition error: nothing was started or written)")
+
+
+# Hydra's missing group option (hydra/_internal/config_loader_impl.py, _missing_config_error):
+# "Could not find 'GROUP/OPTION'" then "Available options in 'GROUP':" and one option a line.
+_NO_OPTION = re.compile(r"Could not find '([\w./-]+)/([^'/]+)'")
+_OPTIONS = re.compile(r"Available options in '([\w./-]+)':\n((?:\t.*\n?)+)")
+# OmegaConf's conversion errors of a typed node (omegaconf/nodes.py: FloatNode, IntegerNode,
+# BooleanNode validate_and_convert): the value, then the type it could not become.
+_NOT_CONVERTED = re.compile(r"Value '(.*)' of type '(\w+)' could not be converted to (\w+)")
+_NOT_BOOL = re.compile(r"Value '(.*)' is not a valid bool")
+_EXAMPLE = {"Float": "a number such as 1e-06", "Integer": "a whole number such as 8", "Boolean": "true or false"}
+
+
+def _option_report(text: str) -> Optional[str]:
+    """A group option that is no file of the group, named with the closest one."""
+    missing = _NO_OPTION.search(text)
+    if not missing:
+        return None
+    group, option = missing.group(1), missing.group(2)
+    listed = _OPTIONS.search(text)
+    options = [ln.strip() for ln in (listed.group(2).splitlines() if listed else []) if ln.strip()
+               and not re.match(r"^base_\w+$", ln.strip())]
+    # Option names use '_' where users type '-' or '.' (qwen3-4b, split_44): compare them alike.
+    norm = {re.sub(r"[^a-z0-9]", "", o.lower()): o for o in options}
+    key = re.sub(r"[^a-z0-9]", "", option.lower())
+    near = ([norm[key]] if key in norm else []) or difflib.get_close_matches(option, options, n=1, cutoff=0.6) \
+        or [norm[k] for k in difflib.get_close_matches(key, list(norm), n=1, cutoff=0.6)]
+    from clawgym.common.secrets import redact
+
+    shown = ", ".join(options)
+    return redact(f"clawgym: {group}={option} is not an option of {group}"
+                  + (f"; did you mean {near[0]}?" if near else "") + "\n"
+                  f"  rule: a config group takes one of its files under conf/{group}/ (options: {shown})\n"
+                  f"  fix:  {group}={near[0] if near else (options[0] if options else 'OPTION')}"
+                  f"  (python train.py --info defaults-tree shows what each group picked)\n"
+                  "(a composition error: nothing was started or written)")
+
+
+def _type_report(text: str, key: Optional[str]) -> Optional[str]:
+    """A value of the wrong type for a typed key: the key, the value, the type and a value that works."""
+    converted, not_bool = _NOT_CONVERTED.search(text), _NOT_BOOL.search(text)
+    if not key or not (converted or not_bool):
+        return None
+    value = converted.group(1) if converted else not_bool.group(1)
+    want = converted.group(3) if converted else "Boolean"
+    known = keys().get(key)
+    typ = known.type if known else want
+    default = known.default if known else None
+    example = default if default is not None and not (isinstance(default, str) and ("${" in default or default == "???")) \
+        else None
+    fix = f"{key}={str(example).lower() if isinstance(example, bool) else example}" if example is not None \
+        else f"{key}=<{_EXAMPLE.get(want, want)}>"
+    from clawgym.common.secrets import redact
+
+    return redact(f"clawgym: {key}={value!r} is not {_EXAMPLE.get(want, 'a ' + want).split(' such as')[0]}"
+                  f" ({key} is typed {typ})\n"
+                  f"  rule: every key is typed by the schema (clawgym/config/schema.py); a value is converted to its "
+                  f"type or refused\n"
+                  f"  fix:  {fix}  (its default; clawgym explain {key} says what it is)\n"
+                  "(a composition error: nothing was started or written)")
 
 
 def _value_of(text: str, key: str) -> str:

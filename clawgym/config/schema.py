@@ -737,7 +737,8 @@ class ClawGymConfig:
     dry_run: bool = False
     # Run the preflight checks and stop.
     preflight_only: bool = False
-    # Preflight checks to skip, by name.
+    # Preflight checks to skip, by name (clawgym/preflight/__init__.py lists them); "leftovers" skips the
+    # leftover-container cleanup, "checkout" also the dry run's check that paths.root is a folder here.
     skip_checks: List[str] = field(default_factory=list)
     # Any other trainer flag, by its argparse dest: ``args.lr_warmup_iters=10``. Checked against
     # the trainer flavour's flag registry (name, type, choices, switches take booleans, nargs

@@ -18,12 +18,13 @@ save_dir    a fresh run does not write over an earlier run's checkpoints in path
 gpus        local head: this node shows the GPUs the run holds
 ports       local head: API server, Ray GCS and dashboard ports are free
 cluster     existing cluster: its dashboard answers and it declares the GPUs the run holds
-checkout    the trainer script and Megatron-LM are where the plan points
+checkout    the trainer script and Megatron-LM are where the plan points (a dry run: paths.root is a folder)
 tasks       sandbox=docker/chroot: the train/eval task folders hold tasks (counts reported)
 prompts     --prompt-data / --eval-prompt-data are JSONL with the --input-key/--label-key (first lines)
 functions   every custom function path in the trainer's flags exists on the job's PYTHONPATH
 memory      the per-GPU memory plan (clawgym/memory/) fits the GPU (memory.gpu, else this node's)
 wandb       W&B on: a key is set ($WANDB_KEY/$WANDB_API_KEY, or wandb login's netrc on a local head)
+leftovers   sandbox=docker, after the checks: remove ended launches' containers (as sandbox.cleanup_leftovers=false)
 =========== ======================================================================
 
 Importing this package imports no docker SDK; the chroot and none backends never do.
@@ -82,8 +83,13 @@ CHECKS: List[Check] = [
 ]
 
 
+#: The leftover-container cleanup that runs after the checks (clawgym.preflight.sandbox.cleanup_leftovers):
+#: its refusals are named "leftovers", so skip_checks takes that name too (as sandbox.cleanup_leftovers=false).
+CLEANUP = "leftovers"
+
+
 def check_names() -> List[str]:
-    return [check.name for check in CHECKS]
+    return [check.name for check in CHECKS] + [CLEANUP]
 
 
 def run_preflight(cfg: Any, plan: Any, *, local_head: bool,

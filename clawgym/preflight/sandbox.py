@@ -198,12 +198,17 @@ def cleanup_leftovers(cfg: Any, *, echo: Optional[Callable[[str], None]] = print
     if not sb["cleanup_leftovers"]:
         say("leftover containers: not removed (sandbox.cleanup_leftovers=false)")
         return []
+    # Its refusals are named "leftovers": skip_checks=[leftovers] skips it like any check.
+    if "leftovers" in [str(x) for x in c.get("skip_checks") or []]:
+        say("leftover containers: not removed (skip_checks=[leftovers])")
+        return []
+    skip_hint = "skip_checks=[leftovers] (or sandbox.cleanup_leftovers=false) launches without the cleanup"
     prefix, image = sb["container_prefix"], sb["image"]
     title = f"remove leftover {prefix}* containers of {image}"
     try:
         client = docker_client()
     except CheckFailed as exc:
-        raise PreflightError(Report([CheckResult("leftovers", title, FAILED, exc.problem, exc.fix)],
+        raise PreflightError(Report([CheckResult("leftovers", title, FAILED, exc.problem, f"{exc.fix}; or {skip_hint}")],
                                     heading="leftover cleanup"))
     import docker.errors
 
@@ -239,8 +244,8 @@ def cleanup_leftovers(cfg: Any, *, echo: Optional[Callable[[str], None]] = print
         raise PreflightError(Report([CheckResult(
             "leftovers", title, FAILED,
             f"{len(failures)} leftover container(s) could not be removed: " + "; ".join(failures),
-            "remove them by hand (docker rm -f <name>) and retry, or launch with sandbox.cleanup_leftovers=false "
-            "if they belong to a run that is still going")], heading="leftover cleanup"))
+            "remove them by hand (docker rm -f <name>) and retry, or launch with skip_checks=[leftovers] "
+            "(or sandbox.cleanup_leftovers=false) if they belong to a run that is still going")], heading="leftover cleanup"))
     if not removed and not leftovers:
         say(f"no leftover {prefix}* containers of {image}")
     return removed

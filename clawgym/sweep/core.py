@@ -424,7 +424,7 @@ class SweepSession:
                 except Exception:  # noqa: BLE001 - validation derives it again and reports what is wrong
                     effective[j.num] = None
             found, warns = check(j.task_cfg if plain[j.num] is None else copy.deepcopy(plain[j.num]),
-                                 effective=effective.get(j.num))
+                                 effective=effective.get(j.num), here=True)
             if found:
                 reports.append(ConfigError(found, context=f"sweep job #{j.num}: {j.label}").report())
             elif warns:

@@ -511,6 +511,15 @@ class TuneSession(PipelineListener):
         assert self._runner is not None
         with prepared_plans({job.num: job.plan}):
             self._runner.run_inline(job)
+        if job.status == SUCCEEDED and job.plan is not None and not self.config.get("preflight_only"):
+            from clawgym.pipeline.prepare import memory_banner
+
+            # As a single dry run and a -m dry run do (docs/guide/explain.md): a plan that does not fit
+            # ends with the banner and exits 2, its launch would be refused by preflight `memory`.
+            banner = memory_banner(job.plan, job.task_cfg)
+            if banner:
+                say(banner)
+                return EXIT_REFUSED
         return 0 if job.status == SUCCEEDED else 1
 
     # -------------------------------------------------------- the end

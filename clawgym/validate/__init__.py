@@ -22,7 +22,7 @@ from omegaconf.errors import OmegaConfBaseException
 from clawgym.config.compose import to_plain
 from clawgym.common.secrets import argv_secrets, known_secrets, named_secrets, redact_value, remember
 from clawgym.validate.core import Collector, ConfigError, Rule, Violation, format_warnings, run_rule
-from clawgym.validate import (batches, cluster, flags, memory, model, names, rollout, schema_keys, secrets, topology,
+from clawgym.validate import (batches, checkout, cluster, flags, memory, model, names, rollout, schema_keys, secrets, topology,
                               trainer_rules, values)
 from clawgym.validate.names import NAME_MAX, longest_derived_name, name_problem, runs_below
 
@@ -46,6 +46,10 @@ CROSS_RULES: List[Rule] = [
     cluster.rule_cluster, memory.rule_colocate_needs_offload,
     rollout.rule_sglang_config,
 ]
+
+#: Rules about this machine (the checkout a launch from here uploads): run when the face asks
+#: (``check(..., here=True)``), never for a config meant for another machine.
+HERE_RULES: List[Rule] = [checkout.rule_checkout_here]
 
 def _deep_leaves(leaves: Any) -> Any:
     """(dotted key, value) for every leaf, list elements included (``extra_args.0``): an
@@ -101,7 +105,7 @@ def _unresolved(cfg: DictConfig) -> List[Violation]:
 
 
 def _all(cfg: DictConfig | Mapping[str, Any], *, environ: Optional[Mapping[str, str]] = None,
-         effective: Optional[Mapping[str, Any]] = None) -> List[Violation]:
+         effective: Optional[Mapping[str, Any]] = None, here: bool = False) -> List[Violation]:
     """Errors and warnings of a composed config: local rules first, then cross-group rules."""
     env = os.environ if environ is None else environ
     if isinstance(cfg, DictConfig):
@@ -142,16 +146,20 @@ def _all(cfg: DictConfig | Mapping[str, Any], *, environ: Optional[Mapping[str, 
         run_rule(col, rule, cross=False)
     for rule in CROSS_RULES:
         run_rule(col, rule, cross=True)
+    for rule in HERE_RULES if here else []:
+        run_rule(col, rule, cross=True)
     return col.out
 
 
 def check(cfg: DictConfig | Mapping[str, Any], *, environ: Optional[Mapping[str, str]] = None,
-          effective: Optional[Mapping[str, Any]] = None) -> Tuple[List[Violation], List[Violation]]:
+          effective: Optional[Mapping[str, Any]] = None,
+          here: bool = False) -> Tuple[List[Violation], List[Violation]]:
     """(errors, warnings) of a composed config: errors refuse it, warnings are only printed.
 
     ``effective``: the config as the trainer runs it (``trainer.effective.effective_config`` of
-    the same plain config), when the caller derived it already."""
-    found = _all(cfg, environ=environ, effective=effective)
+    the same plain config), when the caller derived it already. ``here``: also the rules about
+    this machine (HERE_RULES), for a launch or dry run from here."""
+    found = _all(cfg, environ=environ, effective=effective, here=here)
     return [v for v in found if v.severity != "warning"], [v for v in found if v.severity == "warning"]
 
 
@@ -177,6 +185,6 @@ def validate(cfg: DictConfig | Mapping[str, Any], *, context: str = "",
         raise ConfigError(found, context=context)
 
 
-__all__ = ["ConfigError", "Violation", "check", "format_warnings", "validate", "violations", "warnings", "LOCAL_RULES",
+__all__ = ["ConfigError", "Violation", "check", "HERE_RULES", "format_warnings", "validate", "violations", "warnings", "LOCAL_RULES",
            "CROSS_RULES", "NAME_MAX",
            "longest_derived_name", "name_problem", "runs_below"]

@@ -480,6 +480,24 @@ def rule_sglang_parallel(v: Collector) -> None:
               f"(args.sglang_enable_dp_attention=true with args.sglang_dp_size) to shard attention over TP / DP")
 
 
+def rule_sglang_ep_on_dense(v: Collector) -> None:
+    """An SGLang expert-parallel size on a model with no experts: a warning, not a refusal.
+
+    Mirrors: nothing refuses it. slime passes --sglang-ep-size to SGLang's ServerArgs as given, and the
+    startup path judged in tests/data/trainer_verdicts/slime.json accepts it on a dense model (entry 216:
+    model=qwen3_5_4b, args.sglang_ep_size=8, accepted). Expert parallelism splits MoE experts; a model
+    with model.num_experts unset has none to split, so the setting does nothing the user asked for.
+    """
+    t = trainer_args(v)
+    ep = _int(t.get("--sglang-ep-size"))
+    if ep is None or ep <= 1 or _int(t.get("--num-experts")):
+        return
+    v.warn("sglang-ep-on-dense-model", ["args.sglang_ep_size", "model.num_experts"],
+           f"an SGLang expert-parallel size of {ep} on a dense model (no experts to split): slime and SGLang's "
+           "startup accept it (tests/data/trainer_verdicts/slime.json #216), and it splits nothing",
+           "drop args.sglang_ep_size (or set it to 1), or choose a MoE model (model.num_experts set)")
+
+
 def rule_sglang_context_window(v: Collector) -> None:
     """SGLang refuses a context length beyond the checkpoint's window.
 
@@ -539,4 +557,4 @@ RULES = [rule_world_divisible_by_model_parallel, rule_world_divisible_by_expert_
          rule_expert_parallel_needs_experts, rule_pipeline_divides_layers, rule_context_parallel_divides_seq_length,
          rule_tp_divides_heads, rule_recompute, rule_sequence_parallel_at_tp1, rule_global_batch,
          rule_grpo_needs_group, rule_trainer_matches_colocation, rule_rollout_engines, rule_sglang_parallel,
-         rule_sglang_context_window, rule_slime_checks]
+         rule_sglang_ep_on_dense, rule_sglang_context_window, rule_slime_checks]
