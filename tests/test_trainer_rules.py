@@ -173,7 +173,8 @@ def test_trainer_rule(code: str):
     # Engine TP leaving GPUs idle starts: a warning only.
     ["gpu_layout.rollout_gpus=3", "sglang.tp=2"],
     # Upstream Megatron takes TP a multiple of the query groups (4 groups over TP 8); the fork's does not.
-    ["trainer=slime", "model=qwen3_30b_a3b", "gpu_layout=colocate_8"],
+    # (Its rollout context within the checkpoint's window, 40960: rule sglang-context-within-model-window.)
+    ["trainer=slime", "model=qwen3_30b_a3b", "gpu_layout=colocate_8", "rollout.max_context_len=40960"],
     # SGLang may run past the window when told to.
     ["model=glm4_32b", "perf.tensor_parallel=2", "+extra_env.SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1"],
     # log_probs_chunk_size <= 0 means no chunking (the trainer's default is -1).
