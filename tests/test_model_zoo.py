@@ -50,7 +50,7 @@ def overrides_for(option: str) -> List[str]:
     tp = next(t for t in (4, 2, 1) if m["num_attention_heads"] % t == 0 and groups % t == 0)
     upstream = any(get_key({"model": m}, row.key) for row in upstream_only_rows() if row.key.startswith("model."))
     # SGLang refuses a context beyond the checkpoint's window (the default rollout context is 65536).
-    window = m.get("max_position_embeddings")
+    window = m.get("context_window") or m.get("max_position_embeddings")
     context = [f"rollout.max_context_len={window}"] if window and window < 65536 else []
     return [f"model={option}"] + ([f"perf.tensor_parallel={tp}"] if tp != 4 else []) + context + \
         (["trainer=slime"] if upstream else [])

@@ -87,7 +87,8 @@ def test_goldens_are_distinct_and_sensible():
     assert defaults["working_dir"] == f"{ROOT}/slime"
 
 
-@pytest.mark.parametrize("overrides", [[], ["gpu_layout=colocate_8"], ["model=qwen3_30b_a3b"], ["wandb.enabled=true"],
+@pytest.mark.parametrize("overrides", [[], ["gpu_layout=colocate_8"], ["model=qwen3_30b_a3b", "rollout.max_context_len=40960"],
+                                       ["wandb.enabled=true"],
                                        ["sglang.reasoning_parser=qwen3", "eval.skip_before_train=true"]])
 def test_every_flag_emitted_once(overrides: List[str]):
     plan = make_plan(overrides, SECRETS)

@@ -64,8 +64,12 @@ CASES: Dict[str, Case] = {
     "tp-divides-query-groups": Case(["model=qwen3_14b", "gpu_layout.actor_gpus=5", "gpu_layout.rollout_gpus=3"],
                                     ["perf.tensor_parallel", "model.num_query_groups"], "perf.tensor_parallel=1"),
     "sglang-context-within-model-window": Case(["model=glm4_32b", "perf.tensor_parallel=2"],
-                                               ["sglang.context_length", "model.max_position_embeddings"],
+                                               ["sglang.context_length", "rollout.max_context_len",
+                                                "model.context_window"],
                                                "rollout.max_context_len=32768"),
+    "rollout-context-within-model-window": Case(
+        ["model=glm4_32b", "perf.tensor_parallel=2", "sglang.context_length=null"],
+        ["rollout.max_context_len", "model.context_window"], "rollout.max_context_len=32768", "warning"),
     "recompute-granularity-known": Case(["perf.recompute_granularity=partial"], ["perf.recompute_granularity"],
                                         "perf.recompute_granularity to full"),
     "selective-recompute-no-method": Case(["perf.recompute_granularity=selective"],
@@ -172,7 +176,8 @@ def test_trainer_rule(code: str):
     # Engine TP leaving GPUs idle starts: a warning only.
     ["gpu_layout.rollout_gpus=3", "sglang.tp=2"],
     # Upstream Megatron takes TP a multiple of the query groups (4 groups over TP 8); the fork's does not.
-    ["trainer=slime", "model=qwen3_30b_a3b", "gpu_layout=colocate_8"],
+    # (Its rollout context within the checkpoint's window, 40960: rule sglang-context-within-model-window.)
+    ["trainer=slime", "model=qwen3_30b_a3b", "gpu_layout=colocate_8", "rollout.max_context_len=40960"],
     # SGLang may run past the window when told to.
     ["model=glm4_32b", "perf.tensor_parallel=2", "+extra_env.SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1"],
     # log_probs_chunk_size <= 0 means no chunking (the trainer's default is -1).

@@ -51,6 +51,12 @@ class ModelConfig:
     run_label: str = "${model.name}"
     # The model name the API server reports (sglang.served_model_name, SERVED_MODEL_NAME).
     served_name: str = "${cg.lower:${model.checkpoint_dirname}}"
+    # The checkpoint's context window: config.json's max_position_embeddings of the published
+    # checkpoint (text_config's for a multimodal one). Data only, never a trainer flag (the Megatron
+    # flag is max_position_embeddings below): rule sglang-context-within-model-window holds
+    # rollout.max_context_len and sglang.context_length to it, and the layout search never proposes
+    # a longer context. None: unknown, unchecked.
+    context_window: Optional[int] = None
     # Transformer layers (config.json num_hidden_layers).
     num_layers: Optional[int] = MISSING
     # Model width (config.json hidden_size).

@@ -26,7 +26,7 @@ from clawgym.memory.actor import tokens_per_gpu
 from clawgym.memory.gpus import GPUS
 from clawgym.search.layout import search
 from clawgym.validate.core import Collector, run_rule
-from clawgym.validate.trainer_rules import RULES
+from clawgym.validate.trainer_rules import RULES, model_window
 
 Move = List[Tuple[str, Any]]
 
@@ -76,9 +76,12 @@ def _moves(c: Mapping[str, Any]) -> List[Move]:
     tokens: Move = []
     if p["use_dynamic_batch_size"] and p["max_tokens_per_gpu"] and int(p["max_tokens_per_gpu"]) > half >= 2048:
         tokens.append(("perf.max_tokens_per_gpu", half))
-    if ctx and int(ctx) > half > int(r["max_response_len"]) and half >= 2048:
-        # One sample is never split across micro-batches (only CP splits it): shorten the context too.
-        tokens.append(("rollout.max_context_len", half))
+    window, _ = model_window(m)
+    shorter = min(half, window) if window else half
+    if ctx and int(ctx) > shorter > int(r["max_response_len"]) and shorter >= 2048:
+        # One sample is never split across micro-batches (only CP splits it): shorten the context too,
+        # never above the checkpoint's window.
+        tokens.append(("rollout.max_context_len", shorter))
     if tokens:
         out.append(tokens)
     world = int(g["actor_gpus"]) * int(g["actor_num_nodes"])

@@ -42,7 +42,7 @@ from clawgym.registry import load_registry
 from clawgym.steptime import active_params, actor_times, rollout_times, servers, step_time, workload
 from clawgym.validate import check
 from clawgym.validate.core import Collector, run_rule
-from clawgym.validate.trainer_rules import RULES
+from clawgym.validate.trainer_rules import RULES, model_window
 
 #: Rules about the one-node head ``cluster=local`` starts: a layout over several nodes is launched on a
 #: cluster of them (``ray.address=...``, ``cluster=slurm``, ``cluster=kuberay``), where they do not apply.
@@ -486,6 +486,17 @@ def _overrides(vals: Mapping[str, Any], c: Mapping[str, Any], fixed: set,
     return out
 
 
+def shorter_contexts(ctx: int, model: Mapping[str, Any]) -> List[int]:
+    """The shorter rollout contexts a lift tries, longest first: half, an eighth and 4096 tokens of ``ctx``,
+    never above the checkpoint's window (``model.context_window``; the window itself is tried when half of
+    ``ctx`` is still above it), so the search never proposes a context SGLang refuses."""
+    window, _ = model_window(model)
+    tries = {max(4096, ctx // 2), max(4096, ctx // 8), 4096}
+    if window:
+        tries = {min(t, window) for t in tries}
+    return sorted((t for t in tries if t < ctx), reverse=True)
+
+
 def _explain(result: SearchResult, c: Mapping[str, Any], refused: Refusals, smallest_actor: float, largest_kv: int,
              ctx: int, usable: float, *, explain: bool, constraints: List[str], top: int, any_actor: bool,
              any_engine: bool, per_node_given: bool = True, blocking: Any = None) -> None:
@@ -532,7 +543,7 @@ def _explain(result: SearchResult, c: Mapping[str, Any], refused: Refusals, smal
         if found is not None:
             result.lifts.append(f"a bigger GPU: {result.gpus} x {biggest.name} fit ({' '.join(found.overrides)})")
     if "rollout.max_context_len" not in constraints and ctx > 4096:
-        for shorter in sorted({max(4096, ctx // 2), max(4096, ctx // 8), 4096}, reverse=True):
+        for shorter in shorter_contexts(ctx, c.get("model") or {}):
             vals: Dict[str, Any] = {"rollout.max_context_len": shorter}
             if (c.get("sglang") or {}).get("context_length") == ctx:
                 vals["sglang.context_length"] = shorter
@@ -548,5 +559,8 @@ def _explain(result: SearchResult, c: Mapping[str, Any], refused: Refusals, smal
                                     f"({' '.join(found.overrides)})")
                 break
     if not result.lifts:
+        eighth = max(4096, ctx // 8)
+        window, _ = model_window(c.get("model") or {})
         result.lifts.append(f"no single lift tried fits: {result.gpus * 4} GPUs, the biggest GPU of the table, a "
-                            f"context of {max(4096, ctx // 8)} tokens; combine them or use more nodes")
+                            f"context of {min(eighth, window) if window else eighth} tokens; combine them or use "
+                            f"more nodes")

@@ -15,7 +15,7 @@ Rules clawgym adds on purpose (they start but cannot work) say so in their docst
 
 from __future__ import annotations
 
-from typing import Any, List, Optional
+from typing import Any, List, Mapping, Optional, Tuple
 
 from clawgym.validate.core import Collector
 from clawgym.validate.trainer_view import trainer_args
@@ -498,25 +498,52 @@ def rule_sglang_ep_on_dense(v: Collector) -> None:
            "drop args.sglang_ep_size (or set it to 1), or choose a MoE model (model.num_experts set)")
 
 
+def model_window(m: Mapping[str, Any]) -> Tuple[Optional[int], str]:
+    """(the checkpoint's context window, the key it came from): ``model.context_window`` (config.json's
+    max_position_embeddings, data only), else the Megatron ``model.max_position_embeddings``; (None, "")
+    when neither is set."""
+    for key in ("context_window", "max_position_embeddings"):
+        window = _int(m.get(key))
+        if window:
+            return window, f"model.{key}"
+    return None, ""
+
+
 def rule_sglang_context_window(v: Collector) -> None:
-    """SGLang refuses a context length beyond the checkpoint's window.
+    """SGLang refuses a context length beyond the checkpoint's window; a rollout context beyond it is warned.
 
     Mirrors: SGLang srt/configs/model_config.py:ModelConfig._derive_context_length (0.5.9 and 0.5.15: a
     --context-length above the derived length, config.json max_position_embeddings, is a ValueError unless
-    SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1), reached from ServerArgs at engine start.
+    SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1), reached from ServerArgs at engine start: an error. The
+    window is ``model.context_window`` (config.json max_position_embeddings of the published checkpoint),
+    else ``model.max_position_embeddings``.
+
+    ``rollout.max_context_len`` above the window while the engine's context length is within it (an explicit
+    ``sglang.context_length``) is a warning (``rollout-context-within-model-window``): slime and Megatron
+    accept it (slime only stops a conversation at max_context_len; Megatron's own check is seq_length <=
+    max_position_embeddings), but SGLang rejects every request longer than its context length, so the
+    longer limit never takes effect.
     """
     t = trainer_args(v)
-    window = _int(v.c["model"].get("max_position_embeddings"))
-    ctx = _int(t.get("--sglang-context-length"))
-    if not window or not ctx or ctx <= window:
+    window, window_key = model_window(v.c["model"])
+    if not window:
         return
+    ctx = _int(t.get("--sglang-context-length"))
+    rollout = _int((v.c.get("rollout") or {}).get("max_context_len"))
     allow = str((v.c.get("extra_env") or {}).get("SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN", "")).lower()
     if allow in ("1", "true", "yes", "on"):
         return
-    v.add("sglang-context-within-model-window", ["sglang.context_length", "model.max_position_embeddings"],
-          f"SGLang refuses a context length ({ctx}) above the checkpoint's window ({window}) at engine start",
-          f"set rollout.max_context_len={window} (sglang.context_length follows it unless set), or "
-          f"+extra_env.SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1 to let SGLang run past the window")
+    if ctx and ctx > window:
+        v.add("sglang-context-within-model-window", ["sglang.context_length", "rollout.max_context_len", window_key],
+              f"SGLang refuses a context length ({ctx}) above the checkpoint's window ({window}, {window_key}) "
+              f"at engine start",
+              f"set rollout.max_context_len={window} (sglang.context_length follows it unless set), or "
+              f"+extra_env.SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1 to let SGLang run past the window")
+    elif rollout and rollout > window:
+        v.warn("rollout-context-within-model-window", ["rollout.max_context_len", window_key],
+              f"rollout.max_context_len ({rollout}) is above the checkpoint's window ({window}, {window_key}): "
+              f"slime accepts it, but SGLang (context length {ctx or 'its default'}) rejects longer requests",
+              f"set rollout.max_context_len={window} or less")
 
 
 def rule_slime_checks(v: Collector) -> None:
