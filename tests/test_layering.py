@@ -120,6 +120,9 @@ ARROWS: Dict[Tuple[str, str], str] = {
     ("clawgym.pipeline", "clawgym.snapshot"): "snapshots written before the job starts, checkpoints watched",
     # supervision (below the pipeline, which starts it): its arrows join here as it imports
     # checks and records
+    ("clawgym.supervisor", "clawgym.snapshot"): "the tracker and iter_* dirs a restart resumes from",
+    ("clawgym.supervisor", "clawgym.common"): "the attempts record written atomically",
+    ("clawgym.supervisor", "clawgym.plan"): "the backends the recovery table is keyed by",
     ("clawgym.preflight", "clawgym.backends"): "the ports a local head being started holds, the cluster's GPUs",
     ("clawgym.preflight", "clawgym.common"): "ownership records, ports, exit codes",
     ("clawgym.preflight", "clawgym.config"): "plain configs",
