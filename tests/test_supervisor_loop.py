@@ -21,7 +21,7 @@ import pytest
 
 import clawgym.demo.standin_trainer as standin
 from clawgym.supervisor import classes as C
-from clawgym.supervisor.attempts import read_attempts
+from clawgym.snapshot.attempts import read_attempts
 from clawgym.supervisor.classify import Evidence
 from clawgym.supervisor.loop import supervise
 from clawgym.supervisor.resume_point import ResumePoint

@@ -10,7 +10,7 @@ import pytest
 
 from clawgym.plan.allocation import BACKENDS
 from clawgym.supervisor import classes as C
-from clawgym.supervisor.attempts import Attempt, attempts_path, read_attempts
+from clawgym.snapshot.attempts import Attempt, attempts_path, read_attempts
 from clawgym.supervisor.recovery import DONE, RESUME, STOP, TABLE, decide
 from clawgym.supervisor.resume_point import resume_point
 

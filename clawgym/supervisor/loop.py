@@ -16,9 +16,10 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable, Mapping, Optional, Protocol
 
+from clawgym.common.secrets import redact_text
 from clawgym.common.exit_codes import DONE as EXIT_DONE, FAILED as EXIT_FAILED, INTERRUPTED as EXIT_INTERRUPTED
 from clawgym.supervisor import classes as C
-from clawgym.supervisor.attempts import Attempts, read_attempts
+from clawgym.snapshot.attempts import Attempts, read_attempts
 from clawgym.supervisor.classify import Classification, Evidence, classify
 from clawgym.supervisor.health import monitors_for
 from clawgym.supervisor.monitor import RunState, Verdict
@@ -77,6 +78,8 @@ def supervise(save_dir: str | Path, config: Mapping[str, Any], runner: Runner, f
                      verdict_cls=verdict.cls if verdict else None,
                      verdict_evidence=verdict.evidence if verdict else None)
         c = classify(ev)
+        # The evidence is a line of the job's output: masked before it is printed or recorded.
+        c = replace(c, evidence=redact_text(c.evidence, config))
         point = resume_point(save)
         d = decide(record.attempts, c.cls, runner.backend, max_attempts, point.iteration, enabled=enabled)
         if verdict is not None and verdict.action == "stop" and d.action == RESUME:

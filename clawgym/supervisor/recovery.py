@@ -12,7 +12,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from clawgym.plan.allocation import BACKENDS
 from clawgym.supervisor import classes as C
-from clawgym.supervisor.attempts import Attempt
+from clawgym.snapshot.attempts import Attempt
 
 # Actions of the table.
 DONE = "done"  # the run is over: nothing to do

@@ -1,4 +1,5 @@
-"""The attempts of a run, recorded in its save dir beside the snapshots.
+"""The attempts of a run, recorded in its save dir beside the snapshots (written by the supervisor,
+clawgym/supervisor/loop.py; read by ``clawgym runs`` and ``clawgym show``).
 
 ``<save>/clawgym/attempts.json`` (one per save dir: a restart is a resume into the same save dir,
 so every attempt of a run lands in the same file). Written whole through a temp file and a rename
@@ -16,9 +17,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 from clawgym.common.fsutil import atomic_write_text
-
-#: Relative to the save dir (beside ``clawgym/snapshots``).
-ATTEMPTS_RELPATH = "clawgym/attempts.json"
+from clawgym.common.savedir import ATTEMPTS_RELPATH
 FORMAT = 1
 
 
