@@ -121,3 +121,15 @@ def test_no_complete_checkpoint_stops_rather_than_starting_over():
 def test_restart_disabled_records_and_stops():
     d = decide([_a(1)], C.CRASHED, "local", 3, 20, enabled=False)
     assert d.action == STOP and "restart.enabled=false" in d.why and "clawgym resume" in d.fix
+
+
+def test_a_negative_restart_budget_and_a_zero_poll_are_refused_with_a_value_that_works():
+    from clawgym.config.compose import compose
+    from clawgym.validate import check
+
+    errors, _ = check(compose(["restart.max_attempts=-1", "restart.poll_s=0"]))
+    got = {e.code: e for e in errors if e.code.startswith("restart-")}
+    assert set(got) == {"restart-attempts-non-negative", "restart-poll-positive"}
+    assert "restart.max_attempts=3" in got["restart-attempts-non-negative"].fix
+    errors, _ = check(compose(["restart.max_attempts=0"]))
+    assert not [e for e in errors if e.code.startswith("restart-")]
