@@ -82,6 +82,7 @@ ARROWS: Dict[Tuple[str, str], str] = {
     ("clawgym.commands", "clawgym.runs"): "clawgym runs and report",
     ("clawgym.commands", "clawgym.search"): "clawgym layout",
     ("clawgym.commands", "clawgym.snapshot"): "show, diff, resume and stamp read snapshots",
+    ("clawgym.commands", "clawgym.supervisor"): "resume names the last complete checkpoint and the incomplete ones",
     ("clawgym.commands", "clawgym.trainer"): "explain names the flag a key owns",
     ("clawgym.commands", "clawgym.validate"): "diff and explain validate",
     ("clawgym.demo", "clawgym.app"): "the demo's train entry is app.run over the same tree",
