@@ -221,4 +221,8 @@ def rule_restart(v: Collector) -> None:
               f"restart.max_attempts={attempts}: the restarts allowed after the first attempt cannot be negative",
               "set restart.max_attempts=3 (the default), or 0 to record each end without restarting, "
               "or restart.enabled=false")
-    v.positive("restart-poll-positive", ["restart.poll_s"], "the seconds between two looks at the running job")
+    poll = r.get("poll_s")
+    if isinstance(poll, (int, float)) and not isinstance(poll, bool) and poll <= 0:
+        v.add("restart-poll-positive", ["restart.poll_s"],
+              f"restart.poll_s={poll}: the seconds between two looks at the running job must be positive",
+              "set restart.poll_s=10 (the default)")
