@@ -137,7 +137,8 @@ def test_a_monitor_verdict_is_the_class():
 
 
 @pytest.mark.parametrize("state,cls", [("TIMEOUT", C.TIME_LIMIT), ("PREEMPTED", C.PREEMPTED),
-                                       ("NODE_FAIL", C.NODE_LOST), ("CANCELLED by 1000", C.STOPPED_BY_USER)])
+                                       ("NODE_FAIL", C.NODE_LOST), ("CANCELLED by 1000", C.STOPPED_BY_USER),
+                                       ("  ", C.ENDED_EARLY)])
 def test_slurm_states_name_the_class(state, cls):
     assert classify(Evidence(exit_code=None, slurm_state=state)).cls == cls
 

@@ -106,7 +106,8 @@ def classify(ev: Evidence) -> Classification:
     if reached_end(ev) and (from_log is None or not ev.exit_code) and ev.ray_status != C.RAY_STOPPED:
         return Classification(C.FINISHED, f"the trainer reached rollout {ev.last_rollout} of "
                               f"{ev.final_rollout} (the last)", "record")
-    state = (ev.slurm_state or "").split()[0].upper() if ev.slurm_state else ""
+    # sacct prints "CANCELLED by 1000": the state is the first word.
+    state = next(iter((ev.slurm_state or "").split()), "").upper()
     if state in C.SLURM_STATES:
         return Classification(C.SLURM_STATES[state], f"SLURM job state {ev.slurm_state}", "slurm")
     if from_log is not None:
