@@ -177,3 +177,20 @@ def test_a_user_stop_stops_the_run_for_good(tmp_path):
     rec = read_attempts(save)
     assert rc == 130 and len(rec.attempts) == 1 and rec.attempts[0].cls == C.STOPPED_BY_USER
     assert rec.stopped["by"] == "user" and runner.nothing_running()
+
+
+def test_a_new_supervision_of_the_same_save_dir_has_its_own_budget_and_keeps_the_history(tmp_path):
+    rc, runner, rec, out = _run(tmp_path, {"STANDIN_FAIL": "startup"})
+    assert rc == 1 and rec.stopped["by"] == "supervisor"
+    # The user fixes the cause and launches again into the same save dir with a budget of one restart,
+    # which this supervision needs (a crash once at rollout 2): the earlier attempt does not count.
+    runner.env.update({"STANDIN_FAIL": "crash@2", "STANDIN_FAIL_ONCE": str(tmp_path / "second-once"),
+                       "STANDIN_SAVE_EVERY": "1"})
+    lines: List[str] = []
+    config = {"restart": {"max_attempts": 1, "poll_s": 0.05}, "rollout": {"num_rollout": 6}}
+    rc = supervise(runner.save, config, runner, runner.start(load=False), say=lines.append)
+    rec = read_attempts(runner.save)
+    assert rc == 0, lines
+    assert [a.cls for a in rec.attempts] == [C.STARTUP_FAILURE, C.CRASHED, C.FINISHED]
+    assert [a.number for a in rec.attempts] == [1, 2, 3] and rec.stopped["by"] == "finished"
+    assert "attempt 1 of 2: crashed" in "\n".join(lines)

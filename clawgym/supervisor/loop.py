@@ -20,7 +20,7 @@ from clawgym.common.secrets import redact_text
 from clawgym.common.exit_codes import DONE as EXIT_DONE, FAILED as EXIT_FAILED, INTERRUPTED as EXIT_INTERRUPTED
 from clawgym.supervisor import classes as C
 from clawgym.snapshot.attempts import Attempts, read_attempts
-from clawgym.supervisor.classify import Classification, Evidence, classify
+from clawgym.supervisor.classify import Evidence, classify
 from clawgym.supervisor.health import monitors_for
 from clawgym.supervisor.monitor import RunState, Verdict
 from clawgym.supervisor.recovery import DONE, RESUME, STOP, Decision, decide
@@ -48,7 +48,7 @@ class Runner(Protocol):
         """True when clawgym recorded a user's stop of this run (clawgym jobs stop, Ctrl-C)."""
 
 
-def _iteration(c: Classification, ev: Evidence, point: ResumePoint) -> str:
+def _iteration(ev: Evidence, point: ResumePoint) -> str:
     if ev.last_rollout is not None:
         return f" at iteration {ev.last_rollout}"
     return f" after iteration {point.iteration}" if point.iteration is not None else ""
@@ -67,10 +67,15 @@ def supervise(save_dir: str | Path, config: Mapping[str, Any], runner: Runner, f
     num_rollout = (config.get("rollout") or {}).get("num_rollout")
     final = int(num_rollout) - 1 if num_rollout else None
     record: Attempts = read_attempts(save)
+    # The record keeps the run's whole history (an earlier launch, a resume typed by hand); the
+    # budget and the guard count only this supervision's attempts.
+    first = len(record.attempts)
+    record.stopped = None
     sub = first_submission
     record.start(sub, resumed_from=None, now=clock())
     while True:
         attempt = record.last
+        ours = record.attempts[first:]
         verdict = _follow(save, config, runner, sub, attempt.number, attempt.started or clock(), poll_s, sleep, clock)
         ev = runner.evidence(sub)
         ev = replace(ev, final_rollout=ev.final_rollout if ev.final_rollout is not None else final,
@@ -81,7 +86,7 @@ def supervise(save_dir: str | Path, config: Mapping[str, Any], runner: Runner, f
         # The evidence is a line of the job's output: masked before it is printed or recorded.
         c = replace(c, evidence=redact_text(c.evidence, config))
         point = resume_point(save)
-        d = decide(record.attempts, c.cls, runner.backend, max_attempts, point.iteration, enabled=enabled)
+        d = decide(ours, c.cls, runner.backend, max_attempts, point.iteration, enabled=enabled)
         if verdict is not None and verdict.action == "stop" and d.action == RESUME:
             d = Decision(STOP, f"{c.title}: its monitor stops the run for good", "see the evidence; fix, then "
                          "`clawgym resume <save dir>`")
@@ -90,10 +95,11 @@ def supervise(save_dir: str | Path, config: Mapping[str, Any], runner: Runner, f
         if note:
             say(f"[clawgym] {note}")
         total = max_attempts + 1 if enabled else 1
-        head = f"[clawgym] attempt {attempt.number} of {total}: {c.title}{_iteration(c, ev, point)} (evidence: {c.evidence})"
+        head = (f"[clawgym] attempt {len(ours)} of {total}: {c.title}{_iteration(ev, point)} "
+                f"(evidence: {c.evidence})")
         if d.action == DONE:
             record.stop("finished", d.why)
-            say(f"{head}; the run is done" if attempt.number > 1 else f"[clawgym] {d.why}")
+            say(f"{head}; the run is done" if len(ours) > 1 else f"[clawgym] {d.why}")
             return EXIT_DONE
         if d.action == STOP:
             by = "user" if c.cls == C.STOPPED_BY_USER else "supervisor"
