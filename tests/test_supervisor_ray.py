@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 import uuid
 from pathlib import Path
 from typing import Dict, List
@@ -82,3 +83,28 @@ def test_a_startup_failure_on_ray_is_never_retried(ray_cluster, tmp_path):
     rec = read_attempts(save)
     assert rc == 1 and len(subs) == 1 and rec.attempts[0].cls == C.STARTUP_FAILURE
     assert "unrecognized arguments: --no-such-flag" in "\n".join(lines)
+
+
+def test_clawgym_jobs_stop_stops_a_supervised_run_for_good(ray_cluster, tmp_path):
+    from clawgym.cli import main as cli
+
+    save = tmp_path / "save"
+    save.mkdir()
+    submit, subs = _submitter(ray_cluster.address, save, {"STANDIN_RUN_ROLLOUTS": "100000",
+                                                         "STANDIN_STEP_SLEEP": "0.1"})
+    runner = RayJobRunner(ray_cluster.address, lambda point: submit(load=True), backend="existing")
+    polls = [0]
+
+    def sleep(s):
+        time.sleep(s)
+        polls[0] += 1
+        if polls[0] == 4:  # the job runs: a user stops it as the docs say
+            assert cli(["jobs", "stop", subs[0], "--address", ray_cluster.address]) == 0
+
+    lines: List[str] = []
+    rc = supervise(save, {"restart": {"max_attempts": 3, "poll_s": 0.5}, "rollout": {"num_rollout": 100000}},
+                   runner, submit(load=False), say=lines.append, sleep=sleep)
+    rec = read_attempts(save)
+    assert rc == 130 and len(subs) == 1, lines
+    assert rec.attempts[0].cls == C.STOPPED_BY_USER and rec.stopped["by"] == "user"
+    assert runner.handle(subs[0]).status() == "STOPPED"
