@@ -82,6 +82,7 @@ ARROWS: Dict[Tuple[str, str], str] = {
     ("clawgym.commands", "clawgym.runs"): "clawgym runs and report",
     ("clawgym.commands", "clawgym.search"): "clawgym layout",
     ("clawgym.commands", "clawgym.snapshot"): "show, diff, resume and stamp read snapshots",
+    ("clawgym.commands", "clawgym.supervisor"): "resume names the last complete checkpoint and the incomplete ones",
     ("clawgym.commands", "clawgym.trainer"): "explain names the flag a key owns",
     ("clawgym.commands", "clawgym.validate"): "diff and explain validate",
     ("clawgym.demo", "clawgym.app"): "the demo's train entry is app.run over the same tree",
@@ -120,6 +121,10 @@ ARROWS: Dict[Tuple[str, str], str] = {
     ("clawgym.pipeline", "clawgym.snapshot"): "snapshots written before the job starts, checkpoints watched",
     # supervision (below the pipeline, which starts it): its arrows join here as it imports
     # checks and records
+    ("clawgym.supervisor", "clawgym.snapshot"): "the tracker and iter_* dirs a restart resumes from",
+    ("clawgym.supervisor", "clawgym.common"): "the attempts record written atomically",
+    ("clawgym.supervisor", "clawgym.plan"): "the backends the recovery table is keyed by",
+    ("clawgym.supervisor", "clawgym.launch"): "a Ray job's record, logs and stop, by its submission id",
     ("clawgym.preflight", "clawgym.backends"): "the ports a local head being started holds, the cluster's GPUs",
     ("clawgym.preflight", "clawgym.common"): "ownership records, ports, exit codes",
     ("clawgym.preflight", "clawgym.config"): "plain configs",

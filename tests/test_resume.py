@@ -110,6 +110,16 @@ def test_resume_takes_options_and_overrides_in_any_order(launched, capsys):
     assert "unrecognized arguments: --no-such-option" in capsys.readouterr().err
 
 
+def test_resume_names_the_last_complete_checkpoint_and_a_newer_incomplete_one_it_does_not_load(launched, capsys):
+    save, *_ = launched
+    # A save cut short: iter_0000003 is there, the tracker still says 2.
+    (save / "iter_0000003").mkdir()
+    assert cli(["resume", str(save), "--dry-run", "skip_checks=[memory]"]) == 0
+    out = capsys.readouterr().out
+    assert "from the last complete checkpoint: iter_0000002" in out
+    assert "note: iter_0000003" in out and "not loaded" in out
+
+
 def test_resume_without_checkpoint_says_so_and_fails(tmp_path, capsys):
     save = tmp_path / "run"
     launch_snapshot(save)

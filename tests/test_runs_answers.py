@@ -70,3 +70,36 @@ def test_the_overrides_column_leaves_out_plumbing_and_is_width_bounded(tmp_path)
     start = header.index("overrides")
     cell = format_table(rows, columns).splitlines()[2][start:start + OVERRIDES_WIDTH + 5]
     assert "..." in cell and len(max(format_table(rows, columns).splitlines(), key=len)) < 400
+
+
+def _two_attempts(save):
+    from clawgym.snapshot.attempts import read_attempts
+
+    rec = read_attempts(save)
+    rec.start("raysubmit_a", now=1000.0)
+    rec.end("cuda-oom", "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 GiB.", 20, "resume",
+            now=2000.0)
+    rec.start("raysubmit_b", resumed_from=20, now=2010.0)
+    rec.end("startup-failure", "train.py: error: unrecognized arguments: --x", 20, "stop", now=2020.0)
+    rec.stop("supervisor", "deterministic startup failure: never restarted", "fix what the message names")
+
+
+def test_runs_shows_the_attempts_and_the_last_class_only_when_a_run_has_them(tmp_path):
+    _, _, snap = launch_snapshot(tmp_path / "run")
+    rows, columns = build_rows(find_runs([tmp_path]), resolve_status=False)
+    assert "attempts" not in format_table(rows, columns).splitlines()[0]
+    _two_attempts(tmp_path / "run")
+    rows, columns = build_rows(find_runs([tmp_path]), resolve_status=False)
+    assert (rows[0]["attempts"], rows[0]["last_end"]) == (2, "startup-failure")
+    header, _, line = format_table(rows, columns).splitlines()[:3]
+    assert "attempts" in header and "last end" in header and "startup-failure" in line
+
+
+def test_show_lists_each_attempt_with_its_class_evidence_and_resume_point(tmp_path, capsys):
+    _, _, snap = launch_snapshot(tmp_path / "run")
+    _two_attempts(tmp_path / "run")
+    assert cli(["show", str(tmp_path / "run")]) == 0
+    out = capsys.readouterr().out
+    assert "attempts (2;" in out and "raysubmit_b" in out and "iter_0000020" in out
+    assert "torch.OutOfMemoryError: CUDA out of memory." in out and "cuda-oom" in out
+    assert "stopped (supervisor): deterministic startup failure: never restarted" in out

@@ -256,6 +256,10 @@ CASES.update({
                                 {"gpu_layout.actor_gpus": 8, "gpu_layout.rollout_gpus": 8, "gpu_layout.num_gpus": 8,
                                  "gpu_layout.colocate": False}),
     "ray-lost-contact-positive": Case(["ray.lost_contact_s=0"], ["ray.lost_contact_s"], {"ray.lost_contact_s": 0.0}),
+    # The supervisor's budget and poll (issue 33).
+    "restart-attempts-non-negative": Case(["restart.max_attempts=-1"], ["restart.max_attempts"],
+                                          {"restart.max_attempts": -1}),
+    "restart-poll-positive": Case(["restart.poll_s=0"], ["restart.poll_s"], {"restart.poll_s": 0.0}),
     # sbatch splits a directive at a newline and expands '%' (issue 28, finding 9).
     "slurm-values-plain": Case(["cluster=slurm", "slurm.partition='gpu\n#SBATCH --x'"], ["slurm.partition"],
                                {"slurm.partition": "gpu\n#SBATCH --x"}),

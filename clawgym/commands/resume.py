@@ -193,6 +193,15 @@ def run(args: argparse.Namespace) -> int:
     after = Side(label="resume", source=f"continuing from {cfg.checkpoint.load}", config=to_plain(cfg),
                  entrypoint=plan.entrypoint, env=dict(plan.runtime_env.get("env_vars") or {}))
     print(f"resuming {plan.run_name} from {args.save_dir} (latest snapshot {snap.id})")
+    from clawgym.supervisor.resume_point import resume_point
+
+    point = resume_point(args.save_dir)
+    if point.iteration is not None:
+        # The trainer loads the tracker's iteration; a save cut short beside it is said, not loaded.
+        print(f"  from the last complete checkpoint: {point.name}")
+    note = point.incomplete_note()
+    if note:
+        print(f"  note: {note}")
     print(format_diff(before, after, names=("was", "now")))
     print()
     if args.dry_run:

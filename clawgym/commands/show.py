@@ -54,6 +54,32 @@ def _memory_lines(snap: Any) -> List[str]:
     return [format_memory(plan), f"  ({how})"]
 
 
+def _attempt_lines(save: Any) -> List[str]:
+    """Each attempt the supervisor recorded (start, end, class, evidence, resumed from), and why it stopped."""
+    import time
+
+    from clawgym.snapshot.attempts import read_attempts
+
+    rec = read_attempts(save)
+    if not rec.attempts:
+        return []
+
+    def when(t: Any) -> str:
+        return time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(t)) if t else "-"
+
+    out = ["", f"attempts ({len(rec.attempts)}; {rec.path}):"]
+    out.append(render_table(("attempt", "submission id", "started (UTC)", "ended (UTC)", "class", "resumed from",
+                             "then", "evidence"), [
+        (a.number, a.submission_id or "-", when(a.started), when(a.ended), a.cls or "(running)",
+         f"iter_{a.resumed_from:07d}" if a.resumed_from is not None else "-", a.next or "-", a.evidence or "-")
+        for a in rec.attempts]))
+    if rec.stopped:
+        out.append(f"  stopped ({rec.stopped.get('by')}): {rec.stopped.get('why')}")
+        if rec.stopped.get("fix"):
+            out.append(f"  fix: {rec.stopped['fix']}")
+    return out
+
+
 def format_show(target: str, *, config: str = "resolved") -> str:
     """The whole report for a save dir, snapshot dir or checkpoint dir."""
     from clawgym.snapshot.read import find_snapshot
@@ -128,6 +154,7 @@ def _format_show(snap: Any, save: Any, *, config: str) -> str:
                 out.append(f"  complete checkpoints without a snapshot: `clawgym stamp {save}` places them")
         else:
             out.append("  (none)")
+        out += _attempt_lines(save)
     if config != "none":
         data = redact_config(snap.config if config == "resolved" else snap.config_unresolved)
         out += ["", f"config ({config}):", yaml.safe_dump(data, sort_keys=False).rstrip()]

@@ -10,3 +10,6 @@ SNAPSHOTS_RELPATH = "clawgym/snapshots"
 SUBMITTED_FILE = "submitted.json"
 #: In a snapshot dir: how the job ended, as the launcher that followed it saw it.
 ENDED_FILE = "ended.json"
+#: The attempts of a run (each launch and restart, how it ended, what came next), relative to the
+#: save dir: written by the supervisor, read by ``clawgym runs`` and ``clawgym show``.
+ATTEMPTS_RELPATH = "clawgym/attempts.json"

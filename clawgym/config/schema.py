@@ -659,6 +659,24 @@ class MetricsConfig:
 
 
 @dataclass(eq=False, repr=False)
+class RestartConfig:
+    """What clawgym does when a training run ends before its last rollout (``clawgym/supervisor/``;
+    docs/guide/when-a-run-dies.md lists every class of end and its recovery). Dry runs are never
+    supervised."""
+
+    # Supervise every launch that trains: classify each end and resume from the last complete
+    # checkpoint (``latest_checkpointed_iteration.txt``). false: a run that dies stays dead until
+    # ``clawgym resume``.
+    enabled: bool = True
+    # Restarts at most, after the first attempt (3: up to 4 attempts). 0 classifies and records
+    # each end but never restarts. The supervisor also stops early when two attempts in a row end
+    # without a new complete checkpoint, or the same class ends two attempts at the same iteration.
+    max_attempts: int = 3
+    # Seconds between two looks at the running job (its status, the monitors of the run).
+    poll_s: float = 10.0
+
+
+@dataclass(eq=False, repr=False)
 class TeacherServerConfig:
     """An SGLang server beside the trainer (on-policy distillation's teacher), run inside the
     job: started before the trainer, health-checked, and stopped when the trainer exits."""
@@ -735,6 +753,8 @@ class ClawGymConfig:
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
     # The services group (conf/services/): servers run in the job beside the trainer.
     services: ServicesConfig = field(default_factory=ServicesConfig)
+    # The restart group (conf/restart/): a run that dies is classified and resumed.
+    restart: RestartConfig = field(default_factory=RestartConfig)
     # Experiment name (the seed's EXP_NAME): the run name's stem and a W&B tag.
     exp_name: str = "clawgym-rl-${model.run_label}"
     # Name of this run: save dir and W&B run. Sweep jobs get the swept overrides appended.
@@ -778,4 +798,5 @@ GROUPS: Dict[str, Any] = {
     "memory": MemoryConfig,
     "metrics": MetricsConfig,
     "services": ServicesConfig,
+    "restart": RestartConfig,
 }

@@ -65,6 +65,8 @@ BASE_COLUMNS: Tuple[Column, ...] = (
     Column("overrides", "overrides", width=OVERRIDES_WIDTH),
     Column("started", "started", "time"), Column("duration", "duration", "duration"),
     Column("steps", "steps", "num"),
+    # From the supervisor's attempts.json (clawgym/snapshot/attempts.py): shown when a run has one.
+    Column("attempts", "attempts", "num"), Column("last_end", "last end"),
 )
 TAIL_COLUMNS: Tuple[Column, ...] = (
     Column("reward", "reward(last N)", "num"), Column("tok_s_gpu", "tok/s/GPU", "num"),
@@ -181,6 +183,7 @@ def build_rows(runs: Sequence[Run], *, metrics: Optional[Sequence[str]] = None, 
                resolve_status: bool = True, now: Optional[float] = None) -> Tuple[List[Dict[str, Any]], List[Column]]:
     """(rows, columns): one dict per run (raw values; ``None`` = not known), and the columns to show."""
     from clawgym.runs.status import StatusCache, recorded_times, resolve
+    from clawgym.snapshot.attempts import read_attempts
 
     now = time.time() if now is None else now
     cache = StatusCache()
@@ -231,6 +234,11 @@ def build_rows(runs: Sequence[Run], *, metrics: Optional[Sequence[str]] = None, 
             "events": [str(p) for p in r.events_dirs()],
             "problems": list(r.problems) + list(getattr(s, "notes", [])),
         }
+        attempts = read_attempts(r.save_dir)
+        if attempts.attempts:
+            ended = [a for a in attempts.attempts if a.cls]
+            row.update({"attempts": len(attempts.attempts), "last_end": ended[-1].cls if ended else None,
+                        "stopped": attempts.stopped})
         trial = trial_of(r)
         if trial:
             row.update({k: trial[k] for k in ("trial", "trial_state", "objective")})

@@ -34,7 +34,7 @@ LOCAL_RULES: List[Rule] = [
     batches.rule_eps_clip_order, batches.rule_kl_choices, topology.rule_perf_sizes_positive,
     batches.rule_dynamic_batch_needs_max_tokens, batches.rule_optimizer,
     batches.rule_eval, rollout.rule_sglang, rollout.rule_sandbox, names.rule_names, names.rule_paths_absolute,
-    cluster.rule_ray, memory.rule_memory_gpu,
+    cluster.rule_ray, cluster.rule_restart, memory.rule_memory_gpu,
 ]
 
 CROSS_RULES: List[Rule] = [

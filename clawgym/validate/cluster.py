@@ -209,3 +209,20 @@ def _rule_kuberay_values(v: Collector, k) -> None:
         v.add("kuberay-dashboard-address-form", ["kuberay.dashboard_address"],
               "the dashboard address is http://HOST:PORT (the Ray Jobs API of the RayJob's head)",
               "set kuberay.dashboard_address e.g. to http://127.0.0.1:8265, or null for the RayJob's status")
+
+
+def rule_restart(v: Collector) -> None:
+    """The supervisor's budget and poll (clawgym/supervisor/): a negative budget or a poll of 0 s
+    has no meaning; 0 restarts is allowed (each end classified and recorded, never restarted)."""
+    r = v.c.get("restart") or {}
+    attempts = r.get("max_attempts")
+    if isinstance(attempts, int) and attempts < 0:
+        v.add("restart-attempts-non-negative", ["restart.max_attempts"],
+              f"restart.max_attempts={attempts}: the restarts allowed after the first attempt cannot be negative",
+              "set restart.max_attempts=3 (the default), or 0 to record each end without restarting, "
+              "or restart.enabled=false")
+    poll = r.get("poll_s")
+    if isinstance(poll, (int, float)) and not isinstance(poll, bool) and poll <= 0:
+        v.add("restart-poll-positive", ["restart.poll_s"],
+              f"restart.poll_s={poll}: the seconds between two looks at the running job must be positive",
+              "set restart.poll_s=10 (the default)")
