@@ -18,6 +18,13 @@ from clawgym.config.schema import GROUPS, ClawGymConfig
 CONFIG_NAME = "config"
 
 
+def _cap(value: object, limit: object) -> object:
+    """``${cg.cap:N,${model.context_window}}``: N, or the limit when one is known and smaller."""
+    if limit is None or str(limit).strip().lower() in ("", "none", "null"):
+        return value
+    return min(int(value), int(limit))  # type: ignore[arg-type]
+
+
 def _pick(cond: object, if_true: object, if_false: object) -> object:
     """``${cg.pick:${flag},a,b}``: a when flag is true, else b."""
     if isinstance(cond, str):
@@ -29,6 +36,8 @@ def register_resolvers() -> None:
     """Register clawgym's OmegaConf resolvers (safe to call repeatedly)."""
     if not OmegaConf.has_resolver("cg.pick"):
         OmegaConf.register_new_resolver("cg.pick", _pick)
+    if not OmegaConf.has_resolver("cg.cap"):
+        OmegaConf.register_new_resolver("cg.cap", _cap)
     if not OmegaConf.has_resolver("cg.lower"):
         # ``${cg.lower:${model.checkpoint_dirname}}``: the model's name as SGLang serves it.
         OmegaConf.register_new_resolver("cg.lower", lambda text: str(text).lower())

@@ -240,7 +240,9 @@ class RolloutConfig:
     # Max tokens of one model generation (also OPENCLAW_MAX_TOKENS).
     max_response_len: Optional[int] = 8192
     # Max context of a conversation (also OPENCLAW_CONTEXT_WINDOW); None leaves slime's default (no limit).
-    max_context_len: Optional[int] = 65536
+    # Default: the seed's 65536, capped at the checkpoint's window (model.context_window) when the zoo
+    # knows it: SGLang refuses a longer context at engine start (rule sglang-context-within-model-window).
+    max_context_len: Optional[int] = "${cg.cap:65536,${model.context_window}}"  # type: ignore[assignment]
     # Sampling temperature; GRPO needs sample diversity, so > 0.
     temperature: Optional[float] = 0.7
     # Key of the reward dict used as the scalar score; None when the reward is a scalar.
