@@ -119,6 +119,12 @@ ARROWS: Dict[Tuple[str, str], str] = {
     ("clawgym.pipeline", "clawgym.search"): "the memory plan with advice",
     ("clawgym.pipeline", "clawgym.snapshot"): "snapshots written before the job starts, checkpoints watched",
     # supervision (below the pipeline, which starts it): its arrows join here as it imports
+    # supervision: the monitors a running job is polled with
+    ("clawgym.supervisor", "clawgym.common"): "stack dumps written with secrets masked",
+    ("clawgym.supervisor", "clawgym.preflight"): "one checkpoint's size and the free space, as the disk check measures them",
+    ("clawgym.supervisor", "clawgym.runs"): "the run's events read as clawgym runs reads them",
+    ("clawgym.supervisor", "clawgym.steptime"): "stall_s derived from the longest phase",
+    ("clawgym.supervisor", "clawgym.trainer"): "the effective config the step-time model reads",
     # checks and records
     ("clawgym.preflight", "clawgym.backends"): "the ports a local head being started holds, the cluster's GPUs",
     ("clawgym.preflight", "clawgym.common"): "ownership records, ports, exit codes",
