@@ -67,6 +67,7 @@ ARROWS: Dict[Tuple[str, str], str] = {
     ("clawgym.app", "clawgym.search"): "gpu_layout=auto is resolved before validation",
     ("clawgym.app", "clawgym.validate"): "validation before anything starts",
     ("clawgym.app", "clawgym.trainer"): "the effective config, derived once and passed down",
+    ("clawgym.commands", "clawgym.supervisor"): "clawgym explain names the health rule a key belongs to",
     ("clawgym.commands", "clawgym.app"): "resume and preflight run what train.py runs",
     ("clawgym.commands", "clawgym.cli"): "the demo runs CLI commands as a user types them",
     ("clawgym.commands", "clawgym.common"): "console, exit codes, secrets, text",

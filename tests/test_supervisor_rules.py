@@ -98,3 +98,14 @@ def test_each_rule_names_its_keys_and_what_it_protects_against_and_says_when_nev
     assert "never logged" in never_logged(drift, fork)
     assert never_logged(drift, {**fork, "args": {"train_backend": "fsdp"}}) is None
     assert never_logged(drift, {**fork, "trainer": {"flavour": "slime"}}) is None
+
+
+def test_explain_says_when_the_chosen_flavour_never_logs_a_rules_key_and_shows_the_derived_stall_time():
+    from clawgym.commands.explain import explain
+
+    out, _, code = explain(["health.logprob_diff_max"])
+    assert code == 0 and "reads train/train_rollout_logprob_abs_diff" in out and "never logged" in out
+    out, _, _ = explain(["health.logprob_diff_max", "args.train_backend=fsdp"])
+    assert "never logged" not in out
+    out, _, _ = explain(["health.stall_s"])
+    assert "the supervisor's stall time for this config:" in out

@@ -111,7 +111,7 @@ class HangMonitor:
         self._attempt: Optional[int] = None
 
     def poll(self, state: RunState) -> Optional[Verdict]:
-        from clawgym.supervisor.rules import run_scalars
+        from clawgym.supervisor.evidence import run_scalars
 
         got = newest_step(events_folder(state), run_scalars(state))
         steps = got[0] if got else None

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
+from clawgym.supervisor.evidence import run_scalars
 from clawgym.supervisor.monitor import RunState, Verdict
 
 LOGPROB_DIFF = "train/train_rollout_logprob_abs_diff"
@@ -65,21 +66,6 @@ def never_logged(rule: Rule, config: Mapping[str, Any]) -> Optional[str]:
         return ("openclaw/* counts are logged by ClawGym's rollout (clawgym_rl_rollout.py) only, with a "
                 "sandbox: this rule never trips here")
     return None
-
-
-_cache: Dict[Tuple[str, float], Any] = {}
-
-
-def run_scalars(state: RunState) -> Mapping[str, list]:
-    """The attempt's scalars, read once per poll (every rule and the hang monitor share them)."""
-    from clawgym.runs.events import read_scalars
-
-    folder = Path(state.save_dir) / "tensorboard" / state.submission_id
-    key = (str(folder), state.now)
-    if key not in _cache:
-        _cache.clear()
-        _cache[key] = read_scalars(folder) if folder.is_dir() else {}
-    return _cache[key]
 
 
 def _finite(x: float) -> bool:
@@ -162,3 +148,24 @@ class HealthRules:
             return (f"sandbox failure rate {rate:.0%} at rollout {step} ({counts}, {SUBMITTED} = "
                     f"{submitted[-1].value:g}), above health.sandbox_failure_max = {limit:g}")
         return None
+
+
+def explain_lines(key: str, config: Optional[Mapping[str, Any]]) -> List[str]:
+    """What ``clawgym explain health.<key>`` adds: the rule the key belongs to, the keys it reads,
+    what it protects against, and whether the chosen trainer ever logs them."""
+    name = key.split(".", 1)[1] if key.startswith("health.") else None
+    out: List[str] = []
+    if name == "stall_s" and config:
+        from clawgym.supervisor.hang import derived_stall_s
+
+        stall, how = derived_stall_s(config)
+        out.append(f"  the supervisor's stall time for this config: {stall:.0f} s, from {how}")
+    for rule in RULES:
+        if name not in (rule.threshold_key, rule.action_key):
+            continue
+        out.append(f"  health rule {rule.name} (class {rule.cls}) reads {', '.join(rule.keys)}: "
+                   f"protects against {rule.protects}")
+        why = never_logged(rule, config or {})
+        if why:
+            out.append(f"  note: {why}")
+    return out
