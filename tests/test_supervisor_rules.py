@@ -9,7 +9,6 @@ import sys
 import time
 from pathlib import Path
 
-import pytest
 
 from clawgym.demo.checkout import STANDIN
 from clawgym.supervisor.monitor import RunState

@@ -660,6 +660,11 @@ class MetricsConfig:
     tensorboard: bool = True
 
 
+#: The actions of the health rules (``health.*_action``): stopped for good, ended with the rule's
+#: class (the recovery table decides), or not polled.
+HEALTH_ACTIONS = ("stop", "end", "off")
+
+
 @dataclass(eq=False, repr=False)
 class HealthConfig:
     """What the supervisor watches while a run trains: hangs, its own metrics, the disk (``clawgym/supervisor/``).

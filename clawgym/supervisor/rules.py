@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from clawgym.supervisor.evidence import run_scalars
@@ -22,7 +21,6 @@ REWARDS = ("rollout/raw_reward", "openclaw/avg_reward_submitted")
 SAMPLES = "openclaw/total_samples"
 SANDBOX_FAILED = ("openclaw/skipped_trajectories", "openclaw/timed_out_trajectories")
 SUBMITTED = "openclaw/submitted_trajectories"
-ACTIONS = ("stop", "end", "off")
 
 
 @dataclass(frozen=True)
