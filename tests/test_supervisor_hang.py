@@ -97,3 +97,30 @@ def test_stall_s_is_the_override_when_set_and_never_below_the_floor_when_derived
     # A config the step-time model cannot estimate (no model) still gets the floor, said so.
     stall, how = derived_stall_s({"health": {"stall_s": None}})
     assert stall == STALL_FLOOR_S and "floor" in how
+
+
+def test_jobs_stack_dumps_a_hung_ray_job_into_its_save_dir(ray_cluster, tmp_path):
+    """``clawgym jobs stack ID`` on a real Ray job: the stand-in, submitted as Ray's job driver, hangs."""
+    from ray.job_submission import JobSubmissionClient
+
+    client = JobSubmissionClient(ray_cluster.address)
+    save = tmp_path / "save"
+    save.mkdir()
+    sid = client.submit_job(entrypoint=f"{sys.executable} {STANDIN} --save {save}",
+                            runtime_env={"env_vars": {"STANDIN_HANG": "1"}},
+                            metadata={"clawgym_save_dir": str(save)})
+    try:
+        deadline = time.time() + 120
+        while "record:" not in client.get_job_logs(sid) and time.time() < deadline:
+            time.sleep(0.5)
+        done = subprocess.run([sys.executable, "-m", "clawgym", "jobs", "stack", sid, "--address", ray_cluster.address],
+                              capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+        assert "wait_in_collective_standin" in done.stdout, done.stdout
+        [dump] = (save / "stacks").glob("stacks-*-on-demand.txt")
+        assert "wait_in_collective_standin" in dump.read_text()
+    finally:
+        client.stop_job(sid)  # the job this test submitted
+        deadline = time.time() + 60
+        while not client.get_job_status(sid).is_terminal() and time.time() < deadline:
+            time.sleep(0.5)
