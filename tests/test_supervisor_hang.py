@@ -124,3 +124,16 @@ def test_jobs_stack_dumps_a_hung_ray_job_into_its_save_dir(ray_cluster, tmp_path
         deadline = time.time() + 60
         while not client.get_job_status(sid).is_terminal() and time.time() < deadline:
             time.sleep(0.5)
+
+
+def test_stall_s_derived_from_the_step_time_model_of_a_real_config_and_the_monitors_of_a_run():
+    from clawgym.config.compose import compose, to_plain
+    from clawgym.supervisor.health import monitors_for
+
+    c = to_plain(compose(["model=qwen3_4b"]))
+    stall, how = derived_stall_s(c)
+    assert stall >= STALL_FLOOR_S and "longest phase" in how, how
+    names = [m.name for m in monitors_for(c)]
+    assert names == ["disk-guard", "hang", "health-rules"]  # no retention unless checkpoint.keep_* is set
+    c["checkpoint"]["keep_last"] = 3
+    assert [m.name for m in monitors_for(c)][0] == "retention"
