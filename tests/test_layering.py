@@ -124,6 +124,7 @@ ARROWS: Dict[Tuple[str, str], str] = {
     ("clawgym.supervisor", "clawgym.common"): "stack dumps written with secrets masked",
     ("clawgym.supervisor", "clawgym.preflight"): "one checkpoint's size and the free space, as the disk check measures them",
     ("clawgym.supervisor", "clawgym.runs"): "the run's events read as clawgym runs reads them",
+    ("clawgym.supervisor", "clawgym.snapshot"): "Megatron's tracker and iter_* names, read as the snapshots read them",
     ("clawgym.supervisor", "clawgym.steptime"): "stall_s derived from the longest phase",
     ("clawgym.supervisor", "clawgym.trainer"): "the effective config the step-time model reads",
     # checks and records

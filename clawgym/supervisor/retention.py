@@ -21,15 +21,15 @@ one above it is a save not finalized (running, or cut). slime ships no retention
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, List, Mapping, Optional, Set
 
-TRACKER = "latest_checkpointed_iteration.txt"
-_ITER = re.compile(r"^iter_(\d{7})$")
+from clawgym.snapshot.checkpoints import ITER_RE as _ITER, read_tracker
+from clawgym.snapshot.layout import TRACKER_FILE as TRACKER
+
 #: An iter_* newer than the tracker whose files changed this recently is taken for a running save.
 SAVE_QUIET_S = 300.0
 
@@ -40,14 +40,6 @@ class Scan:
     complete: List[int] = field(default_factory=list)  # at or below the tracker, oldest first
     newer: List[int] = field(default_factory=list)  # above the tracker: not finalized
     links: List[int] = field(default_factory=list)  # symlinked iter_* (left alone)
-
-
-def read_tracker(save_dir: Path) -> Optional[int]:
-    try:
-        text = (Path(save_dir) / TRACKER).read_text().strip()
-    except OSError:
-        return None
-    return int(text) if text.isdigit() else None
 
 
 def scan(save_dir: Path) -> Scan:
