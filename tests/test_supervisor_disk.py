@@ -53,12 +53,17 @@ def _config(save: Path, keep_last):
 def test_preflight_refuses_a_save_dir_that_cannot_hold_keep_last_plus_one_and_names_a_keep_last_that_fits(small_fs):
     plan = _plan(100_000)  # 100k x (2 + 12) bytes = 1.3 MiB a checkpoint
     ok = check_disk(Context(c=_config(small_fs / "run", 1), plan=plan, local_head=True))
-    assert "for 2 checkpoints of 1.3 MiB" in ok
+    assert "for 2 checkpoint(s) of 1.3 MiB" in ok
     with pytest.raises(CheckFailed) as err:
         check_disk(Context(c=_config(small_fs / "run", 3), plan=plan, local_head=True))
-    assert "4 checkpoints of 1.3 MiB need 5.3 MiB" in err.value.problem
+    assert "4 checkpoint(s) of 1.3 MiB need 5.3 MiB" in err.value.problem
     assert "100,000 parameters x (2 bytes bf16 weights + 12 bytes optimizer state)" in err.value.problem
     assert err.value.fix.startswith("checkpoint.keep_last=1")
+    # Every checkpoint kept: room for the next save is what can be checked.
+    assert "for 1 checkpoint(s)" in check_disk(Context(c=_config(small_fs / "run", None), plan=plan, local_head=True))
+    with pytest.raises(CheckFailed) as err:
+        check_disk(Context(c=_config(small_fs / "run", None), plan=_plan(400_000), local_head=True))
+    assert "a paths.save on a filesystem with at least 5.3 MiB free" in err.value.fix
 
 
 def test_the_size_comes_from_the_memory_plan_of_the_chosen_layout():

@@ -1,4 +1,5 @@
-"""Preflight check ``disk``: the save dir's filesystem can hold ``checkpoint.keep_last`` + 1 checkpoints.
+"""Preflight check ``disk``: the save dir's filesystem can hold ``checkpoint.keep_last`` + 1 checkpoints
+(one, the next save, when every checkpoint is kept).
 
 A save that fills the filesystem fails part-way and leaves an ``iter_*`` that is not loadable
 (and a full disk makes the rest of a run fail oddly: trajectoryRL PR #203 scored every sample 0).
@@ -57,9 +58,10 @@ def free_bytes(path: Path) -> Tuple[Path, int]:
 
 def needed(config: Mapping[str, Any]) -> int:
     """Checkpoints the save dir must hold at once: keep_last + 1 (the next save lands before the
-    oldest kept one is pruned); with every checkpoint kept (keep_last null), 2 at the least."""
+    oldest kept one is pruned). With every checkpoint kept (keep_last null) no number is enough:
+    room for the first save is checked, and the live guard stops the run before a later one fails."""
     keep = (config.get("checkpoint") or {}).get("keep_last")
-    return int(keep) + 1 if keep is not None else 2
+    return int(keep) + 1 if keep is not None else 1
 
 
 def check_disk(ctx: Context) -> str:
@@ -73,12 +75,13 @@ def check_disk(ctx: Context) -> str:
     where, free = free_bytes(Path(c["paths"]["save"]))
     want = n * size.bytes
     keep = (c.get("checkpoint") or {}).get("keep_last")
-    detail = (f"{where} has {gib(free)} free for {n} checkpoints of {gib(size.bytes)} "
-              f"({size.how}; checkpoint.keep_last={keep if keep is not None else 'null'} + 1)")
+    room = (f"checkpoint.keep_last={keep} + 1" if keep is not None else
+            "checkpoint.keep_last=null keeps every one: room for the next is checked, set it to check room for all")
+    detail = f"{where} has {gib(free)} free for {n} checkpoint(s) of {gib(size.bytes)} ({size.how}; {room})"
     if free >= want:
         return detail
     fits = free // size.bytes - 1 if size.bytes else 0
     fix = (f"checkpoint.keep_last={int(fits)}" if fits >= 1 else
            f"a paths.save on a filesystem with at least {gib(want)} free")
-    raise CheckFailed(f"{where} has {gib(free)} free, {n} checkpoints of {gib(size.bytes)} need {gib(want)} "
+    raise CheckFailed(f"{where} has {gib(free)} free, {n} checkpoint(s) of {gib(size.bytes)} need {gib(want)} "
                       f"({size.how})", f"{fix} (or free space; skip_checks=[disk] to launch anyway)")
