@@ -70,3 +70,15 @@ def test_the_overrides_column_leaves_out_plumbing_and_is_width_bounded(tmp_path)
     start = header.index("overrides")
     cell = format_table(rows, columns).splitlines()[2][start:start + OVERRIDES_WIDTH + 5]
     assert "..." in cell and len(max(format_table(rows, columns).splitlines(), key=len)) < 400
+
+
+def test_the_runs_rows_carry_the_supervisors_view_checkpoints_disk_and_step_age(tmp_path):
+    save = tmp_path / "run"
+    launch_snapshot(save)
+    for it in (1, 2, 3):
+        (save / f"iter_{it:07d}").mkdir()
+    (save / "latest_checkpointed_iteration.txt").write_text("2")  # iter 3: a save not finalized
+    rows, _ = build_rows(find_runs([tmp_path]), resolve_status=False)
+    assert rows[0]["checkpoints_complete"] == 2
+    assert rows[0]["disk_free_bytes"] > 0
+    assert rows[0]["last_step_age_s"] is None  # nothing logged yet
