@@ -67,6 +67,7 @@ ARROWS: Dict[Tuple[str, str], str] = {
     ("clawgym.app", "clawgym.search"): "gpu_layout=auto is resolved before validation",
     ("clawgym.app", "clawgym.validate"): "validation before anything starts",
     ("clawgym.app", "clawgym.trainer"): "the effective config, derived once and passed down",
+    ("clawgym.commands", "clawgym.supervisor"): "clawgym explain names the health rule a key belongs to",
     ("clawgym.commands", "clawgym.app"): "resume and preflight run what train.py runs",
     ("clawgym.commands", "clawgym.cli"): "the demo runs CLI commands as a user types them",
     ("clawgym.commands", "clawgym.common"): "console, exit codes, secrets, text",
@@ -120,6 +121,13 @@ ARROWS: Dict[Tuple[str, str], str] = {
     ("clawgym.pipeline", "clawgym.search"): "the memory plan with advice",
     ("clawgym.pipeline", "clawgym.snapshot"): "snapshots written before the job starts, checkpoints watched",
     # supervision (below the pipeline, which starts it): its arrows join here as it imports
+    # supervision: the monitors a running job is polled with
+    ("clawgym.supervisor", "clawgym.common"): "stack dumps written with secrets masked",
+    ("clawgym.supervisor", "clawgym.preflight"): "one checkpoint's size and the free space, as the disk check measures them",
+    ("clawgym.supervisor", "clawgym.runs"): "the run's events read as clawgym runs reads them",
+    ("clawgym.supervisor", "clawgym.snapshot"): "Megatron's tracker and iter_* names, read as the snapshots read them",
+    ("clawgym.supervisor", "clawgym.steptime"): "stall_s derived from the longest phase",
+    ("clawgym.supervisor", "clawgym.trainer"): "the effective config the step-time model reads",
     # checks and records
     ("clawgym.supervisor", "clawgym.snapshot"): "the tracker and iter_* dirs a restart resumes from",
     ("clawgym.supervisor", "clawgym.common"): "the attempts record written atomically",

@@ -29,7 +29,9 @@ ROOT = Path(__file__).resolve().parent.parent
 # Machine and cluster checks have their own tests; these run as for an existing cluster (local_head=False).
 # memory: the memory plan has its own tests (tests/test_memory_preflight.py); these configs (e.g. an
 # MoE model on the default split_4_4 layout) need not fit a GPU to test the other checks.
-OFF = ["docker", "image", "gpus", "ports", "cluster", "memory"]
+# disk: sized for the model's real checkpoints (398 GiB for Qwen3-30B-A3B), not this machine's
+# disk; its own tests run on a small tmpfs (tests/test_supervisor_disk.py).
+OFF = ["docker", "image", "gpus", "ports", "cluster", "memory", "disk"]
 
 QWEN3_30B_A3B_CONFIG = {
     "architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe", "hidden_size": 2048,
@@ -390,7 +392,7 @@ def _ports() -> List[str]:
 def test_preflight_only_prints_the_checklist_and_exits_zero(clawgym_checkout, tmp_path):
     out = subprocess.run(
         [sys.executable, str(ROOT / "train.py"), "preflight_only=true", f"paths.root={clawgym_checkout}",
-         "skip_checks=[docker,image,gpus]", f"hydra.run.dir={tmp_path}/run", *_ports()],
+         "skip_checks=[docker,image,gpus,disk]", f"hydra.run.dir={tmp_path}/run", *_ports()],
         cwd=tmp_path, env=_cli_env(), capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stdout + out.stderr
     assert "✓ checkpoint" in out.stdout and "train 3 tasks, eval 2 tasks" in out.stdout
@@ -403,7 +405,7 @@ def test_preflight_only_failure_exits_2_like_a_preflight_failure_during_a_launch
     write_config(checkout, "Qwen3-4B-Instruct-2507", {**QWEN3_4B_INSTRUCT_2507_CONFIG, "rope_theta": 1000000})
     out = subprocess.run(
         [sys.executable, str(ROOT / "train.py"), "preflight_only=true", f"paths.root={checkout}",
-         "skip_checks=[docker,image,gpus]", f"hydra.run.dir={tmp_path}/run", *_ports()],
+         "skip_checks=[docker,image,gpus,disk]", f"hydra.run.dir={tmp_path}/run", *_ports()],
         cwd=tmp_path, env=_cli_env(), capture_output=True, text=True, timeout=120)
     # Refused before anything started (clawgym/common/exit_codes.py): 2, as the same failure during a launch.
     assert out.returncode == 2, out.stdout + out.stderr
@@ -415,7 +417,7 @@ def test_preflight_only_failure_exits_2_like_a_preflight_failure_during_a_launch
 
 def test_clawgym_preflight_subcommand_composes_overrides(clawgym_checkout, tmp_path):
     base = [sys.executable, "-m", "clawgym", "preflight", f"paths.root={clawgym_checkout}",
-            "skip_checks=[docker,image,gpus]", *_ports()]
+            "skip_checks=[docker,image,gpus,disk]", *_ports()]
     out = subprocess.run(base, cwd=tmp_path, env=_cli_env(), capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stdout + out.stderr
     assert "✓ tasks" in out.stdout and "preflight passed" in out.stdout
@@ -432,7 +434,7 @@ def test_clawgym_preflight_subcommand_composes_overrides(clawgym_checkout, tmp_p
 def test_clawgym_preflight_cluster_flag_after_overrides_skips_machine_checks(clawgym_checkout, tmp_path):
     env = {**_cli_env(), "CUDA_VISIBLE_DEVICES": ""}
     out = subprocess.run([sys.executable, "-m", "clawgym", "preflight", f"paths.root={clawgym_checkout}",
-                          "skip_checks=[docker,image,cluster]", "--cluster"],
+                          "skip_checks=[docker,image,cluster,disk]", "--cluster"],
                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stdout + out.stderr
     assert "gpus" in out.stdout and "not checked (the job runs on the existing cluster" in out.stdout

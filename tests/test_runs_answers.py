@@ -103,3 +103,13 @@ def test_show_lists_each_attempt_with_its_class_evidence_and_resume_point(tmp_pa
     assert "attempts (2;" in out and "raysubmit_b" in out and "iter_0000020" in out
     assert "torch.OutOfMemoryError: CUDA out of memory." in out and "cuda-oom" in out
     assert "stopped (supervisor): deterministic startup failure: never restarted" in out
+def test_the_runs_rows_carry_the_supervisors_view_checkpoints_disk_and_step_age(tmp_path):
+    save = tmp_path / "run"
+    launch_snapshot(save)
+    for it in (1, 2, 3):
+        (save / f"iter_{it:07d}").mkdir()
+    (save / "latest_checkpointed_iteration.txt").write_text("2")  # iter 3: a save not finalized
+    rows, _ = build_rows(find_runs([tmp_path]), resolve_status=False)
+    assert rows[0]["checkpoints_complete"] == 2
+    assert rows[0]["disk_free_bytes"] > 0
+    assert rows[0]["last_step_age_s"] is None  # nothing logged yet

@@ -275,6 +275,14 @@ CASES.update({
 })
 
 
+CASES.update({
+    # Issue 34: the supervisor's settings.
+    "health-action-choice": Case(["health.nan_action=restart"], ["health.nan_action"], {"health.nan_action": "restart"}),
+    "health-threshold-positive": Case(["health.stall_s=0"], ["health.stall_s"], {"health.stall_s": 0.0}),
+    "checkpoint-keep-positive": Case(["checkpoint.keep_last=0"], ["checkpoint.keep_last"], {"checkpoint.keep_last": 0}),
+})
+
+
 def test_every_rule_has_a_test():
     assert rule_codes_in_source() == set(CASES), (
         f"rules without a case: {sorted(rule_codes_in_source() - set(CASES))}; "

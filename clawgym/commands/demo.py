@@ -38,8 +38,9 @@ OWNER_FILE = ".clawgym-demo-owner.json"
 
 #: Learning rates of the two jobs (the stand-in's reward rises faster with a higher one).
 LRS = ("1e-6", "4e-6")
-#: Preflight checks a machine without GPUs, Docker engine or gateway image cannot pass.
-SKIPS = ("gpus", "docker", "image", "memory")
+#: Preflight checks a machine without GPUs, Docker engine or gateway image cannot pass; and the disk
+#: check, which sizes a real model's checkpoints (the stand-in's are a few bytes).
+SKIPS = ("gpus", "docker", "image", "memory", "disk")
 #: GPUs the demo's head declares: two jobs of gpu_layout=split_1_1 (1 actor + 1 rollout GPU) side by side.
 HEAD_GPUS = 4
 

@@ -175,7 +175,9 @@ def explain(items: Sequence[str], environ: Optional[dict] = None) -> Tuple[str, 
         plain = None
     secrets = known_secrets(plain, os.environ if environ is None else environ)
     missing = [k for k in keys_ if not prov.has(k)]
-    out = [explain_key(prov, k, secrets) for k in keys_ if k not in missing]
+    from clawgym.supervisor.rules import explain_lines
+
+    out = ["\n".join([explain_key(prov, k, secrets), *explain_lines(k, plain)]) for k in keys_ if k not in missing]
     err = [f"clawgym explain: {k} is not set in this config (an open map holds only what was given)" for k in missing]
     return "\n\n".join(out) + ("\n" if out else ""), "\n".join(err), REFUSED if missing else DONE
 

@@ -4,9 +4,14 @@
     clawgym jobs status ID [--address A]
     clawgym jobs logs ID [--follow] [--address A]
     clawgym jobs stop ID [--address A]
+    clawgym jobs stack ID [--address A] [--out DIR]
     clawgym jobs heads
     clawgym jobs stop-head --address A [--force]
     clawgym jobs slurm
+
+``stack`` dumps the Python stacks of the job's processes on this node (py-spy, as the supervisor
+does at a hang) into the job's save dir (``<save>/stacks/``; ``--out`` elsewhere) and says where
+each waits.
 
 ``slurm`` lists the SLURM batch jobs clawgym submitted (cluster=slurm) with their state.
 
@@ -51,6 +56,9 @@ def add_parser(subparsers) -> None:
     sp = with_address(sub.add_parser("stop", help="stop a job and wait until it has stopped"))
     sp.add_argument("submission_id")
     sp.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for the job to stop")
+    sp = with_address(sub.add_parser("stack", help="dump the Python stacks of a job's processes on this node (py-spy)"))
+    sp.add_argument("submission_id")
+    sp.add_argument("--out", help="folder to write the dump under (default: the job's save dir)")
     sub.add_parser("heads", help="local Ray heads clawgym started and recorded")
     sp = sub.add_parser("stop-head", help="stop a local Ray head that clawgym started")
     # Always explicit: stopping a head is never guessed.
@@ -137,6 +145,29 @@ def _cmd_stop(args) -> int:
     return 0 if status in ("STOPPED", "SUCCEEDED", "FAILED") else 1
 
 
+def _cmd_stack(args) -> int:
+    from pathlib import Path
+
+    from clawgym.supervisor import stacks
+
+    handle, info = _handle(args)
+    if info.status.is_terminal():
+        raise _UserError(f"job {args.submission_id} is {info.status.value}: no process to dump\n"
+                         f"  fix: clawgym jobs list shows the jobs still running")
+    out = args.out or (info.metadata or {}).get("clawgym_save_dir")
+    if not out:
+        raise _UserError(f"job {args.submission_id} names no save dir in its metadata\n"
+                         f"  fix: pass --out DIR")
+    pids = stacks.job_pids(args.submission_id)
+    if not pids:
+        raise _UserError(f"no process of job {args.submission_id} runs on this node (stacks are read by PID, "
+                         f"here)\n  fix: run clawgym jobs stack on the node of the job's driver")
+    dumped = stacks.dump(pids, Path(out), label="on-demand")
+    print(f"{args.submission_id}: {dumped.summary()}")
+    print(f"stacks: {dumped.path}")
+    return 0 if dumped.waits else REFUSED
+
+
 def _cmd_heads(args) -> int:
     records = clusters.recorded_heads()
     if not records:
@@ -198,7 +229,7 @@ def _cmd_slurm(args) -> int:
     return 0
 
 
-_COMMANDS = {"list": _cmd_list, "status": _cmd_status, "logs": _cmd_logs, "stop": _cmd_stop,
+_COMMANDS = {"list": _cmd_list, "status": _cmd_status, "logs": _cmd_logs, "stop": _cmd_stop, "stack": _cmd_stack,
              "heads": _cmd_heads, "stop-head": _cmd_stop_head, "slurm": _cmd_slurm}
 
 

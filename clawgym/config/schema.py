@@ -466,6 +466,14 @@ class CheckpointConfig:
     save_interval: Optional[int] = 5
     # Megatron checkpoint to resume from (set by ``clawgym resume``); None starts fresh.
     load: Optional[str] = None
+    # Retention (slime has none: every save is kept). Keep the newest N complete checkpoints
+    # (complete: at or below the tracker latest_checkpointed_iteration.txt); older ones are pruned by
+    # the supervisor while the run is alive, never while a save is running, never the newest complete
+    # one, and an iter_* newer than the tracker (a save not finalized) is reported, not deleted.
+    # None: keep every checkpoint. The disk guard reserves room for keep_last + 1 checkpoints.
+    keep_last: Optional[int] = None
+    # Also keep every checkpoint whose iteration is a multiple of K (milestones); None: none kept this way.
+    keep_every: Optional[int] = None
 
 
 @dataclass(eq=False, repr=False)
@@ -660,6 +668,51 @@ class MetricsConfig:
     tensorboard: bool = True
 
 
+#: The actions of the health rules (``health.*_action``): stopped for good, ended with the rule's
+#: class (the recovery table decides), or not polled.
+HEALTH_ACTIONS = ("stop", "end", "off")
+
+
+@dataclass(eq=False, repr=False)
+class HealthConfig:
+    """What the supervisor watches while a run trains: hangs, its own metrics, the disk (``clawgym/supervisor/``).
+
+    Every action is "stop" (stopped for good: a restart would train on the same garbage), "end"
+    (the attempt ends with the rule's class and the recovery table decides whether to restart) or
+    "off" (the rule is not polled)."""
+
+    # Seconds with no new rollout or train step in the run's events and no new line in its log after
+    # which the run is a hang: the Python stacks of its processes are dumped into the save dir (py-spy)
+    # and the attempt ends with class "hang" (restarted from the last complete checkpoint).
+    # None: 3 x the step-time model's longest phase (rollout, log-probs, train, weight update),
+    # never below 300 s (clawgym/supervisor/hang.py STALL_FLOOR_S: a save or a first step's compile
+    # outlasts a phase's model).
+    stall_s: Optional[float] = None
+    # train/loss or a reward (rollout/raw_reward, openclaw/avg_reward_submitted) NaN or inf: the
+    # optimizer has been fed garbage.
+    nan_action: str = "stop"
+    # train/train_rollout_logprob_abs_diff (trainer vs rollout engine log-probs of the same tokens)
+    # above this after the first weight update: a trainer/engine pair that disagrees (a broken
+    # weight sync or version pair) trains off-policy on garbage. Logged by upstream slime's Megatron
+    # and FSDP backends, by the ClawGym fork's FSDP backend only (clawgym explain says so).
+    # A threshold chosen, not measured: set it from a healthy run's curve. None: off.
+    logprob_diff_max: Optional[float] = 0.5
+    logprob_diff_action: str = "stop"
+    # Rollouts in a row whose mean reward is exactly 0 while samples are produced
+    # (openclaw/total_samples > 0, or rollout/raw_reward logged): a broken reward script or sandbox.
+    # None: off.
+    zero_reward_rollouts: Optional[int] = 5
+    zero_reward_action: str = "end"
+    # Share of a rollout's trajectories whose sandbox failed: (openclaw/skipped_trajectories +
+    # openclaw/timed_out_trajectories) / (openclaw/submitted_trajectories + both); failed sandboxes are
+    # scored 0 and bias every group's baseline. None: off.
+    sandbox_failure_max: Optional[float] = 0.5
+    sandbox_failure_action: str = "end"
+    # Stop the run cleanly before a save would fill the save dir's filesystem (and refuse, at
+    # preflight, a save dir that cannot hold checkpoint.keep_last + 1 checkpoints).
+    disk_guard: bool = True
+
+
 @dataclass(eq=False, repr=False)
 class RestartConfig:
     """What clawgym does when a training run ends before its last rollout (``clawgym/supervisor/``;
@@ -757,6 +810,8 @@ class ClawGymConfig:
     services: ServicesConfig = field(default_factory=ServicesConfig)
     # The restart group (conf/restart/): a run that dies is classified and resumed.
     restart: RestartConfig = field(default_factory=RestartConfig)
+    # The health group (conf/health/): what the supervisor watches while the run trains.
+    health: HealthConfig = field(default_factory=HealthConfig)
     # Experiment name (the seed's EXP_NAME): the run name's stem and a W&B tag.
     exp_name: str = "clawgym-rl-${model.run_label}"
     # Name of this run: save dir and W&B run. Sweep jobs get the swept overrides appended.
@@ -801,4 +856,5 @@ GROUPS: Dict[str, Any] = {
     "metrics": MetricsConfig,
     "services": ServicesConfig,
     "restart": RestartConfig,
+    "health": HealthConfig,
 }

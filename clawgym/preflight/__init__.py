@@ -22,6 +22,7 @@ checkout    the trainer script and Megatron-LM are where the plan points (a dry 
 tasks       sandbox=docker/chroot: the train/eval task folders hold tasks (counts reported)
 prompts     --prompt-data / --eval-prompt-data are JSONL with the --input-key/--label-key (first lines)
 functions   every custom function path in the trainer's flags exists on the job's PYTHONPATH
+disk        the save dir's filesystem holds checkpoint.keep_last + 1 checkpoints (sized by the memory plan)
 memory      the per-GPU memory plan (clawgym/memory/) fits the GPU (memory.gpu, else this node's)
 wandb       W&B on: a key is set ($WANDB_KEY/$WANDB_API_KEY, or wandb login's netrc on a local head)
 leftovers   sandbox=docker, after the checks: remove ended launches' containers (as sandbox.cleanup_leftovers=false)
@@ -39,6 +40,7 @@ from clawgym.preflight.checkout import check_checkout, check_functions, check_ta
 from clawgym.preflight.checkpoint import check_checkpoint, check_save_dir
 from clawgym.preflight.core import (FAILED, NOT_APPLICABLE, NOT_RUN, OK, SKIPPED, Check, CheckFailed, CheckResult,
                                     Context, NotApplicable, PreflightError, Report, failure_line, plain_config)
+from clawgym.preflight.disk import check_disk
 from clawgym.preflight.data import check_prompt_data
 from clawgym.preflight.machine import check_cluster, check_gpus, check_ports
 from clawgym.preflight.memory import check_memory
@@ -79,6 +81,7 @@ CHECKS: List[Check] = [
     Check("prompts", "prompt data", check_prompt_data),
     Check("functions", "custom hooks", check_functions),
     Check("memory", "memory plan", check_memory),
+    Check("disk", "disk for checkpoints", check_disk),
     Check("wandb", "W&B key", check_wandb),
 ]
 

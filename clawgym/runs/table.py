@@ -179,6 +179,24 @@ def _sum_parts(s: Mapping[str, List[ev.Point]], tags: Sequence[str], last: int) 
     return sum(values) if values else None
 
 
+def _health(run: Run, s: Mapping[str, List[ev.Point]], now: float) -> Dict[str, Any]:
+    """What the supervisor watches, as the run's own files show it: seconds since the newest logged
+    point (a hang shows as a growing age while running), complete checkpoints (at or below Megatron's
+    tracker) and the save dir's free space (the disk guard's numbers)."""
+    import shutil
+
+    from clawgym.snapshot.checkpoints import list_checkpoints
+
+    walls = [p.wall_time for pts in s.values() for p in pts]
+    try:
+        free: Optional[int] = shutil.disk_usage(run.save_dir).free
+    except OSError:
+        free = None
+    return {"last_step_age_s": (now - max(walls)) if walls else None,
+            "checkpoints_complete": sum(1 for c in list_checkpoints(run.save_dir) if c.complete),
+            "disk_free_bytes": free}
+
+
 def build_rows(runs: Sequence[Run], *, metrics: Optional[Sequence[str]] = None, last: int = 5,
                resolve_status: bool = True, now: Optional[float] = None) -> Tuple[List[Dict[str, Any]], List[Column]]:
     """(rows, columns): one dict per run (raw values; ``None`` = not known), and the columns to show."""
@@ -233,6 +251,7 @@ def build_rows(runs: Sequence[Run], *, metrics: Optional[Sequence[str]] = None, 
             "launches": len(r.snapshots),
             "events": [str(p) for p in r.events_dirs()],
             "problems": list(r.problems) + list(getattr(s, "notes", [])),
+            **_health(r, s, now),
         }
         attempts = read_attempts(r.save_dir)
         if attempts.attempts:

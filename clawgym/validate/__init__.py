@@ -22,7 +22,7 @@ from omegaconf.errors import OmegaConfBaseException
 from clawgym.config.compose import to_plain
 from clawgym.common.secrets import argv_secrets, known_secrets, named_secrets, redact_value, remember
 from clawgym.validate.core import Collector, ConfigError, Rule, Violation, format_warnings, run_rule
-from clawgym.validate import (batches, checkout, cluster, flags, memory, model, names, rollout, schema_keys, secrets, topology,
+from clawgym.validate import (batches, checkout, cluster, flags, health, memory, model, names, rollout, schema_keys, secrets, topology,
                               trainer_rules, values)
 from clawgym.validate.names import NAME_MAX, longest_derived_name, name_problem, runs_below
 
@@ -34,7 +34,7 @@ LOCAL_RULES: List[Rule] = [
     batches.rule_eps_clip_order, batches.rule_kl_choices, topology.rule_perf_sizes_positive,
     batches.rule_dynamic_batch_needs_max_tokens, batches.rule_optimizer,
     batches.rule_eval, rollout.rule_sglang, rollout.rule_sandbox, names.rule_names, names.rule_paths_absolute,
-    cluster.rule_ray, cluster.rule_restart, memory.rule_memory_gpu,
+    cluster.rule_ray, cluster.rule_restart, memory.rule_memory_gpu, health.rule_health,
 ]
 
 CROSS_RULES: List[Rule] = [
