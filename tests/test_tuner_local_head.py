@@ -1,0 +1,52 @@
+"""The tuner on a local head, as the README and docs/guide/tuning.md run it (no ``ray.address``):
+the study starts its own Ray head, owns it and its ports like any sweep, and runs every trial.
+
+Real parts: ``python train.py -m hydra/sweeper=clawgym ...`` on the fixture checkout's stand-in
+trainer, a Ray head clawgym starts itself (free ports, ``ray.num_gpus=4``) and stops at the end,
+a real Optuna journal.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+from typing import List
+
+from optuna.trial import TrialState
+
+from clawgym.backends.head import ports as head_ports
+from tests.test_tuner import LR_SPACE, load_study, records, run, tune_argv
+
+
+def local_argv(checkout: Path, tmp: Path, *extra: str, steps: int = 2) -> List[str]:
+    """The study's argv with a head of its own: no ray.address, its own free ports, 4 GPUs declared."""
+    argv = [a for a in tune_argv(checkout, tmp, "", *extra, steps=steps) if not a.startswith("ray.address=")]
+    return [*argv, f"ray.port={head_ports.free_port()}", f"ray.dashboard_port={head_ports.free_port()}",
+            "ray.num_gpus=4"]
+
+
+def test_a_study_on_its_own_local_head_runs_every_trial(clawgym_checkout, tmp_path) -> None:
+    proc = run(local_argv(clawgym_checkout, tmp_path, LR_SPACE, "hydra.sweeper.n_trials=4", "hydra.sweeper.seed=2"),
+               tmp_path)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-6000:]
+    study = load_study(tmp_path)
+    assert [t.state for t in study.trials] == [TrialState.COMPLETE] * 4, \
+        [(t.number, t.state.name, t.user_attrs.get("clawgym_refused", "")[:300]) for t in study.trials]
+    assert len(records(tmp_path)) == 4, "every trial ran its trainer"
+    # Its own head is never a clash.
+    assert "ray.port" not in "".join(t.user_attrs.get("clawgym_refused", "") for t in study.trials)
+
+
+def test_trials_wait_for_one_pinned_api_port_instead_of_failing(clawgym_checkout, tmp_path) -> None:
+    port = head_ports.free_port()
+    proc = run(local_argv(clawgym_checkout, tmp_path, LR_SPACE, "hydra.sweeper.n_trials=3",
+                          f"sglang.api_port={port}"), tmp_path)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-6000:]
+    study = load_study(tmp_path)
+    assert [t.state for t in study.trials] == [TrialState.COMPLETE] * 3, \
+        [(t.number, t.state.name, t.user_attrs.get("clawgym_refused", "")[:300]) for t in study.trials]
+    recs = sorted(records(tmp_path).values(), key=lambda r: r["start"])
+    # One API server port: the trials ran one after another (GPUs for two at once notwithstanding).
+    assert all(a["end"] <= b["start"] for a, b in zip(recs, recs[1:])), recs
