@@ -50,3 +50,34 @@ def test_trials_wait_for_one_pinned_api_port_instead_of_failing(clawgym_checkout
     recs = sorted(records(tmp_path).values(), key=lambda r: r["start"])
     # One API server port: the trials ran one after another (GPUs for two at once notwithstanding).
     assert all(a["end"] <= b["start"] for a, b in zip(recs, recs[1:])), recs
+
+
+def _seed_whose_first_draw_is(value: float) -> int:
+    """A random-sampler seed whose first draw of the choice below is ``value`` (the study's sampler
+    with that seed draws the same)."""
+    import optuna
+    from optuna.distributions import CategoricalDistribution
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    for seed in range(100):
+        study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=seed))
+        if study.ask({"rollout.temperature": CategoricalDistribution([-1, 0.7])}).params["rollout.temperature"] == value:
+            return seed
+    raise AssertionError("no seed draws it first")
+
+
+def test_a_refused_trial_never_uses_up_the_budget_and_the_exit_code_says_so(clawgym_checkout, tmp_path) -> None:
+    seed = _seed_whose_first_draw_is(-1)
+    proc = run(local_argv(clawgym_checkout, tmp_path, "rollout.temperature=choice(-1, 0.7)",
+                          "hydra.sweeper.sampler=random", f"hydra.sweeper.seed={seed}", "hydra.sweeper.n_trials=2",
+                          "hydra.sweeper.max_concurrent=1", steps=1), tmp_path)
+    out = proc.stdout + proc.stderr
+    study = load_study(tmp_path)
+    ran = [t for t in study.trials if t.state == TrialState.COMPLETE]
+    refused = [t for t in study.trials if t.user_attrs.get("clawgym_refused")]
+    # n_trials counts trials that ran: two ran, however many were refused on the way.
+    assert len(ran) == 2 and refused and refused[0].number == 0, [(t.number, t.state.name) for t in study.trials]
+    assert len(records(tmp_path)) == 2
+    # A -m sweep with a failed job exits 1; so does a study with a refused trial.
+    assert proc.returncode == 1, out[-4000:]
+    assert f"{len(refused)} refused" in proc.stdout

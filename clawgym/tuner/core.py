@@ -32,7 +32,8 @@ from hydra.core.utils import JobReturn
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig
 
-from clawgym.common.exit_codes import INTERRUPTED as EXIT_INTERRUPTED, REFUSED as EXIT_REFUSED
+from clawgym.common.exit_codes import (FAILED as EXIT_FAILED, INTERRUPTED as EXIT_INTERRUPTED,
+                                       REFUSED as EXIT_REFUSED)
 from clawgym.common.text import fmt_duration
 from clawgym.pipeline.jobs import STOPPED, SUCCEEDED, PipelineJob, PipelineListener, PipelineOptions, Refused
 from clawgym.pipeline.pipeline import Pipeline
@@ -48,6 +49,12 @@ from clawgym.tuner.study import Settings, SettingsError, open_study, storage_tex
 ATTR_PREFIX = "clawgym_"
 #: A trial told FAIL because the launch was interrupted: it does not count towards n_trials.
 INTERRUPTED = "clawgym_interrupted"
+#: A trial whose config or preflight was refused (told FAIL, never ran): it does not count towards
+#: n_trials either (n_trials counts trials that ran), except under the grid sampler, whose grid point
+#: it used up (the grid sampler never asks for a point again).
+REFUSED_ATTR = "clawgym_refused"
+#: Refused trials in a row (or n_trials, if more) after which a launch asks for no more.
+REFUSED_IN_A_ROW = 10
 #: Trials in flight at once on a backend that queues jobs itself, unless max_concurrent says.
 QUEUEING_BACKEND_TRIALS = 2
 #: The file in a trial's snapshot dir that says how the trial ended (clawgym.snapshot.layout.TRIAL_FILE).
@@ -101,6 +108,7 @@ class TuneSession(PipelineListener):
         # Trials differ in values only: the config tree is composed once (clawgym.sweep.core.compose_jobs).
         self._templates: Dict[Any, Any] = {}
         self._limit = settings.n_trials
+        self._gave_up = False
         if settings.sampler == "grid":
             n = 1
             for values in space.grid().values():
@@ -116,11 +124,32 @@ class TuneSession(PipelineListener):
         say(f"[tune {self._elapsed()}] {text}")
 
     def finished_in_study(self) -> int:
+        """The study's trials that count towards n_trials: finished, not interrupted, and not refused
+        (a refused trial never ran; under the grid sampler it used up its grid point, so it counts)."""
+        grid = self.settings.sampler == "grid"
         return sum(1 for t in self.study.get_trials(deepcopy=False, states=FINISHED)
-                   if not t.user_attrs.get(INTERRUPTED))
+                   if not t.user_attrs.get(INTERRUPTED) and (grid or not t.user_attrs.get(REFUSED_ATTR)))
+
+    def refused_in_a_row(self) -> int:
+        """This launch's trials refused since the last one that was not."""
+        n = 0
+        for t in sorted(self.trials.values(), key=lambda t: -t.number):
+            if t.state != "refused":
+                break
+            n += 1
+        return n
 
     def remaining(self) -> int:
-        """Trials still to ask for: n_trials less the study's finished trials and ours in flight."""
+        """Trials still to ask for: n_trials less the study's finished trials and ours in flight;
+        none once REFUSED_IN_A_ROW (or n_trials, if more) trials in a row were refused (a space
+        whose values are refused again and again would otherwise ask forever)."""
+        bound = max(self.settings.n_trials, REFUSED_IN_A_ROW)
+        if self.refused_in_a_row() >= bound:
+            if not self._gave_up:
+                self._gave_up = True
+                self._say(f"{bound} trials in a row were refused: asking for no more (the table says why each "
+                          "was refused; narrow the search space to values the config accepts)")
+            return 0
         in_flight = sum(1 for t in self.trials.values() if t.state in ("asked", "running"))
         return self._limit - self.finished_in_study() - in_flight
 
@@ -204,7 +233,7 @@ class TuneSession(PipelineListener):
 
         reason = redact(reason)
         trial.state, trial.reason = "refused", reason
-        trial.trial.set_user_attr("clawgym_refused", reason[:2000])
+        trial.trial.set_user_attr(REFUSED_ATTR, reason[:2000])
         tell(self.study, trial.trial, state=TrialState.FAIL)
         first = reason.strip().splitlines()
         self._say(f"trial {trial.number} refused, told FAIL: " + " | ".join(first[:6]))
@@ -472,7 +501,15 @@ class TuneSession(PipelineListener):
             say(best)
         if rc in (EXIT_INTERRUPTED, 129):
             return rc
-        return 0 if any(t.state == TrialState.COMPLETE for t in self.study.get_trials(deepcopy=False)) else 1
+        # As a -m sweep with a failed job exits 1, so does a study in which a trial of this launch was
+        # refused or failed: the exit code never hides them (the table above says why each one did).
+        bad = [t for t in self.trials.values() if t.state in ("refused", "failed")]
+        if bad:
+            refused = sum(1 for t in bad if t.state == "refused")
+            say(f"{len(bad)} of this launch's {len(self.trials)} trials did not complete: {refused} refused, "
+                f"{len(bad) - refused} failed (exit {EXIT_FAILED})")
+            return EXIT_FAILED
+        return 0 if any(t.state == TrialState.COMPLETE for t in self.study.get_trials(deepcopy=False)) else EXIT_FAILED
 
     def _settle_unfinished(self, rc: int) -> None:
         """After the pipeline: no trial of ours stays RUNNING in the study (Ctrl-C: told FAIL and
@@ -575,7 +612,8 @@ def _num(value: Optional[float]) -> str:
 def run_study(*, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig,
               arguments: List[str], settings: Dict[str, Any]) -> List[JobReturn]:
     """Entry point of the sweeper plugin: refuses bad settings (exit 2), runs the study, exits with
-    0 (a trial completed), 1 (none did), 2 (refused before anything started) or 130 (Ctrl-C)."""
+    0 (a trial completed and none of this launch's was refused or failed), 1 (one was refused or
+    failed, or none completed), 2 (refused before anything started) or 130 (Ctrl-C)."""
     from clawgym.config.compose import is_clawgym_config
 
     def refuse(text: str) -> None:
