@@ -34,6 +34,8 @@ def test_a_study_on_its_own_local_head_runs_every_trial(clawgym_checkout, tmp_pa
     assert [t.state for t in study.trials] == [TrialState.COMPLETE] * 4, \
         [(t.number, t.state.name, t.user_attrs.get("clawgym_refused", "")[:300]) for t in study.trials]
     assert len(records(tmp_path)) == 4, "every trial ran its trainer"
+    # The journal holds every trial's params and records: its owner's alone.
+    assert (tmp_path / "multirun" / "peak.journal").stat().st_mode & 0o777 == 0o600
     # Its own head is never a clash.
     assert "ray.port" not in "".join(t.user_attrs.get("clawgym_refused", "") for t in study.trials)
 

@@ -266,6 +266,8 @@ class TuneSession(PipelineListener):
             return
 
     def job_started(self, pipeline: Pipeline, job: PipelineJob) -> None:
+        from clawgym.common.secrets import redact
+
         trial = self._trial_of(job)
         if trial is None:
             return
@@ -274,7 +276,7 @@ class TuneSession(PipelineListener):
                            ("address", getattr(pipeline.backend, "address", "") or ""),
                            ("snapshot", job.snapshot), ("run_name", job.plan.run_name),
                            ("events", _events_dir(job.plan)),
-                           ("overrides", " ".join(self.space.overrides(trial.trial.params)))):
+                           ("overrides", redact(" ".join(self.space.overrides(trial.trial.params))))):
             trial.trial.set_user_attr(ATTR_PREFIX + key, value)
 
     def poll(self, pipeline: Pipeline, running: Sequence[PipelineJob]) -> None:
@@ -616,10 +618,20 @@ def run_study(*, hydra_context: HydraContext, task_function: TaskFunction, confi
     failed, or none completed), 2 (refused before anything started) or 130 (Ctrl-C)."""
     from clawgym.config.compose import is_clawgym_config
 
+    sweep_dir = Path(str(config.hydra.sweep.dir))
+    made: List[Path] = []  # files this launch made before it was refused (a new, empty journal)
+
     def refuse(text: str) -> None:
         from clawgym.common.secrets import redact
+        from clawgym.pipeline.prepare import discard_own_output_dir
 
         say(redact(text))
+        # A refused study leaves nothing behind: the journal it made, then the sweep dir this
+        # command created (when it holds only what Hydra wrote).
+        for path in made:
+            with contextlib.suppress(OSError):
+                path.unlink()
+        discard_own_output_dir()
         sys.exit(EXIT_REFUSED)
 
     if not is_clawgym_config(config):
@@ -638,8 +650,12 @@ def run_study(*, hydra_context: HydraContext, task_function: TaskFunction, confi
                                 "    fix: drop ray.detach")
     except (SettingsError, SpaceError, MetricError) as err:
         refuse(f"clawgym: the study was refused; nothing was started\n{err}")
-    sweep_dir = Path(str(config.hydra.sweep.dir))
-    sweep_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        sweep_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        refuse(f"clawgym: the study was refused; nothing was started\n  hydra.sweep.dir={sweep_dir}: cannot be "
+               f"made ({exc.strerror or exc})\n    fix: a folder you can write, e.g. hydra.sweep.dir=multirun/tune/"
+               f"{s.study_name}")
     if bool(config.get("dry_run")) or bool(config.get("preflight_only")):
         from clawgym.tuner.study import in_memory_study
 
@@ -650,7 +666,18 @@ def run_study(*, hydra_context: HydraContext, task_function: TaskFunction, confi
         if rc:
             sys.exit(rc)
         return []
-    study = open_study(s, space, sweep_dir)
+    journal = None if s.storage and "://" in str(s.storage) else Path(storage_text(s, sweep_dir))
+    if journal is not None and not journal.exists():
+        made.append(journal)
+    try:
+        study = open_study(s, space, sweep_dir)
+    except Exception as exc:  # noqa: BLE001 - Optuna's storage errors are many kinds; each refuses the study
+        where = storage_text(s, sweep_dir)
+        refuse(f"clawgym: the study was refused; nothing was started\n  hydra.sweeper.storage: the study's storage "
+               f"{where} cannot be opened: {type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
+               f"\n    fix: a storage you can write and that holds an Optuna study (a journal file this sweeper wrote, "
+               f"or an RDB URL), e.g. hydra.sweeper.storage={sweep_dir}/{s.study_name}-new.journal; "
+               "a damaged journal can be moved aside and the study started again")
     session = TuneSession(hydra_context=hydra_context, task_function=task_function, config=config, settings=s,
                           space=space, metric=metric, study=study, storage=storage_text(s, sweep_dir))
     try:
