@@ -52,3 +52,14 @@ def test_a_damaged_journal_is_refused_with_a_fix(clawgym_checkout, tmp_path) -> 
     out = refused(run(tune_argv(clawgym_checkout, tmp_path, "http://127.0.0.1:9", LR_SPACE,
                                 f"hydra.sweeper.storage={journal}"), tmp_path), tmp_path)
     assert f"storage {journal} cannot be opened" in out and "fix:" in out
+
+
+def test_a_misspelled_key_in_the_search_space_refuses_the_study_once_before_any_trial(clawgym_checkout,
+                                                                                    tmp_path) -> None:
+    out = refused(run(tune_argv(clawgym_checkout, tmp_path, "http://127.0.0.1:9", LR_SPACE,
+                                "rollout.temprature=interval(0.6, 1.2)", "hydra.sweeper.n_trials=3"), tmp_path),
+                  tmp_path)
+    # Said once, for the study (not once per trial), and no trial was stored: the fixed command
+    # starts the study afresh with all its trials.
+    assert out.count("temprature") >= 1 and "trial 0" not in out and "told FAIL" not in out, out[-3000:]
+    assert "the search space does not compose" in out and "fix:" in out

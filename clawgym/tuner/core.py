@@ -223,6 +223,23 @@ class TuneSession(PipelineListener):
             self._runner = session
         return j
 
+    def composition_error(self) -> Optional[str]:
+        """Why the search space's overrides cannot be composed at all (a misspelled key, an unknown
+        group option), found once before any trial with the first value of every swept key; None
+        when they compose. A value that composes for some values only still refuses its own trial."""
+        from optuna.distributions import CategoricalDistribution
+
+        probe = {k: d.choices[0] if isinstance(d, CategoricalDistribution) else d.low
+                 for k, d in self.space.params.items()}
+        session = SweepSession(hydra_context=self.hydra_context, task_function=self.task_function,
+                               config=self.config, options=self.launcher_options, templates=self._templates)
+        try:
+            session.compose_all([self.space.overrides(probe)], 0)
+        except Exception as exc:  # noqa: BLE001 - Hydra's composition errors are many kinds
+            return f"  the search space does not compose: {type(exc).__name__}: {exc}".rstrip() + \
+                "\n    fix: correct the key or option named above (`python train.py --cfg job` lists the keys)"
+        return None
+
     def _user_overrides(self, overrides: Sequence[str]) -> List[str]:
         from omegaconf import OmegaConf
 
@@ -656,9 +673,9 @@ def run_study(*, hydra_context: HydraContext, task_function: TaskFunction, confi
         refuse(f"clawgym: the study was refused; nothing was started\n  hydra.sweep.dir={sweep_dir}: cannot be "
                f"made ({exc.strerror or exc})\n    fix: a folder you can write, e.g. hydra.sweep.dir=multirun/tune/"
                f"{s.study_name}")
-    if bool(config.get("dry_run")) or bool(config.get("preflight_only")):
-        from clawgym.tuner.study import in_memory_study
+    from clawgym.tuner.study import in_memory_study
 
+    if bool(config.get("dry_run")) or bool(config.get("preflight_only")):
         session = TuneSession(hydra_context=hydra_context, task_function=task_function, config=config, settings=s,
                               space=space, metric=metric, study=in_memory_study(s, space),
                               storage=storage_text(s, sweep_dir))
@@ -666,6 +683,12 @@ def run_study(*, hydra_context: HydraContext, task_function: TaskFunction, confi
         if rc:
             sys.exit(rc)
         return []
+    # A misspelled key refuses the study once, before any trial (it would refuse every trial).
+    probe = TuneSession(hydra_context=hydra_context, task_function=task_function, config=config, settings=s,
+                        space=space, metric=metric, study=in_memory_study(s, space), storage=storage_text(s, sweep_dir))
+    problem = probe.composition_error()
+    if problem:
+        refuse(f"clawgym: the study was refused; nothing was started\n{problem}")
     journal = None if s.storage and "://" in str(s.storage) else Path(storage_text(s, sweep_dir))
     if journal is not None and not journal.exists():
         made.append(journal)
@@ -680,6 +703,7 @@ def run_study(*, hydra_context: HydraContext, task_function: TaskFunction, confi
                "a damaged journal can be moved aside and the study started again")
     session = TuneSession(hydra_context=hydra_context, task_function=task_function, config=config, settings=s,
                           space=space, metric=metric, study=study, storage=storage_text(s, sweep_dir))
+    session._templates = probe._templates  # the config tree the probe composed serves every trial
     try:
         rc = session.run()
     except Refused as err:
