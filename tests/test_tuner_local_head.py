@@ -9,6 +9,7 @@ a real Optuna journal.
 from __future__ import annotations
 
 import subprocess
+import sys
 from pathlib import Path
 from typing import List
 
@@ -83,3 +84,17 @@ def test_a_refused_trial_never_uses_up_the_budget_and_the_exit_code_says_so(claw
     # A -m sweep with a failed job exits 1; so does a study with a refused trial.
     assert proc.returncode == 1, out[-4000:]
     assert f"{len(refused)} refused" in proc.stdout
+    # The table says why in full (a reason cut at the table's width hides the rule and its fix).
+    assert "why trials were refused or failed:" in proc.stdout
+    for line in refused[0].user_attrs["clawgym_refused"].splitlines():
+        assert line.strip() in proc.stdout, line
+    # The report lists the refused trial (it has no save dir, so no run) and draws no importances
+    # from two completed trials.
+    page = tmp_path / "report.html"
+    rep = subprocess.run([sys.executable, "-m", "clawgym", "report", str(tmp_path / "exp"), "--out", str(page)],
+                         cwd=tmp_path, capture_output=True, text=True, timeout=180)
+    assert rep.returncode == 0, rep.stderr[-3000:]
+    html = page.read_text()
+    assert "trials refused or failed" in html and f'<td class="">{refused[0].number}</td><td class="">refused</td>' in html
+    assert "Parameter importances are not drawn: 2 trial(s) completed" in html
+    assert "peak: parameter importances" not in html

@@ -55,6 +55,8 @@ INTERRUPTED = "clawgym_interrupted"
 REFUSED_ATTR = "clawgym_refused"
 #: Refused trials in a row (or n_trials, if more) after which a launch asks for no more.
 REFUSED_IN_A_ROW = 10
+#: Characters of a trial's reason in the table's note column; a longer one is printed whole below it.
+NOTE_WIDTH = 72
 #: Trials in flight at once on a backend that queues jobs itself, unless max_concurrent says.
 QUEUEING_BACKEND_TRIALS = 2
 #: The file in a trial's snapshot dir that says how the trial ended (clawgym.snapshot.layout.TRIAL_FILE).
@@ -360,6 +362,9 @@ class TuneSession(PipelineListener):
 
     def _finish(self, trial: Trial, state: str, value: Optional[float], optuna_state: TrialState, *,
                 reason: str = "") -> None:
+        from clawgym.common.secrets import redact
+
+        reason = redact(reason) if reason else reason
         trial.state, trial.objective, trial.reason = state, value, reason
         trial.trial.set_user_attr(ATTR_PREFIX + "steps", trial.steps)
         if reason:
@@ -575,14 +580,19 @@ class TuneSession(PipelineListener):
         keys = list(self.space.params)
         head = ["#", "state", *keys, self.metric.text, "steps", "note"]
         rows = [head]
+        reasons: List[str] = []
         for ft in self.study.get_trials(deepcopy=False):
             state = ft.state.name.lower()
             if ft.user_attrs.get("clawgym_refused"):
                 state = "refused"
             elif ft.user_attrs.get(INTERRUPTED):
                 state = "interrupted"
-            note = str(ft.user_attrs.get("clawgym_refused") or ft.user_attrs.get(ATTR_PREFIX + "reason") or "")
-            note = note.strip().splitlines()[0][:60] if note.strip() else ""
+            note = str(ft.user_attrs.get(REFUSED_ATTR) or ft.user_attrs.get(ATTR_PREFIX + "reason") or "").strip()
+            if note and (len(note) > NOTE_WIDTH or "\n" in note):
+                # The whole reason below the table (a cut reason hides the rule and its fix).
+                reasons.append(f"trial {ft.number} {state}:\n" + "\n".join(
+                    "  " + line for line in note.splitlines() if line.strip()))
+                note = note.splitlines()[0][:NOTE_WIDTH - 11].rstrip() + " (below)"
             rows.append([str(ft.number), state, *(format_value(ft.params[k]) if k in ft.params else "-" for k in keys),
                          _num(ft.value) if ft.state == TrialState.COMPLETE else "-",
                          str(ft.user_attrs.get(ATTR_PREFIX + "steps", "-")), note])
@@ -592,6 +602,8 @@ class TuneSession(PipelineListener):
             lines.append("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
             if n == 0:
                 lines.append("  ".join("-" * w for w in widths))
+        if reasons:
+            lines += ["", "why trials were refused or failed:", *reasons]
         return "\n".join(lines)
 
     def best_line(self) -> Optional[str]:
