@@ -98,3 +98,22 @@ def test_a_refused_trial_never_uses_up_the_budget_and_the_exit_code_says_so(claw
     assert "trials refused or failed" in html and f'<td class="">{refused[0].number}</td><td class="">refused</td>' in html
     assert "Parameter importances are not drawn: 2 trial(s) completed" in html
     assert "peak: parameter importances" not in html
+
+
+def test_a_nan_objective_fails_its_trial_with_the_reason_and_the_study_resumes(clawgym_checkout, tmp_path) -> None:
+    argv = [*local_argv(clawgym_checkout, tmp_path, LR_SPACE, "hydra.sweeper.n_trials=1", "hydra.sweeper.pruner=median",
+                        "hydra.sweeper.min_steps=1", steps=2), "+extra_env.STANDIN_NAN_FROM_STEP=0"]
+    proc = run(argv, tmp_path)
+    out = proc.stdout + proc.stderr
+    assert "Traceback" not in out, out[-4000:]
+    assert proc.returncode == 1, out[-4000:]
+    study = load_study(tmp_path)
+    assert [t.state for t in study.trials] == [TrialState.FAIL], "no trial is left RUNNING"
+    assert "nan" in study.trials[0].user_attrs["clawgym_reason"].lower()
+    # The same command again (one more trial) resumes the study cleanly.
+    again = [a if a != "hydra.sweeper.n_trials=1" else "hydra.sweeper.n_trials=2" for a in argv]
+    again = [a for a in again if a != "+extra_env.STANDIN_NAN_FROM_STEP=0"]
+    proc = run(again, tmp_path)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0 and "Traceback" not in out, out[-4000:]
+    assert [t.state for t in load_study(tmp_path).trials] == [TrialState.FAIL, TrialState.COMPLETE]

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import math
 import sys
 import threading
 import time
@@ -325,6 +326,8 @@ class TuneSession(PipelineListener):
             if value is None:
                 self._finish(trial, "failed", None, TrialState.FAIL,
                              reason=f"the job logged no {self.metric.tag} (metric {self.metric.text})")
+            elif not math.isfinite(value):
+                self._finish(trial, "failed", None, TrialState.FAIL, reason=self._not_finite(value))
             else:
                 self._finish(trial, "complete", value, TrialState.COMPLETE)
         else:
@@ -373,6 +376,11 @@ class TuneSession(PipelineListener):
         self._say(f"trial {trial.number} {state}" + (f": {self.metric.text} = {_num(value)}" if value is not None
                                                      else (f" ({reason})" if reason else ""))
                   + f" after {trial.steps} steps")
+
+    def _not_finite(self, value: float) -> str:
+        # Optuna takes finite objectives only (study.tell refuses NaN and inf): the trial failed, and says why.
+        return (f"its objective {self.metric.text} is {value} (the job logged a non-finite {self.metric.tag}, "
+                "e.g. a diverged run): told FAIL, as Optuna takes finite objectives only")
 
     def _record(self, trial: Trial) -> None:
         """How the trial ended, beside its snapshot (``clawgym runs`` reads it without Optuna)."""
@@ -468,6 +476,9 @@ class TuneSession(PipelineListener):
             tell(self.study, trial, None, TrialState.PRUNED)
             state = "pruned"
             self._say(f"trial {ft.number} (followed) pruned after {steps} steps")
+        elif status == "SUCCEEDED" and value is not None and not math.isfinite(value):
+            self._tell_orphan(ft, TrialState.FAIL, self._not_finite(value))
+            state, value = "failed", None
         elif status == "SUCCEEDED" and value is not None:
             tell(self.study, trial, value)
             state = "complete"
