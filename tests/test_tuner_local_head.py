@@ -117,3 +117,31 @@ def test_a_nan_objective_fails_its_trial_with_the_reason_and_the_study_resumes(c
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0 and "Traceback" not in out, out[-4000:]
     assert [t.state for t in load_study(tmp_path).trials] == [TrialState.FAIL, TrialState.COMPLETE]
+
+
+def test_two_launchers_on_one_rdb_study_leave_each_others_live_trials_alone(clawgym_checkout, tmp_path) -> None:
+    import optuna
+
+    from tests.test_tuner import wait_for
+
+    db = f"sqlite:///{tmp_path}/study.db"
+    common = (LR_SPACE, f"hydra.sweeper.storage={db}", "hydra.sweeper.n_trials=3", "hydra.sweeper.max_concurrent=1")
+    first = subprocess.Popen(local_argv(clawgym_checkout, tmp_path, *common, steps=15), cwd=tmp_path,
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        wait_for(lambda: len(records(tmp_path)) >= 1, 120, "the first launcher's trial running")
+        # The second launcher joins while the first one's trial runs: it is no orphan of a killed launcher.
+        second = run(local_argv(clawgym_checkout, tmp_path, *common, "hydra.sweeper.on_orphan=fail", steps=1), tmp_path)
+        out_first, _ = first.communicate(timeout=300)
+    finally:
+        if first.poll() is None:
+            first.kill()
+    assert "Traceback" not in out_first + second.stdout + second.stderr, (out_first + second.stderr)[-4000:]
+    assert "left to it" in second.stdout, second.stdout[-3000:]
+    assert first.returncode == 0, out_first[-4000:]
+    assert second.returncode == 0, (second.stdout + second.stderr)[-4000:]
+    study = optuna.load_study(study_name="peak", storage=db)
+    assert [t.state for t in study.trials] == [TrialState.COMPLETE] * 3, \
+        [(t.number, t.state.name, t.user_attrs.get("clawgym_reason")) for t in study.trials]
+    # The first trial ran to its last step: nobody stopped it.
+    assert all(r["signal"] is None for r in records(tmp_path).values())

@@ -56,6 +56,9 @@ INTERRUPTED = "clawgym_interrupted"
 REFUSED_ATTR = "clawgym_refused"
 #: Refused trials in a row (or n_trials, if more) after which a launch asks for no more.
 REFUSED_IN_A_ROW = 10
+#: The launcher that runs a trial (launcher_identity): another launcher never takes a live one's trial
+#: for an orphan.
+LAUNCHER_ATTR = "clawgym_launcher"
 #: Characters of a trial's reason in the table's note column; a longer one is printed whole below it.
 NOTE_WIDTH = 72
 #: Trials in flight at once on a backend that queues jobs itself, unless max_concurrent says.
@@ -88,12 +91,42 @@ class Trial:
 
 def tell(study: optuna.Study, trial: Any, value: Optional[float] = None, state: TrialState = TrialState.COMPLETE) -> None:
     """``study.tell`` outside ``optimize``: the grid sampler asks the study to stop when its grid is
-    used up, which Optuna allows only inside ``optimize``; the trial is recorded all the same."""
+    used up, which Optuna allows only inside ``optimize``; the trial is recorded all the same. A trial
+    something else told already (a launcher of an older clawgym sharing the study) stays as told."""
     try:
         study.tell(trial, value if state == TrialState.COMPLETE else None, state=state)
     except RuntimeError as exc:
         if "Study.stop" not in str(exc):
             raise
+    except ValueError:
+        number = getattr(trial, "number", None)
+        told = next((t for t in study.get_trials(deepcopy=False) if t.number == number), None)
+        if told is None or not told.state.is_finished():
+            raise
+        say(f"[tune] trial {number} was told {told.state.name} elsewhere already; left as it is")
+
+
+def launcher_identity() -> Dict[str, Any]:
+    """Who runs a trial: this host and process (pid + start time), recorded on the trial so another
+    launcher of the same study can tell a live launcher's trial from an orphan."""
+    import socket
+
+    from clawgym.common.ownership import me
+
+    return {"host": socket.gethostname(), **me()}
+
+
+def launcher_alive(ident: Any) -> Optional[bool]:
+    """True / False for a launcher on this host; None for one elsewhere (this host cannot tell)."""
+    import socket
+
+    from clawgym.common.ownership import process_alive
+
+    if not isinstance(ident, dict) or not ident.get("pid"):
+        return False
+    if ident.get("host") != socket.gethostname():
+        return None
+    return process_alive(ident)
 
 
 class TuneSession(PipelineListener):
@@ -112,6 +145,7 @@ class TuneSession(PipelineListener):
         self._templates: Dict[Any, Any] = {}
         self._limit = settings.n_trials
         self._gave_up = False
+        self._me = launcher_identity()
         if settings.sampler == "grid":
             n = 1
             for values in space.grid().values():
@@ -154,7 +188,10 @@ class TuneSession(PipelineListener):
                           "was refused; narrow the search space to values the config accepts)")
             return 0
         in_flight = sum(1 for t in self.trials.values() if t.state in ("asked", "running"))
-        return self._limit - self.finished_in_study() - in_flight
+        # Trials other launchers of the study run now count too (orphans were settled before).
+        elsewhere = sum(1 for t in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
+                        if t.number not in self.trials)
+        return self._limit - self.finished_in_study() - in_flight - elsewhere
 
     # -------------------------------------------------------- one trial's job
 
@@ -168,6 +205,7 @@ class TuneSession(PipelineListener):
     def _ask(self) -> Optional[Trial]:
         """Ask for a trial and build its job; None when its config was refused (told FAIL)."""
         trial = Trial(self.study.ask(dict(self.space.params)))
+        trial.trial.set_user_attr(LAUNCHER_ATTR, self._me)
         trial.slot = self._free_slot()
         self.trials[trial.number] = trial
         overrides = self.space.overrides(trial.trial.params)
@@ -403,7 +441,14 @@ class TuneSession(PipelineListener):
         or fail them (``on_orphan=fail``: a job still running is stopped through what was recorded)."""
         from clawgym.launch.rayjob import TERMINAL, JobHandle
 
-        orphans = [t for t in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))]
+        running = self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
+        # A trial whose launcher still runs (here) or may run (on another host) is that launcher's:
+        # never followed, told or stopped from here (two launchers share an RDB study).
+        live = [t for t in running if launcher_alive(t.user_attrs.get(LAUNCHER_ATTR)) is not False]
+        if live:
+            self._say(f"{len(live)} trial(s) run under another live launcher of this study "
+                      f"({', '.join(str(t.number) for t in live)}): left to it")
+        orphans = [t for t in running if t.number not in {x.number for x in live}]
         if not orphans:
             return
         follow: List[Any] = []
