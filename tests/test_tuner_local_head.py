@@ -145,3 +145,27 @@ def test_two_launchers_on_one_rdb_study_leave_each_others_live_trials_alone(claw
         [(t.number, t.state.name, t.user_attrs.get("clawgym_reason")) for t in study.trials]
     # The first trial ran to its last step: nobody stopped it.
     assert all(r["signal"] is None for r in records(tmp_path).values())
+
+
+def test_trials_a_killed_launcher_left_show_how_they_ended_in_clawgym_runs(clawgym_checkout, tmp_path) -> None:
+    import json
+
+    from tests.test_tuner import wait_for
+
+    argv = local_argv(clawgym_checkout, tmp_path, LR_SPACE, "hydra.sweeper.n_trials=3", steps=12)
+    launcher = subprocess.Popen(argv, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                start_new_session=True)
+    try:
+        wait_for(lambda: len(records(tmp_path)) == 2, 120, "two trials running")
+    finally:
+        launcher.kill()  # SIGKILL: its trials are orphans, its head stays
+        launcher.wait()
+    proc = run(argv, tmp_path)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+    assert "following 2 trial(s)" in proc.stdout
+    rows = json.loads(subprocess.run([sys.executable, "-m", "clawgym", "runs", str(tmp_path / "exp"), "--json"],
+                                     cwd=tmp_path, capture_output=True, text=True, timeout=120).stdout)
+    by_trial = {r["trial"]: r for r in rows}
+    for n in (0, 1):
+        # Followed to their end by the second launcher: the status says so, not "unknown".
+        assert by_trial[n]["status"] == "succeeded" and by_trial[n]["trial_state"] == "complete", by_trial[n]

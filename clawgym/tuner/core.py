@@ -36,7 +36,7 @@ from omegaconf import DictConfig
 from clawgym.common.exit_codes import (FAILED as EXIT_FAILED, INTERRUPTED as EXIT_INTERRUPTED,
                                        REFUSED as EXIT_REFUSED)
 from clawgym.common.text import fmt_duration
-from clawgym.pipeline.jobs import STOPPED, SUCCEEDED, PipelineJob, PipelineListener, PipelineOptions, Refused
+from clawgym.pipeline.jobs import FAILED, STOPPED, SUCCEEDED, PipelineJob, PipelineListener, PipelineOptions, Refused
 from clawgym.pipeline.pipeline import Pipeline
 from clawgym.pipeline.report import say, why_failed
 from clawgym.plan.build import TENSORBOARD_DIR_ENV
@@ -470,8 +470,9 @@ class TuneSession(PipelineListener):
                 self._say(f"trial {ft.number} was left running by an earlier launcher: stopping job {sid} "
                           "(hydra.sweeper.on_orphan=fail)")
                 handle.stop()
-                self._tell_orphan(ft, TrialState.FAIL, "orphan: left running by a killed launcher; stopped "
-                                                       "(on_orphan=fail)")
+                reason = "orphan: left running by a killed launcher; stopped (on_orphan=fail)"
+                self._tell_orphan(ft, TrialState.FAIL, reason)
+                self._mark_orphan(ft, "STOPPED", "failed", None, 0, reason)
                 continue
             follow.append((ft, handle))
         if follow:
@@ -531,16 +532,25 @@ class TuneSession(PipelineListener):
         else:
             self._tell_orphan(ft, TrialState.FAIL, f"orphan: its job ended {status}")
             state, value = "failed", None
-        snapshot = ft.user_attrs.get(ATTR_PREFIX + "snapshot")
-        if snapshot:
-            from clawgym.snapshot.marks import mark_trial
+        self._mark_orphan(ft, status, state, value if state == "complete" else None, steps, None)
 
-            try:
-                mark_trial(snapshot, {"study": str(self.settings.study_name), "trial": ft.number, "state": state,
-                                      "objective": value if state == "complete" else None,
-                                      "metric": self.metric.text, "steps": steps, "reason": None})
-            except OSError:
-                pass
+    def _mark_orphan(self, ft: Any, status: str, state: str, value: Optional[float], steps: int,
+                     reason: Optional[str]) -> None:
+        """How a trial of an earlier launcher ended, beside its snapshot: the job's end (what the
+        pipeline records for the jobs it follows; without it ``clawgym runs`` asks a cluster that may be
+        gone and says ``unknown``) and the trial's state."""
+        snapshot = ft.user_attrs.get(ATTR_PREFIX + "snapshot")
+        if not snapshot:
+            return
+        from clawgym.snapshot.marks import mark_ended, mark_trial
+
+        job_status = {"SUCCEEDED": SUCCEEDED, "STOPPED": STOPPED}.get(str(status), FAILED)
+        try:
+            mark_ended(snapshot, job_status, {SUCCEEDED: 0, STOPPED: EXIT_INTERRUPTED}.get(job_status, 1))
+            mark_trial(snapshot, {"study": str(self.settings.study_name), "trial": ft.number, "state": state,
+                                  "objective": value, "metric": self.metric.text, "steps": steps, "reason": reason})
+        except OSError:
+            pass  # a read-only save dir: the study still knows
 
     def _tell_orphan(self, ft: Any, state: TrialState, reason: str) -> None:
         trial = _reopen(self.study, ft)
