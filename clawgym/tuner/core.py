@@ -774,8 +774,12 @@ def run_study(*, hydra_context: HydraContext, task_function: TaskFunction, confi
         study = open_study(s, space, sweep_dir)
     except Exception as exc:  # noqa: BLE001 - Optuna's storage errors are many kinds; each refuses the study
         where = storage_text(s, sweep_dir)
+        import re
+
+        # The error may quote the RDB URL: never its password.
+        first = re.sub(r"://([^:/@\s]+):[^@\s]*@", r"://\1:***@", (str(exc).strip().splitlines() or [""])[0])
         refuse(f"clawgym: the study was refused; nothing was started\n  hydra.sweeper.storage: the study's storage "
-               f"{where} cannot be opened: {type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
+               f"{where} cannot be opened: {type(exc).__name__}: {first}"
                f"\n    fix: a storage you can write and that holds an Optuna study (a journal file this sweeper wrote, "
                f"or an RDB URL), e.g. hydra.sweeper.storage={sweep_dir}/{s.study_name}-new.journal; "
                "a damaged journal can be moved aside and the study started again")
