@@ -38,6 +38,7 @@ TABLE: Tuple[ExitCode, ...] = (
     ExitCode(FAILED, "the job failed", "the job ran and failed; the message gives the trainer's own exit code, "
              "e.g. \"the job failed (trainer exited 3)\"",
              ("the trainer exited non-zero", "one or more sweep jobs failed",
+              "a study (hydra/sweeper=clawgym) in which a trial was refused or failed",
               "the launcher lost contact with the Ray dashboard for ray.lost_contact_s (the job may still run)",
               "clawgym runs --plot: no run logged the metric")),
     ExitCode(REFUSED, "refused", "refused before anything started: nothing was submitted, no output dir or "

@@ -412,6 +412,8 @@ class Pipeline(LaunchChecks):
             for j in list(queue):
                 if self.options.max_concurrent and len(running) >= self.options.max_concurrent:
                     break
+                if self._port_taken(j, running):
+                    continue  # waits for the running job that claims its port to end
                 if j.plan.gpus_required <= free:
                     queue.remove(j)
                     self._start(j)
@@ -427,6 +429,17 @@ class Pipeline(LaunchChecks):
             if len(self.jobs) == known:
                 return
 
+    def _port_taken(self, j: PipelineJob, running: Sequence[PipelineJob]) -> bool:
+        """True when a running job of this launch claims one of ``j``'s ports on the same head (jobs
+        handed to the pipeline up front never do: _check_own_ports refused that; a job submitted while
+        it runs, a tuner's trial with a pinned sglang.api_port, waits for the port instead)."""
+        if not getattr(self.backend, "packs_jobs", True) or not running:
+            return False
+        from clawgym.launch.rayjob import ports_of
+
+        taken = {p for r in running for p in ports_of(r.plan)}
+        return any(p in taken for p in ports_of(j.plan))
+
     def _take_submitted(self, queue: List[PipelineJob]) -> None:
         """Jobs that :meth:`submit` added since the scheduler last looked join its queue."""
         queue.extend(j for j in self.jobs[self._known:] if j.status == QUEUED)
@@ -436,8 +449,9 @@ class Pipeline(LaunchChecks):
 
     def submit(self, job: PipelineJob) -> None:
         """Add a validated, planned job to this running sweep (call it from a :class:`PipelineListener`
-        method). It is checked as the launch's first jobs were (one cluster, the cluster's GPUs, no
-        port of a running job, preflight), snapshotted, and started as soon as its GPUs are free.
+        method). It is checked as the launch's first jobs were (one cluster, the cluster's GPUs,
+        preflight), snapshotted, and started as soon as its GPUs are free and no running job claims
+        one of its ports.
         Raises :class:`Refused` (its report names the job) when a check fails: nothing was
         started and no snapshot is left."""
         from clawgym.launch import rayjob as launch
@@ -455,10 +469,8 @@ class Pipeline(LaunchChecks):
         if self.capacity is not None and job.plan.gpus_required > self.capacity:
             raise Refused(f"clawgym: {where} needs {job.plan.gpus_required} GPUs; this launch has {self.capacity:g}; "
                           "nothing was started")
-        taken = {port: j for j in self.jobs if j.status in (QUEUED, RUNNING) for port in launch.ports_of(j.plan)}
-        clashes = [f"port {p} is claimed by job #{taken[p].num}" for p in launch.ports_of(job.plan) if p in taken]
-        if clashes and getattr(self.backend, "packs_jobs", True):
-            raise Refused(f"clawgym: {where}: {'; '.join(clashes)}; nothing was started")
+        # A port a queued or running job of this launch claims (a pinned sglang.api_port) is no refusal:
+        # the job waits in the queue until no running job claims it (_fill), as it waits for GPUs.
         job.secrets = launch.resolve_secrets(job.plan, self.environ)
         try:
             run_preflight(job.cfg, job.plan, local_head=self.backend.checks_this_machine(), echo=None)

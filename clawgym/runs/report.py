@@ -73,6 +73,8 @@ def config_differences(runs: Sequence[Run]) -> Tuple[List[str], Dict[int, Dict[s
 
 #: Columns where less is better (seconds); every other numeric column: more is better.
 LOWER_IS_BETTER = ("step_s", "rollout_s", "log_probs_s", "train_s", "update_s", "wait_s")
+#: Trial states (clawgym/tuner) whose rows are never marked best.
+UNRANKED_TRIAL_STATES = ("failed", "refused", "interrupted")
 #: Columns that are no measure of quality: never marked best.
 NOT_RANKED = ("steps", "duration", "started")
 
@@ -83,8 +85,9 @@ def best_rows(rows: Sequence[Mapping[str, Any]], columns: Sequence[Column]) -> D
     for c in columns:
         if c.kind not in ("num", "secs") or c.key in NOT_RANKED or c.key.endswith(":step"):
             continue
+        # A trial that failed or was refused is no candidate for best, whatever it logged before.
         have = [(i, r.get(c.key)) for i, r in enumerate(rows) if isinstance(r.get(c.key), (int, float))
-                and r.get(c.key) == r.get(c.key)]
+                and r.get(c.key) == r.get(c.key) and r.get("trial_state") not in UNRANKED_TRIAL_STATES]
         if len(have) < 2:
             continue
         pick = min if c.key in LOWER_IS_BETTER else max
@@ -191,15 +194,22 @@ def render(runs: Sequence[Run], rows: Sequence[Mapping[str, Any]], columns: Sequ
 
     for (name, storage), trials in studies(runs).items():
         # A tuner's study (clawgym/tuner): Optuna's own figures, drawn from its storage.
-        pngs, why, counts = figures(name, storage)
+        pngs, why, counts, notes, unran = figures(name, storage)
         parts.append(f"<h2>Study {html.escape(name)}</h2>")
         parts.append(f"<p class='muted'>{len(trials)} of its trials in this report; storage "
                      f"{html.escape(storage)}; trials by state: "
                      f"{html.escape(', '.join(f'{k} {v}' for k, v in sorted(counts.items())) or '-')}</p>")
         if why:
             parts.append(f"<p class='muted'>{html.escape(why)}</p>")
+        for note in notes:
+            parts.append(f"<p class='muted'>{html.escape(note)}</p>")
         for title, png in pngs:
             parts.append(_img(png, f"{name}: {title}"))
+        if unran:
+            # Refused trials have no save dir, so no run above: listed here with the reason each got.
+            parts.append(f"<h3>{html.escape(name)}: trials refused or failed</h3>")
+            parts.append(_table(["trial", "state", "why"], [[(str(n), ""), (st, ""), (why or "-", "")]
+                                                          for n, st, why in unran]))
 
     parts.append("<h2>Snapshots</h2>")
     for r, row in zip(runs, rows):

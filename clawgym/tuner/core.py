@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import math
 import sys
 import threading
 import time
@@ -32,9 +33,10 @@ from hydra.core.utils import JobReturn
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig
 
-from clawgym.common.exit_codes import INTERRUPTED as EXIT_INTERRUPTED, REFUSED as EXIT_REFUSED
+from clawgym.common.exit_codes import (FAILED as EXIT_FAILED, INTERRUPTED as EXIT_INTERRUPTED,
+                                       REFUSED as EXIT_REFUSED)
 from clawgym.common.text import fmt_duration
-from clawgym.pipeline.jobs import STOPPED, SUCCEEDED, PipelineJob, PipelineListener, PipelineOptions, Refused
+from clawgym.pipeline.jobs import FAILED, STOPPED, SUCCEEDED, PipelineJob, PipelineListener, PipelineOptions, Refused
 from clawgym.pipeline.pipeline import Pipeline
 from clawgym.pipeline.report import say, why_failed
 from clawgym.plan.build import TENSORBOARD_DIR_ENV
@@ -48,6 +50,17 @@ from clawgym.tuner.study import Settings, SettingsError, open_study, storage_tex
 ATTR_PREFIX = "clawgym_"
 #: A trial told FAIL because the launch was interrupted: it does not count towards n_trials.
 INTERRUPTED = "clawgym_interrupted"
+#: A trial whose config or preflight was refused (told FAIL, never ran): it does not count towards
+#: n_trials either (n_trials counts trials that ran), except under the grid sampler, whose grid point
+#: it used up (the grid sampler never asks for a point again).
+REFUSED_ATTR = "clawgym_refused"
+#: Refused trials in a row (or n_trials, if more) after which a launch asks for no more.
+REFUSED_IN_A_ROW = 10
+#: The launcher that runs a trial (launcher_identity): another launcher never takes a live one's trial
+#: for an orphan.
+LAUNCHER_ATTR = "clawgym_launcher"
+#: Characters of a trial's reason in the table's note column; a longer one is printed whole below it.
+NOTE_WIDTH = 72
 #: Trials in flight at once on a backend that queues jobs itself, unless max_concurrent says.
 QUEUEING_BACKEND_TRIALS = 2
 #: The file in a trial's snapshot dir that says how the trial ended (clawgym.snapshot.layout.TRIAL_FILE).
@@ -78,12 +91,42 @@ class Trial:
 
 def tell(study: optuna.Study, trial: Any, value: Optional[float] = None, state: TrialState = TrialState.COMPLETE) -> None:
     """``study.tell`` outside ``optimize``: the grid sampler asks the study to stop when its grid is
-    used up, which Optuna allows only inside ``optimize``; the trial is recorded all the same."""
+    used up, which Optuna allows only inside ``optimize``; the trial is recorded all the same. A trial
+    something else told already (a launcher of an older clawgym sharing the study) stays as told."""
     try:
         study.tell(trial, value if state == TrialState.COMPLETE else None, state=state)
     except RuntimeError as exc:
         if "Study.stop" not in str(exc):
             raise
+    except ValueError:
+        number = getattr(trial, "number", None)
+        told = next((t for t in study.get_trials(deepcopy=False) if t.number == number), None)
+        if told is None or not told.state.is_finished():
+            raise
+        say(f"[tune] trial {number} was told {told.state.name} elsewhere already; left as it is")
+
+
+def launcher_identity() -> Dict[str, Any]:
+    """Who runs a trial: this host and process (pid + start time), recorded on the trial so another
+    launcher of the same study can tell a live launcher's trial from an orphan."""
+    import socket
+
+    from clawgym.common.ownership import me
+
+    return {"host": socket.gethostname(), **me()}
+
+
+def launcher_alive(ident: Any) -> Optional[bool]:
+    """True / False for a launcher on this host; None for one elsewhere (this host cannot tell)."""
+    import socket
+
+    from clawgym.common.ownership import process_alive
+
+    if not isinstance(ident, dict) or not ident.get("pid"):
+        return False
+    if ident.get("host") != socket.gethostname():
+        return None
+    return process_alive(ident)
 
 
 class TuneSession(PipelineListener):
@@ -101,6 +144,8 @@ class TuneSession(PipelineListener):
         # Trials differ in values only: the config tree is composed once (clawgym.sweep.core.compose_jobs).
         self._templates: Dict[Any, Any] = {}
         self._limit = settings.n_trials
+        self._gave_up = False
+        self._me = launcher_identity()
         if settings.sampler == "grid":
             n = 1
             for values in space.grid().values():
@@ -116,13 +161,37 @@ class TuneSession(PipelineListener):
         say(f"[tune {self._elapsed()}] {text}")
 
     def finished_in_study(self) -> int:
+        """The study's trials that count towards n_trials: finished, not interrupted, and not refused
+        (a refused trial never ran; under the grid sampler it used up its grid point, so it counts)."""
+        grid = self.settings.sampler == "grid"
         return sum(1 for t in self.study.get_trials(deepcopy=False, states=FINISHED)
-                   if not t.user_attrs.get(INTERRUPTED))
+                   if not t.user_attrs.get(INTERRUPTED) and (grid or not t.user_attrs.get(REFUSED_ATTR)))
+
+    def refused_in_a_row(self) -> int:
+        """This launch's trials refused since the last one that was not."""
+        n = 0
+        for t in sorted(self.trials.values(), key=lambda t: -t.number):
+            if t.state != "refused":
+                break
+            n += 1
+        return n
 
     def remaining(self) -> int:
-        """Trials still to ask for: n_trials less the study's finished trials and ours in flight."""
+        """Trials still to ask for: n_trials less the study's finished trials and ours in flight;
+        none once REFUSED_IN_A_ROW (or n_trials, if more) trials in a row were refused (a space
+        whose values are refused again and again would otherwise ask forever)."""
+        bound = max(self.settings.n_trials, REFUSED_IN_A_ROW)
+        if self.refused_in_a_row() >= bound:
+            if not self._gave_up:
+                self._gave_up = True
+                self._say(f"{bound} trials in a row were refused: asking for no more (the table says why each "
+                          "was refused; narrow the search space to values the config accepts)")
+            return 0
         in_flight = sum(1 for t in self.trials.values() if t.state in ("asked", "running"))
-        return self._limit - self.finished_in_study() - in_flight
+        # Trials other launchers of the study run now count too (orphans were settled before).
+        elsewhere = sum(1 for t in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
+                        if t.number not in self.trials)
+        return self._limit - self.finished_in_study() - in_flight - elsewhere
 
     # -------------------------------------------------------- one trial's job
 
@@ -136,6 +205,7 @@ class TuneSession(PipelineListener):
     def _ask(self) -> Optional[Trial]:
         """Ask for a trial and build its job; None when its config was refused (told FAIL)."""
         trial = Trial(self.study.ask(dict(self.space.params)))
+        trial.trial.set_user_attr(LAUNCHER_ATTR, self._me)
         trial.slot = self._free_slot()
         self.trials[trial.number] = trial
         overrides = self.space.overrides(trial.trial.params)
@@ -194,6 +264,23 @@ class TuneSession(PipelineListener):
             self._runner = session
         return j
 
+    def composition_error(self) -> Optional[str]:
+        """Why the search space's overrides cannot be composed at all (a misspelled key, an unknown
+        group option), found once before any trial with the first value of every swept key; None
+        when they compose. A value that composes for some values only still refuses its own trial."""
+        from optuna.distributions import CategoricalDistribution
+
+        probe = {k: d.choices[0] if isinstance(d, CategoricalDistribution) else d.low
+                 for k, d in self.space.params.items()}
+        session = SweepSession(hydra_context=self.hydra_context, task_function=self.task_function,
+                               config=self.config, options=self.launcher_options, templates=self._templates)
+        try:
+            session.compose_all([self.space.overrides(probe)], 0)
+        except Exception as exc:  # noqa: BLE001 - Hydra's composition errors are many kinds
+            return f"  the search space does not compose: {type(exc).__name__}: {exc}".rstrip() + \
+                "\n    fix: correct the key or option named above (`python train.py --cfg job` lists the keys)"
+        return None
+
     def _user_overrides(self, overrides: Sequence[str]) -> List[str]:
         from omegaconf import OmegaConf
 
@@ -204,7 +291,7 @@ class TuneSession(PipelineListener):
 
         reason = redact(reason)
         trial.state, trial.reason = "refused", reason
-        trial.trial.set_user_attr("clawgym_refused", reason[:2000])
+        trial.trial.set_user_attr(REFUSED_ATTR, reason[:2000])
         tell(self.study, trial.trial, state=TrialState.FAIL)
         first = reason.strip().splitlines()
         self._say(f"trial {trial.number} refused, told FAIL: " + " | ".join(first[:6]))
@@ -237,6 +324,8 @@ class TuneSession(PipelineListener):
             return
 
     def job_started(self, pipeline: Pipeline, job: PipelineJob) -> None:
+        from clawgym.common.secrets import redact
+
         trial = self._trial_of(job)
         if trial is None:
             return
@@ -245,7 +334,7 @@ class TuneSession(PipelineListener):
                            ("address", getattr(pipeline.backend, "address", "") or ""),
                            ("snapshot", job.snapshot), ("run_name", job.plan.run_name),
                            ("events", _events_dir(job.plan)),
-                           ("overrides", " ".join(self.space.overrides(trial.trial.params)))):
+                           ("overrides", redact(" ".join(self.space.overrides(trial.trial.params))))):
             trial.trial.set_user_attr(ATTR_PREFIX + key, value)
 
     def poll(self, pipeline: Pipeline, running: Sequence[PipelineJob]) -> None:
@@ -275,6 +364,8 @@ class TuneSession(PipelineListener):
             if value is None:
                 self._finish(trial, "failed", None, TrialState.FAIL,
                              reason=f"the job logged no {self.metric.tag} (metric {self.metric.text})")
+            elif not math.isfinite(value):
+                self._finish(trial, "failed", None, TrialState.FAIL, reason=self._not_finite(value))
             else:
                 self._finish(trial, "complete", value, TrialState.COMPLETE)
         else:
@@ -312,6 +403,9 @@ class TuneSession(PipelineListener):
 
     def _finish(self, trial: Trial, state: str, value: Optional[float], optuna_state: TrialState, *,
                 reason: str = "") -> None:
+        from clawgym.common.secrets import redact
+
+        reason = redact(reason) if reason else reason
         trial.state, trial.objective, trial.reason = state, value, reason
         trial.trial.set_user_attr(ATTR_PREFIX + "steps", trial.steps)
         if reason:
@@ -320,6 +414,11 @@ class TuneSession(PipelineListener):
         self._say(f"trial {trial.number} {state}" + (f": {self.metric.text} = {_num(value)}" if value is not None
                                                      else (f" ({reason})" if reason else ""))
                   + f" after {trial.steps} steps")
+
+    def _not_finite(self, value: float) -> str:
+        # Optuna takes finite objectives only (study.tell refuses NaN and inf): the trial failed, and says why.
+        return (f"its objective {self.metric.text} is {value} (the job logged a non-finite {self.metric.tag}, "
+                "e.g. a diverged run): told FAIL, as Optuna takes finite objectives only")
 
     def _record(self, trial: Trial) -> None:
         """How the trial ended, beside its snapshot (``clawgym runs`` reads it without Optuna)."""
@@ -342,7 +441,14 @@ class TuneSession(PipelineListener):
         or fail them (``on_orphan=fail``: a job still running is stopped through what was recorded)."""
         from clawgym.launch.rayjob import TERMINAL, JobHandle
 
-        orphans = [t for t in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))]
+        running = self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
+        # A trial whose launcher still runs (here) or may run (on another host) is that launcher's:
+        # never followed, told or stopped from here (two launchers share an RDB study).
+        live = [t for t in running if launcher_alive(t.user_attrs.get(LAUNCHER_ATTR)) is not False]
+        if live:
+            self._say(f"{len(live)} trial(s) run under another live launcher of this study "
+                      f"({', '.join(str(t.number) for t in live)}): left to it")
+        orphans = [t for t in running if t.number not in {x.number for x in live}]
         if not orphans:
             return
         follow: List[Any] = []
@@ -364,8 +470,9 @@ class TuneSession(PipelineListener):
                 self._say(f"trial {ft.number} was left running by an earlier launcher: stopping job {sid} "
                           "(hydra.sweeper.on_orphan=fail)")
                 handle.stop()
-                self._tell_orphan(ft, TrialState.FAIL, "orphan: left running by a killed launcher; stopped "
-                                                       "(on_orphan=fail)")
+                reason = "orphan: left running by a killed launcher; stopped (on_orphan=fail)"
+                self._tell_orphan(ft, TrialState.FAIL, reason)
+                self._mark_orphan(ft, "STOPPED", "failed", None, 0, reason)
                 continue
             follow.append((ft, handle))
         if follow:
@@ -415,6 +522,9 @@ class TuneSession(PipelineListener):
             tell(self.study, trial, None, TrialState.PRUNED)
             state = "pruned"
             self._say(f"trial {ft.number} (followed) pruned after {steps} steps")
+        elif status == "SUCCEEDED" and value is not None and not math.isfinite(value):
+            self._tell_orphan(ft, TrialState.FAIL, self._not_finite(value))
+            state, value = "failed", None
         elif status == "SUCCEEDED" and value is not None:
             tell(self.study, trial, value)
             state = "complete"
@@ -422,16 +532,25 @@ class TuneSession(PipelineListener):
         else:
             self._tell_orphan(ft, TrialState.FAIL, f"orphan: its job ended {status}")
             state, value = "failed", None
-        snapshot = ft.user_attrs.get(ATTR_PREFIX + "snapshot")
-        if snapshot:
-            from clawgym.snapshot.marks import mark_trial
+        self._mark_orphan(ft, status, state, value if state == "complete" else None, steps, None)
 
-            try:
-                mark_trial(snapshot, {"study": str(self.settings.study_name), "trial": ft.number, "state": state,
-                                      "objective": value if state == "complete" else None,
-                                      "metric": self.metric.text, "steps": steps, "reason": None})
-            except OSError:
-                pass
+    def _mark_orphan(self, ft: Any, status: str, state: str, value: Optional[float], steps: int,
+                     reason: Optional[str]) -> None:
+        """How a trial of an earlier launcher ended, beside its snapshot: the job's end (what the
+        pipeline records for the jobs it follows; without it ``clawgym runs`` asks a cluster that may be
+        gone and says ``unknown``) and the trial's state."""
+        snapshot = ft.user_attrs.get(ATTR_PREFIX + "snapshot")
+        if not snapshot:
+            return
+        from clawgym.snapshot.marks import mark_ended, mark_trial
+
+        job_status = {"SUCCEEDED": SUCCEEDED, "STOPPED": STOPPED}.get(str(status), FAILED)
+        try:
+            mark_ended(snapshot, job_status, {SUCCEEDED: 0, STOPPED: EXIT_INTERRUPTED}.get(job_status, 1))
+            mark_trial(snapshot, {"study": str(self.settings.study_name), "trial": ft.number, "state": state,
+                                  "objective": value, "metric": self.metric.text, "steps": steps, "reason": reason})
+        except OSError:
+            pass  # a read-only save dir: the study still knows
 
     def _tell_orphan(self, ft: Any, state: TrialState, reason: str) -> None:
         trial = _reopen(self.study, ft)
@@ -472,7 +591,15 @@ class TuneSession(PipelineListener):
             say(best)
         if rc in (EXIT_INTERRUPTED, 129):
             return rc
-        return 0 if any(t.state == TrialState.COMPLETE for t in self.study.get_trials(deepcopy=False)) else 1
+        # As a -m sweep with a failed job exits 1, so does a study in which a trial of this launch was
+        # refused or failed: the exit code never hides them (the table above says why each one did).
+        bad = [t for t in self.trials.values() if t.state in ("refused", "failed")]
+        if bad:
+            refused = sum(1 for t in bad if t.state == "refused")
+            say(f"{len(bad)} of this launch's {len(self.trials)} trials did not complete: {refused} refused, "
+                f"{len(bad) - refused} failed (exit {EXIT_FAILED})")
+            return EXIT_FAILED
+        return 0 if any(t.state == TrialState.COMPLETE for t in self.study.get_trials(deepcopy=False)) else EXIT_FAILED
 
     def _settle_unfinished(self, rc: int) -> None:
         """After the pipeline: no trial of ours stays RUNNING in the study (Ctrl-C: told FAIL and
@@ -528,14 +655,19 @@ class TuneSession(PipelineListener):
         keys = list(self.space.params)
         head = ["#", "state", *keys, self.metric.text, "steps", "note"]
         rows = [head]
+        reasons: List[str] = []
         for ft in self.study.get_trials(deepcopy=False):
             state = ft.state.name.lower()
             if ft.user_attrs.get("clawgym_refused"):
                 state = "refused"
             elif ft.user_attrs.get(INTERRUPTED):
                 state = "interrupted"
-            note = str(ft.user_attrs.get("clawgym_refused") or ft.user_attrs.get(ATTR_PREFIX + "reason") or "")
-            note = note.strip().splitlines()[0][:60] if note.strip() else ""
+            note = str(ft.user_attrs.get(REFUSED_ATTR) or ft.user_attrs.get(ATTR_PREFIX + "reason") or "").strip()
+            if note and (len(note) > NOTE_WIDTH or "\n" in note):
+                # The whole reason below the table (a cut reason hides the rule and its fix).
+                reasons.append(f"trial {ft.number} {state}:\n" + "\n".join(
+                    "  " + line for line in note.splitlines() if line.strip()))
+                note = note.splitlines()[0][:NOTE_WIDTH - 11].rstrip() + " (below)"
             rows.append([str(ft.number), state, *(format_value(ft.params[k]) if k in ft.params else "-" for k in keys),
                          _num(ft.value) if ft.state == TrialState.COMPLETE else "-",
                          str(ft.user_attrs.get(ATTR_PREFIX + "steps", "-")), note])
@@ -545,6 +677,8 @@ class TuneSession(PipelineListener):
             lines.append("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
             if n == 0:
                 lines.append("  ".join("-" * w for w in widths))
+        if reasons:
+            lines += ["", "why trials were refused or failed:", *reasons]
         return "\n".join(lines)
 
     def best_line(self) -> Optional[str]:
@@ -584,13 +718,24 @@ def _num(value: Optional[float]) -> str:
 def run_study(*, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig,
               arguments: List[str], settings: Dict[str, Any]) -> List[JobReturn]:
     """Entry point of the sweeper plugin: refuses bad settings (exit 2), runs the study, exits with
-    0 (a trial completed), 1 (none did), 2 (refused before anything started) or 130 (Ctrl-C)."""
+    0 (a trial completed and none of this launch's was refused or failed), 1 (one was refused or
+    failed, or none completed), 2 (refused before anything started) or 130 (Ctrl-C)."""
     from clawgym.config.compose import is_clawgym_config
+
+    sweep_dir = Path(str(config.hydra.sweep.dir))
+    made: List[Path] = []  # files this launch made before it was refused (a new, empty journal)
 
     def refuse(text: str) -> None:
         from clawgym.common.secrets import redact
+        from clawgym.pipeline.prepare import discard_own_output_dir
 
         say(redact(text))
+        # A refused study leaves nothing behind: the journal it made, then the sweep dir this
+        # command created (when it holds only what Hydra wrote).
+        for path in made:
+            with contextlib.suppress(OSError):
+                path.unlink()
+        discard_own_output_dir()
         sys.exit(EXIT_REFUSED)
 
     if not is_clawgym_config(config):
@@ -609,11 +754,15 @@ def run_study(*, hydra_context: HydraContext, task_function: TaskFunction, confi
                                 "    fix: drop ray.detach")
     except (SettingsError, SpaceError, MetricError) as err:
         refuse(f"clawgym: the study was refused; nothing was started\n{err}")
-    sweep_dir = Path(str(config.hydra.sweep.dir))
-    sweep_dir.mkdir(parents=True, exist_ok=True)
-    if bool(config.get("dry_run")) or bool(config.get("preflight_only")):
-        from clawgym.tuner.study import in_memory_study
+    try:
+        sweep_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        refuse(f"clawgym: the study was refused; nothing was started\n  hydra.sweep.dir={sweep_dir}: cannot be "
+               f"made ({exc.strerror or exc})\n    fix: a folder you can write, e.g. hydra.sweep.dir=multirun/tune/"
+               f"{s.study_name}")
+    from clawgym.tuner.study import in_memory_study
 
+    if bool(config.get("dry_run")) or bool(config.get("preflight_only")):
         session = TuneSession(hydra_context=hydra_context, task_function=task_function, config=config, settings=s,
                               space=space, metric=metric, study=in_memory_study(s, space),
                               storage=storage_text(s, sweep_dir))
@@ -621,9 +770,31 @@ def run_study(*, hydra_context: HydraContext, task_function: TaskFunction, confi
         if rc:
             sys.exit(rc)
         return []
-    study = open_study(s, space, sweep_dir)
+    # A misspelled key refuses the study once, before any trial (it would refuse every trial).
+    probe = TuneSession(hydra_context=hydra_context, task_function=task_function, config=config, settings=s,
+                        space=space, metric=metric, study=in_memory_study(s, space), storage=storage_text(s, sweep_dir))
+    problem = probe.composition_error()
+    if problem:
+        refuse(f"clawgym: the study was refused; nothing was started\n{problem}")
+    journal = None if s.storage and "://" in str(s.storage) else Path(storage_text(s, sweep_dir))
+    if journal is not None and not journal.exists():
+        made.append(journal)
+    try:
+        study = open_study(s, space, sweep_dir)
+    except Exception as exc:  # noqa: BLE001 - Optuna's storage errors are many kinds; each refuses the study
+        where = storage_text(s, sweep_dir)
+        import re
+
+        # The error may quote the RDB URL: never its password.
+        first = re.sub(r"://([^:/@\s]+):[^@\s]*@", r"://\1:***@", (str(exc).strip().splitlines() or [""])[0])
+        refuse(f"clawgym: the study was refused; nothing was started\n  hydra.sweeper.storage: the study's storage "
+               f"{where} cannot be opened: {type(exc).__name__}: {first}"
+               f"\n    fix: a storage you can write and that holds an Optuna study (a journal file this sweeper wrote, "
+               f"or an RDB URL), e.g. hydra.sweeper.storage={sweep_dir}/{s.study_name}-new.journal; "
+               "a damaged journal can be moved aside and the study started again")
     session = TuneSession(hydra_context=hydra_context, task_function=task_function, config=config, settings=s,
                           space=space, metric=metric, study=study, storage=storage_text(s, sweep_dir))
+    session._templates = probe._templates  # the config tree the probe composed serves every trial
     try:
         rc = session.run()
     except Refused as err:

@@ -7,7 +7,8 @@
 Anything else is a fixed override every trial gets. ``hydra.sweeper.params`` (a mapping in a
 config file) adds entries; the command line wins a key named in both.
 
-Pure: no Optuna state, no I/O; a trial's overrides are ``overrides(params)``.
+Pure: no Optuna state, no I/O; a trial's overrides are ``overrides(params)``. Every override that
+cannot be searched is reported at once (a secret-named key never is: Optuna stores sampled values).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Any, Dict, List, Mapping, Sequence
 
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import ChoiceSweep, IntervalSweep, Override, RangeSweep, Transformer
+from clawgym.common.secrets import is_secret_name, names_secret
 from optuna.distributions import BaseDistribution, CategoricalDistribution, FloatDistribution, IntDistribution
 
 
@@ -96,6 +98,9 @@ def _distribution(o: Override) -> BaseDistribution:
         assert isinstance(value, IntervalSweep)
         log = "log" in (value.tags or set())
         low, high = value.start, value.end
+        if any(isinstance(v, float) and not math.isfinite(v) for v in (low, high)):
+            raise SpaceError(f"{key}=interval({low}, {high}): Optuna samples between two finite ends\n"
+                             f"  fix: give both ends as numbers, e.g. {key}='tag(log, interval(1e-7, 1e-4))'")
         if low is None or high is None or not low < high:
             raise SpaceError(f"{key}=interval({low}, {high}): the interval needs low < high\n"
                              f"  fix: e.g. {key}='interval(0.6, 1.2)'")
@@ -118,18 +123,35 @@ def parse(arguments: Sequence[str], params: Mapping[str, Any] = ()) -> SearchSpa
         o = parser.parse_override(text)
         lines[o.get_key_element() if o.package is None else text] = text
     space = SearchSpace()
+    problems: List[str] = []
     for text in lines.values():
         try:
             o = parser.parse_override(text)
         except Exception as exc:  # Hydra's grammar error names the override
-            raise SpaceError(f"cannot read the override {text!r}: {exc}") from None
+            problems.append(f"cannot read the override {text!r}: {exc}")
+            continue
         if o.is_sweep_override():
             if o.is_hydra_override() or o.is_delete():
-                raise SpaceError(f"{text}: only config keys can be swept")
-            space.params[o.key_or_group] = _distribution(o)
+                problems.append(f"{text}: only config keys can be swept")
+                continue
+            leaf = o.key_or_group.rsplit(".", 1)[-1]
+            if names_secret(leaf) or is_secret_name(leaf):
+                # Optuna keeps every sampled value in its storage and prints it in the trials table.
+                problems.append(f"{o.key_or_group}: names a secret, and a searched value is stored in the study's "
+                                "storage and shown in its table in clear\n"
+                                "  fix: drop it from the search; a secret is read from the environment clawgym is "
+                                "launched from (docs/reference/secrets.md)")
+                continue
+            try:
+                space.params[o.key_or_group] = _distribution(o)
+            except SpaceError as err:
+                problems.append(str(err))
+                continue
             prefix = text[:len(text) - len(text.lstrip("+"))]
             if prefix:
                 space.prefixes[o.key_or_group] = prefix
         else:
             space.fixed.append(text)
+    if problems:
+        raise SpaceError("\n".join(problems))
     return space

@@ -5,6 +5,7 @@ Only Optuna's own samplers and pruners: nothing here samples or prunes by itself
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional
@@ -89,6 +90,10 @@ def storage_for(settings: Settings, sweep_dir: Path) -> Any:
 
     path = Path(str(text)).expanduser() if text else sweep_dir / f"{settings.study_name}.journal"
     path.parent.mkdir(parents=True, exist_ok=True)
+    # Owner-only: the journal holds every trial's params and clawgym's records of its job.
+    os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600))
+    if path.stat().st_mode & 0o077 and path.stat().st_uid == os.getuid():
+        path.chmod(0o600)
     return JournalStorage(JournalFileBackend(str(path)))
 
 
