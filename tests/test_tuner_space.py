@@ -101,3 +101,17 @@ def test_settings_collect_every_bad_value_with_its_key_and_fix() -> None:
     for key in ("sampler", "pruner", "direction", "n_trials", "on_orphan"):
         assert f"hydra.sweeper.{key}=" in text
     assert text.count("fix:") == 5
+
+
+def test_a_failed_or_refused_trial_is_never_marked_best_in_the_report() -> None:
+    from clawgym.runs.report import best_rows
+    from clawgym.runs.table import Column
+
+    columns = [Column("objective", "objective", "num"), Column("reward", "reward", "num")]
+    rows = [{"trial_state": "complete", "objective": 0.5, "reward": 0.5},
+            {"trial_state": "failed", "objective": None, "reward": 0.9},
+            {"trial_state": "complete", "objective": 0.7, "reward": 0.6}]
+    # The failed trial logged the highest reward before it failed: the best is a trial that completed.
+    assert best_rows(rows, columns) == {"objective": 2, "reward": 2}
+    # Among one completed trial and failed ones there is no ranking to show.
+    assert best_rows([rows[0], {**rows[1], "trial_state": "refused"}], columns) == {}

@@ -169,11 +169,8 @@ class LocalHead(RayJobsBackend):
         self._agent_of: Any = None
 
     def checks_this_machine(self) -> bool:
-        # Preflight checks this node's GPUs and the head's ports only while this launch is about to
-        # start the head. Once its head is up (started, or reused), the head's ports are this launch's
-        # own and a job added later (a tuner's trial) is checked against the head as a cluster, as a
-        # reused head is: probing the ports would find the launch's own head and refuse every such job.
-        return self.reusable is None and not self.started_here
+        # Preflight checks this node's GPUs and the head's ports only when it starts the head.
+        return self.reusable is None
 
     def settle(self, secrets: Mapping[str, str]) -> None:
         from clawgym.backends.head import records as head_records, settle as head_settle

@@ -472,8 +472,12 @@ class Pipeline(LaunchChecks):
         # A port a queued or running job of this launch claims (a pinned sglang.api_port) is no refusal:
         # the job waits in the queue until no running job claims it (_fill), as it waits for GPUs.
         job.secrets = launch.resolve_secrets(job.plan, self.environ)
+        # Once this launch's cluster is up (a head it started, too), a job added now is checked against
+        # that cluster, as a reused head is: the head's ports are the launch's own, and probing them
+        # would find its own head and refuse every such job (a tuner's trials after the first wave).
+        local = self.backend.checks_this_machine() and not getattr(self.backend, "started_here", False)
         try:
-            run_preflight(job.cfg, job.plan, local_head=self.backend.checks_this_machine(), echo=None)
+            run_preflight(job.cfg, job.plan, local_head=local, echo=None)
         except PreflightError as err:
             raise Refused(f"clawgym: {where}: preflight failed; nothing was started\n{err.report()}") from None
         try:
