@@ -163,7 +163,7 @@ def _task_config(config: DictConfig) -> DictConfig:
 
 #: Resolvers whose value follows from their arguments alone (clawgym's and OmegaConf's own):
 #: a config that interpolates no others resolves in the task function as it did in the callback.
-_PURE_RESOLVERS = frozenset({"cg.pick", "cg.lower", "oc.select", "oc.decode", "oc.create", "oc.deprecated",
+_PURE_RESOLVERS = frozenset({"cg.pick", "cg.lower", "cg.cap", "oc.select", "oc.decode", "oc.create", "oc.deprecated",
                              "oc.dict.keys", "oc.dict.values"})
 _RESOLVER_USE = re.compile(r"\$\{\s*([^\s:}]+)\s*:")
 

@@ -63,12 +63,14 @@ CASES: Dict[str, Case] = {
                              "perf.tensor_parallel=1"),
     "tp-divides-query-groups": Case(["model=qwen3_14b", "gpu_layout.actor_gpus=5", "gpu_layout.rollout_gpus=3"],
                                     ["perf.tensor_parallel", "model.num_query_groups"], "perf.tensor_parallel=1"),
-    "sglang-context-within-model-window": Case(["model=glm4_32b", "perf.tensor_parallel=2"],
+    # A context asked for above the window (the default is capped at it, so it is asked explicitly).
+    "sglang-context-within-model-window": Case(["model=glm4_32b", "perf.tensor_parallel=2",
+                                                "rollout.max_context_len=65536"],
                                                ["sglang.context_length", "rollout.max_context_len",
                                                 "model.context_window"],
                                                "rollout.max_context_len=32768"),
     "rollout-context-within-model-window": Case(
-        ["model=glm4_32b", "perf.tensor_parallel=2", "sglang.context_length=null"],
+        ["model=glm4_32b", "perf.tensor_parallel=2", "sglang.context_length=null", "rollout.max_context_len=65536"],
         ["rollout.max_context_len", "model.context_window"], "rollout.max_context_len=32768", "warning"),
     "recompute-granularity-known": Case(["perf.recompute_granularity=partial"], ["perf.recompute_granularity"],
                                         "perf.recompute_granularity to full"),
