@@ -13,7 +13,8 @@ from clawgym.memory import MemoryPlan, evaluate
 from clawgym.memory import gpus as G
 from clawgym.memory.actor import actor_memory, context_len
 from clawgym.memory.rollout import SGLANG_OFFLOADED_RESIDUE_GIB, rollout_memory
-from clawgym.search.surgery import actor_values, engine_values, get_value, render, split_values, with_values
+from clawgym.search.space import get_value
+from clawgym.search.surgery import actor_values, engine_values, render, split_values, with_values
 from clawgym.search.space import ActorMem, Parallel, Refusals, Space, splits
 from clawgym.registry import load_registry
 from clawgym.steptime import active_params, actor_times, rollout_times, servers, step_time, workload

@@ -94,7 +94,7 @@ class Space:
     def options(self, key: str, default: Sequence[Any]) -> List[Any]:
         """``default``, or the config's own value when the user set ``key``."""
         if key in self.fixed:
-            return [_get(self.c, key)]
+            return [get_value(self.c, key)]
         return list(default)
 
     def is_fixed(self, key: str) -> bool:
@@ -238,7 +238,8 @@ class Refusals:
                 for k, v in sorted(self.counts.items(), key=lambda kv: -kv[1])]
 
 
-def _get(c: Mapping[str, Any], key: str) -> Any:
+def get_value(c: Mapping[str, Any], key: str) -> Any:
+    """The value at dotted ``key`` of a plain config, or None where the path is missing."""
     node: Any = c
     for part in key.split("."):
         if not isinstance(node, Mapping) or part not in node:

@@ -20,15 +20,6 @@ def render(v: Any) -> str:
     return str(v)
 
 
-def get_value(c: Mapping[str, Any], key: str) -> Any:
-    node: Any = c
-    for part in key.split("."):
-        if not isinstance(node, Mapping) or part not in node:
-            return None
-        node = node[part]
-    return node
-
-
 def with_values(c: Mapping[str, Any], values: Mapping[str, Any]) -> Dict[str, Any]:
     """``c`` with ``values`` set (dotted keys); groups touched are copied, the rest shared."""
     out = dict(c)
