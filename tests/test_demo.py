@@ -22,6 +22,8 @@ from typing import List
 
 import pytest
 
+from tests.fixtures.source_copy import copy_source
+
 ROOT = Path(__file__).resolve().parent.parent
 MARK = "CLAWGYM_DEMO_TEST_MARK"
 
@@ -45,8 +47,12 @@ def marked_processes(value: str) -> List[int]:
 def fresh_venv(tmp_path_factory) -> Path:
     venv = tmp_path_factory.mktemp("venv") / "v"
     subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True, timeout=300)
-    # --no-deps: the dependencies come from the system site; clawgym from this checkout, not editable.
-    subprocess.run([str(venv / "bin" / "pip"), "install", "-q", "--no-deps", str(ROOT)], check=True, timeout=600)
+    # --no-deps: the dependencies come from the system site; clawgym from this checkout, not editable,
+    # built from a private copy (an in-place build races with tests writing into the checkout).
+    src = copy_source(tmp_path_factory.mktemp("src") / "clawgym")
+    proc = subprocess.run([str(venv / "bin" / "pip"), "install", "-q", "--no-deps", "--disable-pip-version-check",
+                           str(src)], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, f"pip install failed:\n{proc.stdout}\n{proc.stderr}"
     return venv
 
 

@@ -23,6 +23,7 @@ from hydra.core.plugins import Plugins
 from hydra.plugins.launcher import Launcher
 from hydra.test_utils.launcher_common_tests import IntegrationTestSuite, LauncherTestSuite
 
+from tests.fixtures.source_copy import copy_source
 import clawgym.config.compose  # noqa: F401  (makes the plugin importable from a bare checkout)
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -71,14 +72,6 @@ class TestClawGymLauncherIntegration(IntegrationTestSuite):
 
 # ---------------------------------------------------------------- packaging
 
-def _copy_source(dst: Path) -> Path:
-    """The checkout's sources, so builds never write build/ or *.egg-info into the shared tree."""
-    ignore = shutil.ignore_patterns(".git", "outputs", "multirun", "build", "dist", "*.egg-info", "__pycache__",
-                                    "exp", ".pytest_cache", "tests", "benchmarks")
-    shutil.copytree(ROOT, dst, ignore=ignore, symlinks=True)
-    return dst
-
-
 def outer_site_dirs() -> List[str]:
     """The package dirs of the interpreter running the tests, in its order: a virtualenv's
     or conda env's site-packages, a system install's site-/dist-packages."""
@@ -102,7 +95,7 @@ def _see_outer_packages(python: Path) -> None:
 
 
 def _venv_with_clawgym(tmp_path: Path, *, editable: bool) -> Path:
-    src = _copy_source(tmp_path / "src")
+    src = copy_source(tmp_path / "src")
     env_dir = tmp_path / "venv"
     venv.EnvBuilder(system_site_packages=False, with_pip=True).create(env_dir)
     python = env_dir / "bin" / "python"
