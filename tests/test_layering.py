@@ -120,6 +120,7 @@ ARROWS: Dict[Tuple[str, str], str] = {
     ("clawgym.pipeline", "clawgym.runs"): "progress lines and the sweep's table",
     ("clawgym.pipeline", "clawgym.search"): "the memory plan with advice",
     ("clawgym.pipeline", "clawgym.snapshot"): "snapshots written before the job starts, checkpoints watched",
+    ("clawgym.pipeline", "clawgym.supervisor"): "every supervised job's supervisor started, followed and stopped",
     # supervision (below the pipeline, which starts it): its arrows join here as it imports
     # supervision: the monitors a running job is polled with
     ("clawgym.supervisor", "clawgym.common"): "stack dumps written with secrets masked",

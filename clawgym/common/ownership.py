@@ -50,6 +50,10 @@ STATE_DIR_ENV = "CLAWGYM_STATE_DIR"
 LAUNCH_LABEL = "io.clawgym.launch.rayjob"
 #: Job environment variable carrying this launch's id (the rollout labels its containers with it).
 LAUNCH_ENV = "CLAWGYM_LAUNCH_ID"
+#: Set in a run's supervisor and in what it runs (its ``clawgym resume``): the supervisor's id. A
+#: launch carrying it is the supervisor's own restart: it starts no second supervisor, and the save
+#: dir the supervised launch holds is its to use (:func:`save_dir_holder`).
+SUPERVISOR_ENV = "CLAWGYM_SUPERVISOR_ID"
 
 
 class Held(Exception):
@@ -215,6 +219,11 @@ class Launch:
     sandboxes: List[Dict[str, str]] = field(default_factory=list)
     # Jobs it submitted: {"kind": "ray", "address", "submission_id"} or {"kind": "slurm", "job_id", "cluster", ...}.
     jobs: List[Dict[str, Any]] = field(default_factory=list)
+    # The supervisors it started, one per supervised save dir: {"id", "pid", "create_time", "save_dir"}.
+    # A live one holds the launch (and its save dirs) as a running job does, also between attempts.
+    supervisors: List[Dict[str, Any]] = field(default_factory=list)
+    # The id of the supervisor whose restart this launch is ("" for a launch a person started).
+    supervised_by: str = ""
 
     @property
     def path(self) -> Path:
@@ -233,6 +242,8 @@ class Launch:
         (a job's cluster does not answer) or "ended"."""
         if self.launcher_alive():
             return "running"
+        if any(process_alive(s) for s in self.supervisors):
+            return "jobs running"
         answers = [job_running(j) for j in self.jobs]
         if any(a is True for a in answers):
             return "jobs running"
@@ -328,11 +339,19 @@ def _recorded_job_holding(save_dir: str) -> Optional[str]:
     return None
 
 
+def _supervised_by_me(rec: Launch) -> bool:
+    """The launch is the one this process's supervisor follows, or one of its restarts."""
+    mine = os.environ.get(SUPERVISOR_ENV)
+    return bool(mine) and (rec.supervised_by == mine or any(s.get("id") == mine for s in rec.supervisors))
+
+
 def _launch_holding(save_dir: str) -> Optional[str]:
     want = _real(save_dir)
     for rec in _others():
         if not any(_overlaps(want, d) for d in rec.save_dirs):
             continue
+        if _supervised_by_me(rec):
+            continue  # this process is that launch's supervisor's restart: the save dir is the run's own
         state = rec.state()
         if state == "ended":
             _forget(rec)
@@ -390,7 +409,8 @@ def claim(*, runs: Sequence[str], save_dirs: Sequence[str], sandboxes: Sequence[
         if held:
             raise Held("\n".join(held))
         rec = _CURRENT or Launch(id=uuid.uuid4().hex[:16], pid=os.getpid(),
-                                 create_time=me()["create_time"], started=time.time())
+                                 create_time=me()["create_time"], started=time.time(),
+                                 supervised_by=os.environ.get(SUPERVISOR_ENV, ""))
         rec.runs = list(dict.fromkeys([*rec.runs, *runs]))
         rec.save_dirs = sorted({*rec.save_dirs, *wanted})
         for s in sandboxes:
@@ -410,6 +430,32 @@ def add_job(job: Mapping[str, Any]) -> None:
     with _lock("launches"):
         rec.jobs.append(dict(job))
         _atomic_json(rec.path, asdict(rec))
+
+
+def add_supervisor(supervisor: Mapping[str, Any]) -> None:
+    """Record the supervisor this launch started for one save dir ({"id", "pid", "create_time",
+    "save_dir"}): the launch's record stays while it runs, and stop finds it here."""
+    rec = _CURRENT
+    if rec is None:
+        return
+    with _lock("launches"):
+        rec.supervisors.append(dict(supervisor))
+        _atomic_json(rec.path, asdict(rec))
+
+
+def supervisors_of(submission_id: str) -> List[Dict[str, Any]]:
+    """The live supervisors recorded by launches that submitted ``submission_id`` (or by a
+    launch that a supervisor's restart belongs to)."""
+    out = []
+    recs = launches()
+    by_id = {s.get("id"): s for r in recs for s in r.supervisors}
+    for rec in recs:
+        if not any(str(j.get("submission_id") or "") == submission_id for j in rec.jobs):
+            continue
+        for s in rec.supervisors + ([by_id[rec.supervised_by]] if rec.supervised_by in by_id else []):
+            if process_alive(s) and s not in out:
+                out.append(s)
+    return out
 
 
 def release(*, jobs_left: bool = False) -> None:

@@ -13,3 +13,11 @@ ENDED_FILE = "ended.json"
 #: The attempts of a run (each launch and restart, how it ended, what came next), relative to the
 #: save dir: written by the supervisor, read by ``clawgym runs`` and ``clawgym show``.
 ATTEMPTS_RELPATH = "clawgym/attempts.json"
+#: The run's supervisor (clawgym/supervisor/daemon.py), relative to the save dir: its record (pid +
+#: start time, status, exit status), its own output, and one log per attempt (the job's Ray logs).
+SUPERVISOR_RELPATH = "clawgym/supervisor.json"
+SUPERVISOR_LOG_RELPATH = "clawgym/supervisor.log"
+ATTEMPT_LOG_PATTERN = "clawgym/attempt-{number}.log"
+#: A person (``clawgym jobs stop``, Ctrl-C) or the tuner (a pruned trial) stopped the run for good:
+#: the supervisor reads it, stops the job and never restarts it.
+USER_STOP_RELPATH = "clawgym/user_stopped.json"

@@ -76,6 +76,9 @@ class PipelineJob:
     watcher: Any = None
     # Pipeline.stop() asked for this job to stop: it ends as "stopped", not "failed".
     stop_requested: bool = False
+    # The run's supervisor (clawgym.supervisor.process.spawn's record: id, pid, create_time, save_dir,
+    # log), when one follows it; the job then ends when its supervisor ends.
+    supervisor: Optional[Dict[str, Any]] = None
 
     @property
     def duration(self) -> Optional[float]:

@@ -38,6 +38,7 @@ import os
 import sys
 import threading
 import time
+from pathlib import Path
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from clawgym.common.exit_codes import FAILED as EXIT_FAILED, INTERRUPTED as EXIT_INTERRUPTED
@@ -91,7 +92,15 @@ class Pipeline(LaunchChecks):
 
     @property
     def detach(self) -> bool:
-        return bool(self.jobs[0].cfg.ray.detach)
+        # A supervisor's restart (`clawgym resume` run by the run's supervisor) submits and returns:
+        # the supervisor follows the job.
+        return bool(self.jobs[0].cfg.ray.detach) or self._restart_of_supervisor
+
+    @property
+    def _restart_of_supervisor(self) -> bool:
+        from clawgym.common.ownership import SUPERVISOR_ENV
+
+        return bool(os.environ.get(SUPERVISOR_ENV))
 
     @property
     def keep(self) -> bool:
@@ -304,6 +313,90 @@ class Pipeline(LaunchChecks):
         mark_snapshot_submitted(j)
         if not self.detach:
             j.watcher = start_checkpoint_watcher(j.plan, j.snapshot)
+        self._supervise(j)
+
+    def _supervise(self, j: PipelineJob) -> None:
+        """Start the run's supervisor beside it (clawgym.supervisor.process), right after the
+        submission: a detached process that follows the job and every restart to the run's end."""
+        from clawgym.plan.allocation import backend_name
+        from clawgym.supervisor import process
+
+        backend = backend_name(j.cfg)
+        restart = j.cfg.get("restart") if hasattr(j.cfg, "get") else None
+        if restart is None or not bool(restart.get("enabled", True)) or self._restart_of_supervisor:
+            return
+        if backend not in process.SUPERVISED_BACKENDS:
+            say(f"[clawgym] restart: a cluster={backend} run is supervised where it runs (the "
+                f"{'batch script' if backend == 'slurm' else 'RayJob'} and its scheduler), not by a process beside "
+                "this launch")
+            return
+        if not j.plan.save_dir:
+            return
+        try:
+            j.supervisor = process.spawn(j.plan.save_dir, self.environ)
+        except (process.AlreadySupervised, OSError) as err:
+            say(f"[clawgym] restart: no supervisor started for {j.plan.save_dir}: {err}")
+            return
+        if not self._sweep:
+            say(f"[clawgym] supervised (restart.enabled=true): supervisor pid {j.supervisor['pid']}, log "
+                f"{j.supervisor['log']}; stop the run for good: clawgym jobs stop {j.submission_id}"
+                + (f" --address {self.backend.address}" if getattr(self.backend, 'address', None) else ""))
+
+    def _follow_supervisor(self, j: PipelineJob, *, echo: bool) -> int:
+        """After the first attempt: the supervisor's decisions (and, with ``echo``, each later
+        attempt's output) until it ends; its exit status. Ctrl-C stops the run for good."""
+        from clawgym.supervisor import process
+
+        save = j.supervisor["save_dir"]
+        files: Dict[str, int] = {}
+        log = Path(j.supervisor["log"])
+        start_size = int(j.supervisor.get("log_offset", 0))
+        files[str(log)] = start_size
+        skip = {p.name for p in Path(save, "clawgym").glob("attempt-*.log")}
+        prefix = "[clawgym] " if not self._sweep else f"[sweep] job #{j.num}: "
+
+        def pump() -> None:
+            paths = [log]
+            if echo:
+                paths += sorted((p for p in Path(save, "clawgym").glob("attempt-*.log") if p.name not in skip),
+                                key=lambda p: p.stat().st_mtime)
+            for path in paths:
+                seen = files.setdefault(str(path), 0)
+                try:
+                    with open(path, encoding="utf-8", errors="replace") as fh:
+                        fh.seek(seen)
+                        text = fh.read()
+                except OSError:
+                    continue
+                if not text:
+                    continue
+                # Whole lines only: the rest waits for its end.
+                cut = text.rfind("\n") + 1
+                files[str(path)] = seen + len(text[:cut].encode("utf-8"))
+                for line in text[:cut].splitlines():
+                    if path == log:
+                        if "[clawgym]" in line or not echo:
+                            say(line[line.index("[clawgym]"):].replace("[clawgym] ", prefix, 1)
+                                if "[clawgym]" in line else prefix + line)
+                    else:
+                        sys.stdout.write(line + "\n")
+                sys.stdout.flush()
+
+        try:
+            while process.running(save) is not None:
+                pump()
+                time.sleep(0.5)
+            pump()
+        except KeyboardInterrupt:
+            say(f"\n{prefix}interrupted: stopping the supervised run for good (never restarted)")
+            from clawgym.launch.rayjob import uninterruptible
+
+            with uninterruptible():
+                rc = process.stop_for_good(save, by="user", why="Ctrl-C in the launcher")
+            self.interrupted = True
+            return EXIT_INTERRUPTED if rc in (None, EXIT_INTERRUPTED) else int(rc)
+        rc = process.read_record(save).get("exit_code")
+        return EXIT_FAILED if rc is None else int(rc)
 
     def _start(self, j: PipelineJob) -> None:
         """Submit one job (through the task function in a sweep)."""
@@ -342,12 +435,31 @@ class Pipeline(LaunchChecks):
             return
         ticker = metrics_ticker(j)
         try:
-            j.exit_code = int(j.handle.follow(lost_contact_after=float(j.cfg.ray.lost_contact_s)))
+            # Supervised: Ctrl-C is handled below (the run is stopped for good through its supervisor).
+            j.exit_code = int(j.handle.follow(lost_contact_after=float(j.cfg.ray.lost_contact_s),
+                                              stop_on_interrupt=j.supervisor is None))
         finally:
             if j.watcher is not None and not self.hangup:
                 j.watcher.stop()
             if ticker is not None:
                 ticker.stop()
+        if j.supervisor is not None:
+            from clawgym.launch.rayjob import TERMINAL
+            from clawgym.supervisor import process
+
+            try:
+                interrupted = j.exit_code == EXIT_INTERRUPTED and j.handle.status() not in TERMINAL
+            except Exception:  # noqa: BLE001 - a dashboard that does not answer: the supervisor decides
+                interrupted = False
+            if interrupted:
+                say("[clawgym] interrupted: stopping the supervised run for good (never restarted)")
+                from clawgym.launch.rayjob import uninterruptible
+
+                with uninterruptible():
+                    process.stop_for_good(j.supervisor["save_dir"], by="user", why="Ctrl-C in the launcher")
+                j.exit_code = EXIT_INTERRUPTED
+            else:
+                j.exit_code = self._follow_supervisor(j, echo=True)
         j.ended = time.monotonic()
         j.status = {0: SUCCEEDED, EXIT_INTERRUPTED: STOPPED}.get(j.exit_code, FAILED)
         if j.status == SUCCEEDED and getattr(j.handle, "not_applied", False):
@@ -360,6 +472,9 @@ class Pipeline(LaunchChecks):
             j.exit_code = int(j.handle.follow(echo=False, lost_contact_after=float(j.cfg.ray.lost_contact_s),
                                               say=lambda text: say(f"[sweep {self._elapsed()}] job #{j.num}: "
                                                                    + text.replace("[clawgym] ", "", 1))))
+            if j.supervisor is not None and not self.hangup:
+                # The job ends when its supervisor ends (a restart is the same job, in the same save dir).
+                j.exit_code = self._follow_supervisor(j, echo=False)
         except BaseException as exc:  # reported as the job's failure
             j.error = exc
         finally:
@@ -498,6 +613,11 @@ class Pipeline(LaunchChecks):
 
         def stop() -> None:
             try:
+                if job.supervisor is not None:
+                    # Pruned: stopped for good through its supervisor, never restarted.
+                    from clawgym.supervisor import process
+
+                    process.stop_for_good(job.supervisor["save_dir"], by="pruned", why="pruned by the tuner")
                 job.handle.stop()
             except Exception as exc:  # noqa: BLE001 - reported; the job's follower sees how it ended
                 say(f"[sweep {self._elapsed()}] could not stop job #{job.num} ({job.submission_id}): {exc}")
@@ -515,6 +635,8 @@ class Pipeline(LaunchChecks):
         """Ray's terminal status of a running job, or None while it runs."""
         if j.thread is not None and not j.thread.is_alive():
             return "SUCCEEDED" if j.exit_code == 0 else "FAILED"
+        if j.supervisor is not None and j.thread is not None:
+            return None  # supervised: it ends when its supervisor (followed by its thread) ends
         try:
             status = j.handle.status()
         except Exception:  # the dashboard hiccuped; the follower thread reports a lasting loss
@@ -529,7 +651,7 @@ class Pipeline(LaunchChecks):
                 j.status = "submitted"
                 j.ended = time.monotonic()
         handles = [j.handle for j in self.jobs if j.handle is not None]
-        if handles and not self._sweep:
+        if handles and not self._sweep and not self._restart_of_supervisor:
             j = self.jobs[0]
             say("\n".join([f"[clawgym] job {j.submission_id} submitted (detached); it runs on {self.backend.address}",
                            *self.backend.hints(handles)]))
@@ -541,6 +663,15 @@ class Pipeline(LaunchChecks):
         if not quiet:
             say(f"\n{prefix} interrupted: stopping running jobs"
                 + ("; queued jobs are not submitted" if self._sweep else ""))
+        # Supervised runs are stopped for good through their supervisors (which stop the current
+        # attempt's job), all signalled first, then waited for.
+        from clawgym.supervisor import process
+
+        supervised = [j for j in self.jobs if j.supervisor is not None and j.status == RUNNING]
+        for j in supervised:
+            process.signal_stop(j.supervisor["save_dir"], by="user", why="Ctrl-C in the launcher")
+        for j in supervised:
+            process.wait(j.supervisor["save_dir"], timeout=90.0)
         # Ask Ray to stop them all first, so they wind down together; then wait for each.
         for j in self.jobs:
             if j.status == RUNNING and j.handle is not None:
@@ -597,7 +728,11 @@ class Pipeline(LaunchChecks):
         detached = self.detach and any(j.handle is not None for j in self.jobs)
         from clawgym.launch.rayjob import EXIT_LOST_CONTACT
 
-        if self.hangup:
+        if self._restart_of_supervisor:
+            # A supervisor's restart leaves the head as it found it: to the launch that started it
+            # (which stops it once its supervisor ended), or kept while the job runs.
+            keep, reason = False, "a supervisor's restart"
+        elif self.hangup:
             keep, reason = True, "its launcher lost the terminal (SIGHUP) while jobs ran"
         elif any(j.exit_code == EXIT_LOST_CONTACT for j in self.jobs):
             # Its jobs may still run: never stopped on a guess.

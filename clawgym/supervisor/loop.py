@@ -119,8 +119,12 @@ def _follow(save: Path, config: Mapping[str, Any], runner: Runner, sub: str, num
         if runner.user_stopped(sub):
             runner.stop(sub)
             return None
+        # A runner that copies the job's output into a file (and knows its address) hands both to
+        # the monitors (the hang monitor watches the file); the Runner protocol asks for neither.
+        log_file = getattr(runner, "log_file", None)
         state = RunState(save_dir=save, submission_id=sub, attempt=number, started=started, now=clock(),
-                         config=config)
+                         config=config, log_file=log_file(sub) if callable(log_file) else None,
+                         address=getattr(runner, "address", None))
         for m in monitors:
             verdict = m.poll(state)
             if verdict is not None:

@@ -1,0 +1,239 @@
+"""``python -m clawgym.supervisor <save dir> --id ID``: one run's supervisor, beside its launch.
+
+Started by the pipeline right after the job's submission (:mod:`clawgym.supervisor.process`), it
+reads what to follow from the save dir: the recorded config (the newest snapshot's resolved config)
+and the running job (that snapshot's ``submitted.json``: submission id and dashboard address). It
+then runs :func:`clawgym.supervisor.loop.supervise` with a :class:`RayJobRunner` whose restarts are
+resumes: ``python -m clawgym resume <save dir>`` run as a child with ``CLAWGYM_SUPERVISOR_ID`` set
+(that launch submits detached, starts no supervisor, and may use the save dir the supervised launch
+holds), after which the new submission is read from the newest snapshot, as a person's resume
+would leave it. Each attempt's Ray job logs are copied, as they come, into
+``<save>/clawgym/attempt-<n>.log``: the file the hang monitor watches and the classifier's lines.
+
+Its exit status (clawgym.common.exit_codes: 0 finished, 130 stopped by a user, 1 else) and its end
+go into ``<save>/clawgym/supervisor.json``; the foreground launcher, if still there, exits with it.
+SIGTERM is a stop for good (the job is stopped, never restarted); SIGHUP is ignored.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any, Dict, Optional, Tuple
+
+from clawgym.common.exit_codes import FAILED, REFUSED
+from clawgym.common.savedir import ATTEMPT_LOG_PATTERN, SNAPSHOTS_RELPATH, SUBMITTED_FILE
+from clawgym.supervisor import process
+from clawgym.supervisor.ray_runner import RayJobRunner
+from clawgym.supervisor.resume_point import ResumePoint
+
+#: How long a restart's ``clawgym resume`` may take (settle, preflight, snapshot, submit).
+RESUME_TIMEOUT_S = 900.0
+
+
+def say(text: str) -> None:
+    stamp = time.strftime("%H:%M:%S")
+    for line in str(text).splitlines() or [""]:
+        sys.stdout.write(f"{stamp} {line}\n")
+    sys.stdout.flush()
+
+
+def newest_submission(save: Path) -> Tuple[Optional[Path], Dict[str, Any]]:
+    """(the newest submitted snapshot dir, its submitted.json) of a save dir."""
+    from clawgym.snapshot.read import snapshot_dirs
+
+    for snap in reversed(snapshot_dirs(save)):
+        path = snap / SUBMITTED_FILE
+        if path.is_file():
+            try:
+                return snap, json.loads(path.read_text())
+            except (OSError, ValueError):
+                continue
+    return None, {}
+
+
+def newest_rollout(folder: Optional[Path]) -> Optional[int]:
+    """The newest rollout step in a run's events (``rollout/*`` keys, as clawgym runs reads them)."""
+    if folder is None or not folder.is_dir():
+        return None
+    try:
+        from clawgym.runs.events import read_scalars
+
+        scalars = read_scalars(folder)
+    except Exception:  # noqa: BLE001 - events being written: none this poll
+        return None
+    steps = [p.step for tag, points in scalars.items() if tag.startswith("rollout/") for p in points]
+    return max(steps) if steps else None
+
+
+class SupervisedRayRunner(RayJobRunner):
+    """A :class:`RayJobRunner` that also copies each attempt's Ray job logs into a file of the save
+    dir (the hang monitor's ``log_file``) and reads the attempt's last rollout from its events."""
+
+    def __init__(self, save: Path, address: str, backend: str, *, lost_contact_s: float) -> None:
+        self.save = save
+        self._logs: Dict[str, Path] = {}
+        self._followers: Dict[str, threading.Thread] = {}
+        self._events: Dict[str, Optional[Path]] = {}
+        self.current: Optional[str] = None
+        super().__init__(address, self._resume, backend=backend, last_rollout=self._last_rollout,
+                         user_stopped=lambda sub: process.stop_requested(self.save) is not None,
+                         lost_contact_s=lost_contact_s)
+
+    # ------------------------------------------------------------ attempts
+
+    def adopt(self, sub: str, snap: Optional[Path]) -> None:
+        """Follow ``sub`` (submitted from snapshot ``snap``) as the current attempt."""
+        self.current = sub
+        self._events[sub] = self._events_folder(snap, sub)
+        from clawgym.snapshot.attempts import read_attempts
+
+        # Called before the loop records the attempt: it will be the record's next one.
+        n = len(read_attempts(self.save).attempts) + 1
+        path = self.save / ATTEMPT_LOG_PATTERN.format(number=n)
+        self._logs[sub] = path
+        t = threading.Thread(target=self._copy_logs, args=(sub, path), daemon=True, name=f"clawgym-log-{sub}")
+        self._followers[sub] = t
+        t.start()
+
+    def _events_folder(self, snap: Optional[Path], sub: str) -> Optional[Path]:
+        from clawgym.plan.build import TENSORBOARD_DIR_ENV
+
+        try:
+            plan = json.loads((snap / "launch_plan.json").read_text()) if snap else {}
+        except (OSError, ValueError):
+            plan = {}
+        folder = ((plan.get("runtime_env") or {}).get("env_vars") or {}).get(TENSORBOARD_DIR_ENV)
+        return Path(folder) if folder else self.save / "tensorboard" / sub
+
+    def _copy_logs(self, sub: str, path: Path) -> None:
+        from clawgym.common.secrets import env_secrets
+        from clawgym.launch.rayjob import JobHandle
+
+        handle = JobHandle(self.address, sub, None, redact=list(env_secrets().values()), log_file=str(path))
+        try:
+            handle.follow(echo=False, stop_on_interrupt=False, lost_contact_after=self.lost_contact_s,
+                          say=lambda text: None)
+        except Exception as exc:  # noqa: BLE001 - the log copy is a help, never the supervisor's end
+            say(f"[clawgym] copying the logs of {sub} stopped: {exc}")
+
+    def log_file(self, sub: str) -> Optional[Path]:
+        return self._logs.get(sub)
+
+    def _last_rollout(self) -> Optional[int]:
+        return newest_rollout(self._events.get(self.current or ""))
+
+    def evidence(self, sub: str):
+        t = self._followers.get(sub)
+        if t is not None:
+            t.join(timeout=10)  # the log's end is the classifier's evidence
+        return super().evidence(sub)
+
+    # ------------------------------------------------------------ restarts
+
+    def _resume(self, point: ResumePoint) -> str:
+        """``clawgym resume <save dir>`` as a person would type it (submitted detached, no second
+        supervisor: CLAWGYM_SUPERVISOR_ID is in our environment), then its submission."""
+        before, _ = newest_submission(self.save)
+        argv = [sys.executable, "-m", "clawgym", "resume", str(self.save)]
+        say(f"[clawgym] running: clawgym resume {self.save}")
+        res = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=sys.stdout, stderr=subprocess.STDOUT,
+                             cwd=str(self.save), timeout=RESUME_TIMEOUT_S)
+        snap, sub = newest_submission(self.save)
+        if res.returncode != 0 or snap is None or snap == before or not sub.get("submission_id"):
+            raise ResumeFailed(f"`clawgym resume {self.save}` exited {res.returncode} without a new submission "
+                               f"(its output is above in {process.log_path(self.save)})")
+        self.address = str(sub.get("address") or self.address)
+        self._handles.clear()
+        self.adopt(str(sub["submission_id"]), snap)
+        return str(sub["submission_id"])
+
+
+class ResumeFailed(Exception):
+    pass
+
+
+def main(argv: Optional[list] = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m clawgym.supervisor", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("save_dir")
+    p.add_argument("--id", default="", help="this supervisor's id (CLAWGYM_SUPERVISOR_ID)")
+    args = p.parse_args(argv)
+    save = Path(args.save_dir).resolve()
+    from clawgym.common import ownership
+    from clawgym.common.ownership import file_lock  # noqa: F401  (the same flock the records use)
+
+    if args.id:
+        os.environ[ownership.SUPERVISOR_ENV] = args.id
+    import fcntl
+
+    lock_path = save / "clawgym" / "supervisor.lock"
+    lock_path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        say(f"[clawgym] another supervisor holds {lock_path}: this one ends (one supervisor per save dir)")
+        return REFUSED
+    stop = threading.Event()
+
+    def on_term(signum, frame):  # a stop for good, never a restart
+        if process.stop_requested(save) is None:
+            process.request_stop(save, "user", f"signal {signal.Signals(signum).name} to the supervisor")
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_term)
+    signal.signal(signal.SIGINT, on_term)
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    rc = FAILED
+    try:
+        rc = _supervise(save, stop)
+    except Exception as exc:  # noqa: BLE001 - said and recorded: the launcher exits with our status
+        from clawgym.common.secrets import redact
+
+        say(f"[clawgym] the supervisor stopped: {redact(str(exc))}")
+        rc = FAILED
+    finally:
+        process.update_record(save, status="ended", exit_code=rc, ended=time.time(), pid_ended=os.getpid())
+        os.close(fd)
+    return rc
+
+
+def _supervise(save: Path, stop: threading.Event) -> int:
+    from clawgym.plan.allocation import backend_name
+    from clawgym.snapshot.attempts import read_attempts
+    from clawgym.snapshot.read import load_snapshot
+    from clawgym.supervisor.loop import supervise
+
+    snap, sub = newest_submission(save)
+    if snap is None or not sub.get("submission_id"):
+        say(f"[clawgym] no submitted launch in {save / SNAPSHOTS_RELPATH}: nothing to supervise")
+        return FAILED
+    config = load_snapshot(snap).config
+    backend = backend_name(config)
+    address = str(sub.get("address") or "")
+    lost = float((config.get("ray") or {}).get("lost_contact_s") or 300.0)
+    runner = SupervisedRayRunner(save, address, backend, lost_contact_s=lost)
+    first = str(sub["submission_id"])
+    runner.adopt(first, snap)
+    restart = config.get("restart") or {}
+    say(f"[clawgym] supervising {first} on {address} ({backend}); restarts at most "
+        f"{restart.get('max_attempts', 3)}; pid {os.getpid()}; log {process.log_path(save)}")
+
+    def sleep(seconds: float) -> None:
+        stop.wait(seconds)
+
+    rc = supervise(save, config, runner, first, say=say, sleep=sleep)
+    stopped = process.stop_requested(save)
+    if stopped and stopped.get("by") not in (None, "user"):
+        rec = read_attempts(save)
+        if rec.stopped:  # a tuner's prune: recorded as such (never restarted either)
+            rec.stop(str(stopped["by"]), str(stopped.get("why") or rec.stopped.get("why")))
+    return rc
