@@ -13,6 +13,9 @@
 does at a hang) into the job's save dir (``<save>/stacks/``; ``--out`` elsewhere) and says where
 each waits.
 
+``stop`` of a supervised run's job (restart.enabled=true) stops the run for good: its supervisor
+records the user's stop, stops the job it follows and is never restarted (docs/guide/when-a-run-dies.md).
+
 ``slurm`` lists the SLURM batch jobs clawgym submitted (cluster=slurm) with their state.
 
 Without ``--address`` (not for stop-head): ``$RAY_ADDRESS`` when it is an http address,
@@ -137,6 +140,23 @@ def _cmd_logs(args) -> int:
 
 def _cmd_stop(args) -> int:
     handle, info = _handle(args)
+    save = (info.metadata or {}).get("clawgym_save_dir")
+    if save:
+        from clawgym.supervisor import process
+
+        sup = process.running(save)
+        if sup is not None:
+            # A supervised run: stopped for good through its supervisor (never restarted), which
+            # stops the job it follows now (a restart may have replaced the id given).
+            print(f"{args.submission_id}: stopping the supervised run in {save} for good (supervisor pid "
+                  f"{sup['pid']})")
+            rc = process.stop_for_good(save, by="user", why=f"clawgym jobs stop {args.submission_id}",
+                                       wait_s=args.timeout + 30.0)
+            if rc is None:
+                print(f"{args.submission_id}: the supervisor did not end within {args.timeout + 30.0:.0f}s; "
+                      f"see {process.log_path(save)}", file=sys.stderr)
+                return 1
+            info = handle.client.get_job_info(args.submission_id)
     if info.status.is_terminal():
         print(f"{args.submission_id}: already {info.status.value}")
         return 0

@@ -1,0 +1,215 @@
+"""Every training launch is supervised (issue 33's wiring): real launches of the recording stand-in
+trainer (``python train.py`` on a real Ray head), each followed by the detached supervisor the
+pipeline starts (``python -m clawgym.supervisor <save dir>``), restarted by ``clawgym resume`` run
+by that supervisor, stopped for good by ``clawgym jobs stop`` or Ctrl-C, and never left running.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Dict, List
+
+import pytest
+
+from clawgym.common.ownership import process_alive
+from clawgym.snapshot.attempts import read_attempts
+from clawgym.supervisor import classes as C
+from clawgym.supervisor import process as sup_process
+
+ROOT = Path(__file__).resolve().parent.parent
+SECRET = "wandb-sentinel-supervised-0123456789abcdef0123456789"
+
+
+def _env(tmp_path: Path) -> Dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("WANDB_API_KEY", "WANDB_KEY", "SGLANG_API_KEY",
+                                                           "CLAWGYM_SUPERVISOR_ID")}
+    env.update(PYTHONPATH=f"{ROOT}{os.pathsep}{ROOT / 'launchers'}", CLAWGYM_STATE_DIR=str(tmp_path / "state"),
+               WANDB_API_KEY=SECRET, PYTHONUNBUFFERED="1")
+    return env
+
+
+def _argv(checkout: Path, tmp_path: Path, save: Path, where: List[str], *, rollouts: int = 5, fail: str = "",
+          extra: List[str] = ()) -> List[str]:
+    from tests.fixtures.checkout import LAUNCH_SKIPS, checkout_overrides
+
+    standin = [f"+extra_env.STANDIN_RUN_ROLLOUTS={rollouts}", "+extra_env.STANDIN_STEP_SLEEP=0.3",
+               "+extra_env.STANDIN_SAVE_EVERY=2", f"+extra_env.STANDIN_RECORD_DIR={tmp_path / 'records'}"]
+    if fail:
+        standin += [f"+extra_env.STANDIN_FAIL={fail}", f"+extra_env.STANDIN_FAIL_ONCE={tmp_path / 'failed-once'}"]
+    return [sys.executable, str(ROOT / "train.py"), *checkout_overrides(checkout, skip_checks=LAUNCH_SKIPS), *where,
+            f"paths.save={save}", f"rollout.num_rollout={rollouts}", "restart.poll_s=1", *standin, *extra,
+            f"hydra.run.dir={tmp_path}/hydra"]
+
+
+def _records(tmp_path: Path) -> List[dict]:
+    out = [json.loads(p.read_text()) for p in (tmp_path / "records").glob("*.json")]
+    return sorted(out, key=lambda r: r["start"])
+
+
+def _wait_supervisor_end(save: Path, timeout: float = 150.0) -> dict:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        rec = sup_process.read_record(save)
+        if rec.get("status") == "ended" and not sup_process.alive(rec):
+            return rec
+        time.sleep(0.5)
+    raise AssertionError(f"the supervisor of {save} did not end: {sup_process.read_record(save)}\n"
+                         + sup_process.log_path(save).read_text()[-3000:])
+
+
+def _assert_nothing_left(save: Path, tmp_path: Path, address: str) -> None:
+    """No supervisor, no stand-in, no job of ours still running."""
+    from ray.job_submission import JobSubmissionClient
+
+    rec = sup_process.read_record(save)
+    assert rec and not sup_process.alive(rec), rec
+    for r in _records(tmp_path):
+        assert r["end"] is not None, f"stand-in {r['submission_id']} never ended"
+    ours = {r["submission_id"] for r in _records(tmp_path)}
+    client = JobSubmissionClient(address)
+    running = [j.submission_id for j in client.list_jobs()
+               if j.submission_id in ours and not j.status.is_terminal()]
+    assert not running, running
+
+
+def test_a_run_that_crashes_once_goes_on_from_its_last_complete_checkpoint_with_no_one_typing(
+        clawgym_checkout, ray_cluster, tmp_path):
+    save = tmp_path / "run"
+    env = _env(tmp_path)
+    res = subprocess.run(_argv(clawgym_checkout, tmp_path, save, ray_cluster.overrides(), fail="crash@3"),
+                         env=env, capture_output=True, text=True, timeout=240, cwd=ROOT)
+    out = res.stdout + res.stderr
+    assert res.returncode == 0, out[-5000:]
+    rec = read_attempts(save)
+    assert [a.cls for a in rec.attempts] == [C.CRASHED, C.FINISHED], out[-3000:]
+    assert rec.attempts[1].resumed_from == 1 and rec.stopped["by"] == "finished"
+    # Said on the launcher's console, as the supervisor decided it.
+    assert "attempt 1 of 4" in out and "resuming from iter_0000001" in out, out[-3000:]
+    # The restart is a resume: --load at the save dir, rollouts 2..4 (nothing redone before iter 1).
+    runs = _records(tmp_path)
+    assert len(runs) == 2 and "--load" not in runs[0]["argv"] and "--load" in runs[1]["argv"]
+    assert runs[1]["start_rollout_id"] == 2 and runs[1]["rollouts"] == [2, 3, 4]
+    assert (save / "latest_checkpointed_iteration.txt").read_text().strip() == "4"
+    # TensorBoard: the resumed attempt's steps go on where the first left off (same step axis).
+    from clawgym.runs.events import read_scalars
+
+    steps = sorted(p.step for d in (save / "tensorboard").iterdir()
+                   for p in read_scalars(d).get("rollout/raw_reward", []))
+    assert steps == [0, 1, 2, 2, 3, 4], steps
+    # The supervisor's record: ended with the run's status; the attempt logs are in the save dir.
+    srec = sup_process.read_record(save)
+    assert srec["status"] == "ended" and srec["exit_code"] == 0
+    assert (save / "clawgym" / "attempt-1.log").is_file() and (save / "clawgym" / "attempt-2.log").is_file()
+    assert "rollout step 4" in (save / "clawgym" / "attempt-2.log").read_text()
+    assert SECRET not in sup_process.log_path(save).read_text() and SECRET not in out
+    _assert_nothing_left(save, tmp_path, ray_cluster.address)
+
+
+def test_a_deterministic_startup_failure_is_never_retried(clawgym_checkout, ray_cluster, tmp_path):
+    save = tmp_path / "run"
+    res = subprocess.run(_argv(clawgym_checkout, tmp_path, save, ray_cluster.overrides(), fail="startup"),
+                         env=_env(tmp_path), capture_output=True, text=True, timeout=240, cwd=ROOT)
+    out = res.stdout + res.stderr
+    assert res.returncode == 1, out[-3000:]
+    rec = read_attempts(save)
+    assert [a.cls for a in rec.attempts] == [C.STARTUP_FAILURE] and rec.stopped["by"] == "supervisor"
+    assert len(_records(tmp_path)) == 1 and "stopped for good" in out
+    _assert_nothing_left(save, tmp_path, ray_cluster.address)
+
+
+def test_restart_disabled_starts_no_supervisor(clawgym_checkout, ray_cluster, tmp_path):
+    save = tmp_path / "run"
+    res = subprocess.run(_argv(clawgym_checkout, tmp_path, save, ray_cluster.overrides(), fail="crash@3",
+                               extra=["restart.enabled=false"]),
+                         env=_env(tmp_path), capture_output=True, text=True, timeout=240, cwd=ROOT)
+    assert res.returncode == 1, (res.stdout + res.stderr)[-3000:]
+    assert not sup_process.record_path(save).exists() and not read_attempts(save).attempts
+    assert len(_records(tmp_path)) == 1
+
+
+def test_a_detached_launch_is_supervised_to_its_end(clawgym_checkout, ray_cluster, tmp_path):
+    save = tmp_path / "run"
+    res = subprocess.run(_argv(clawgym_checkout, tmp_path, save, ray_cluster.overrides(), fail="crash@3",
+                               extra=["ray.detach=true"]),
+                         env=_env(tmp_path), capture_output=True, text=True, timeout=240, cwd=ROOT)
+    assert res.returncode == 0, (res.stdout + res.stderr)[-3000:]
+    assert "supervised" in res.stdout
+    srec = _wait_supervisor_end(save)
+    assert srec["exit_code"] == 0
+    assert [a.cls for a in read_attempts(save).attempts] == [C.CRASHED, C.FINISHED]
+    _assert_nothing_left(save, tmp_path, ray_cluster.address)
+
+
+def test_a_sighupped_launch_is_supervised_to_its_end(clawgym_checkout, ray_cluster, tmp_path):
+    save = tmp_path / "run"
+    proc = subprocess.Popen(_argv(clawgym_checkout, tmp_path, save, ray_cluster.overrides(), fail="crash@3"),
+                            env=_env(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            cwd=ROOT)
+    try:
+        deadline = time.time() + 120
+        while not sup_process.record_path(save).exists() and time.time() < deadline:
+            time.sleep(0.3)
+        time.sleep(1.0)
+        proc.send_signal(signal.SIGHUP)  # the terminal is gone
+        out, _ = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 129, out[-3000:]
+    srec = _wait_supervisor_end(save)
+    assert srec["exit_code"] == 0, sup_process.log_path(save).read_text()[-3000:]
+    assert [a.cls for a in read_attempts(save).attempts] == [C.CRASHED, C.FINISHED]
+    _assert_nothing_left(save, tmp_path, ray_cluster.address)
+
+
+def test_clawgym_jobs_stop_stops_a_supervised_run_for_good(clawgym_checkout, ray_cluster, tmp_path):
+    save = tmp_path / "run"
+    env = _env(tmp_path)
+    res = subprocess.run(_argv(clawgym_checkout, tmp_path, save, ray_cluster.overrides(), rollouts=1000,
+                               extra=["ray.detach=true"]),
+                         env=env, capture_output=True, text=True, timeout=240, cwd=ROOT)
+    assert res.returncode == 0, (res.stdout + res.stderr)[-3000:]
+    deadline = time.time() + 60
+    while not any(r.get("rollouts") for r in _records(tmp_path)) and time.time() < deadline:
+        time.sleep(0.3)
+    sub = _records(tmp_path)[0]["submission_id"]
+    stop = subprocess.run([sys.executable, "-m", "clawgym", "jobs", "stop", sub, "--address", ray_cluster.address],
+                          env=env, capture_output=True, text=True, timeout=180, cwd=tmp_path)
+    assert stop.returncode == 0, stop.stdout + stop.stderr
+    assert "for good" in stop.stdout
+    srec = sup_process.read_record(save)
+    assert srec["status"] == "ended" and srec["exit_code"] == 130
+    rec = read_attempts(save)
+    assert [a.cls for a in rec.attempts] == [C.STOPPED_BY_USER] and rec.stopped["by"] == "user"
+    time.sleep(2.0)
+    assert len(_records(tmp_path)) == 1, "a stopped run was restarted"
+    _assert_nothing_left(save, tmp_path, ray_cluster.address)
+
+
+def test_a_hung_run_is_stopped_within_stall_s_with_stacks_and_restarted_from_its_last_checkpoint(
+        clawgym_checkout, ray_cluster, tmp_path):
+    save = tmp_path / "run"
+    t0 = time.time()
+    res = subprocess.run(_argv(clawgym_checkout, tmp_path, save, ray_cluster.overrides(), fail="hang@3",
+                               extra=["health.stall_s=6"]),
+                         env=_env(tmp_path), capture_output=True, text=True, timeout=240, cwd=ROOT)
+    out = res.stdout + res.stderr
+    assert res.returncode == 0, out[-5000:]
+    rec = read_attempts(save)
+    assert [a.cls for a in rec.attempts] == [C.HANG, C.FINISHED], out[-3000:]
+    first = rec.attempts[0]
+    # Stopped within stall_s (plus a poll and the stop) of its last sign of life.
+    runs = _records(tmp_path)
+    assert runs[0]["signal"] == "SIGTERM" or runs[0]["end"] is not None
+    assert first.ended - runs[0]["start"] < 6 + 3 * 0.3 + 2 * 1 + 20
+    stacks = list((save / "stacks").glob("*"))
+    assert stacks and "wait_in_collective_standin" in "".join(p.read_text() for p in stacks if p.is_file())
+    assert rec.attempts[1].resumed_from == 1 and runs[1]["start_rollout_id"] == 2
+    assert time.time() - t0 < 200
+    _assert_nothing_left(save, tmp_path, ray_cluster.address)
