@@ -42,7 +42,7 @@ def _argv(checkout: Path, tmp_path: Path, save: Path, where: List[str], *, rollo
                "+extra_env.STANDIN_SAVE_EVERY=2", f"+extra_env.STANDIN_RECORD_DIR={tmp_path / 'records'}"]
     if fail:
         standin += [f"+extra_env.STANDIN_FAIL={fail}", f"+extra_env.STANDIN_FAIL_ONCE={tmp_path / 'failed-once'}"]
-    return [sys.executable, str(ROOT / "train.py"), *checkout_overrides(checkout, skip_checks=LAUNCH_SKIPS), *where,
+    return [sys.executable, str(ROOT / "train.py"), *checkout_overrides(checkout, skip_checks=LAUNCH_SKIPS, supervised=True), *where,
             f"paths.save={save}", f"rollout.num_rollout={rollouts}", "restart.poll_s=1", *standin, *extra,
             f"hydra.run.dir={tmp_path}/hydra"]
 
@@ -212,4 +212,63 @@ def test_a_hung_run_is_stopped_within_stall_s_with_stacks_and_restarted_from_its
     assert stacks and "wait_in_collective_standin" in "".join(p.read_text() for p in stacks if p.is_file())
     assert rec.attempts[1].resumed_from == 1 and runs[1]["start_rollout_id"] == 2
     assert time.time() - t0 < 200
+    _assert_nothing_left(save, tmp_path, ray_cluster.address)
+
+
+def _own_head() -> List[str]:
+    from clawgym.backends.head import ports as head_ports
+
+    return [f"ray.port={head_ports.free_port()}", f"ray.dashboard_port={head_ports.free_port()}", "ray.num_gpus=8"]
+
+
+def test_on_a_local_head_the_head_stays_up_through_the_restart_and_is_stopped_at_the_end(
+        clawgym_checkout, tmp_path):
+    """python train.py on a head clawgym starts: the crash is resumed on the same head (kept up while
+    the run is supervised), the launcher exits with the supervisor's status and stops the head."""
+    from clawgym.launch.rayjob import dashboard_responds
+
+    save = tmp_path / "run"
+    head = _own_head()
+    address = f"http://127.0.0.1:{head[1].split('=')[1]}"
+    res = subprocess.run(_argv(clawgym_checkout, tmp_path, save, head, fail="crash@3"),
+                         env=_env(tmp_path), capture_output=True, text=True, timeout=300, cwd=ROOT)
+    out = res.stdout + res.stderr
+    assert res.returncode == 0, out[-5000:]
+    rec = read_attempts(save)
+    assert [a.cls for a in rec.attempts] == [C.CRASHED, C.FINISHED], out[-3000:]
+    runs = _records(tmp_path)
+    assert len(runs) == 2 and runs[1]["start_rollout_id"] == 2
+    # Both attempts ran on the one head the launch started; it is gone now, and so is every process.
+    subs = [json.loads(p.read_text())["address"] for p in (save / "clawgym" / "snapshots").glob("*/submitted.json")]
+    assert subs == [address, address], subs
+    assert not dashboard_responds(address, timeout=2.0), "the launch's head was left running"
+    assert not (tmp_path / "state" / "heads" / f"{address.rsplit(':', 1)[1]}.json").exists()
+    assert not sup_process.alive(sup_process.read_record(save))
+    for r in runs:
+        assert r["end"] is not None
+
+
+def test_ctrl_c_in_the_foreground_stops_a_supervised_run_for_good(clawgym_checkout, ray_cluster, tmp_path):
+    save = tmp_path / "run"
+    proc = subprocess.Popen(_argv(clawgym_checkout, tmp_path, save, ray_cluster.overrides(), rollouts=1000),
+                            env=_env(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            cwd=ROOT)
+    try:
+        deadline = time.time() + 120
+        while not any(r.get("rollouts") for r in _records(tmp_path)) and time.time() < deadline:
+            time.sleep(0.3)
+        assert sup_process.running(save) is not None, "no supervisor runs beside the launch"
+        proc.send_signal(signal.SIGINT)
+        out, _ = proc.communicate(timeout=150)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, out[-3000:]
+    assert "for good" in out
+    srec = sup_process.read_record(save)
+    assert srec["status"] == "ended" and srec["exit_code"] == 130
+    rec = read_attempts(save)
+    assert [a.cls for a in rec.attempts] == [C.STOPPED_BY_USER] and rec.stopped["by"] == "user"
+    runs = _records(tmp_path)
+    assert len(runs) == 1 and runs[0]["signal"] == "SIGTERM", "stopped through Ray, never restarted"
     _assert_nothing_left(save, tmp_path, ray_cluster.address)

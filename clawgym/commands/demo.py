@@ -73,6 +73,8 @@ def sweep_command(root: Path, work: Path, steps: int) -> List[str]:
             "gpu_layout=split_1_1", f"ray.num_gpus={HEAD_GPUS}",
             f"ray.port={_free_port()}", f"ray.dashboard_port={_free_port()}",
             "wandb.enabled=false", "sandbox.cleanup_leftovers=false", "eval.interval=2",
+            # The stand-in logs rollouts 0..steps-1: the run's last rollout, so its supervisor sees it finish.
+            f"rollout.num_rollout={steps}",
             f"+extra_env.STANDIN_ROLLOUT_STEPS={steps}", "+extra_env.STANDIN_STEP_SLEEP=0.5",
             # Two checkpoints each, so `clawgym show` lists them and `clawgym resume` has one to load.
             "+extra_env.STANDIN_CHECKPOINTS=2", "+extra_env.STANDIN_CHECKPOINT_EVERY=0.3", "checkpoint.save_interval=1",
