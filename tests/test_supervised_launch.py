@@ -108,6 +108,9 @@ def test_a_run_that_crashes_once_goes_on_from_its_last_complete_checkpoint_with_
     assert (save / "clawgym" / "attempt-1.log").is_file() and (save / "clawgym" / "attempt-2.log").is_file()
     assert "rollout step 4" in (save / "clawgym" / "attempt-2.log").read_text()
     assert SECRET not in sup_process.log_path(save).read_text() and SECRET not in out
+    shown = subprocess.run([sys.executable, "-m", "clawgym", "show", str(save), "--no-config"], env=_env(tmp_path),
+                           capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert "supervisor: ended with exit status 0" in shown.stdout and "crashed" in shown.stdout, shown.stdout
     _assert_nothing_left(save, tmp_path, ray_cluster.address)
 
 
@@ -272,3 +275,22 @@ def test_ctrl_c_in_the_foreground_stops_a_supervised_run_for_good(clawgym_checko
     runs = _records(tmp_path)
     assert len(runs) == 1 and runs[0]["signal"] == "SIGTERM", "stopped through Ray, never restarted"
     _assert_nothing_left(save, tmp_path, ray_cluster.address)
+
+
+def test_one_supervisor_per_save_dir_a_second_one_ends_at_once(tmp_path):
+    """A supervisor holds <save>/clawgym/supervisor.lock for its life: a second one for the same save
+    dir refuses (exit 2) and touches nothing."""
+    import fcntl
+
+    save = tmp_path / "run"
+    (save / "clawgym").mkdir(parents=True)
+    fd = os.open(save / "clawgym" / "supervisor.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # the first supervisor's hold
+    try:
+        res = subprocess.run([sys.executable, "-m", "clawgym.supervisor", str(save), "--id", "second"],
+                             env=_env(tmp_path), capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    finally:
+        os.close(fd)
+    assert res.returncode == 2, res.stdout + res.stderr
+    assert "one supervisor per save dir" in res.stdout
+    assert not (save / "clawgym" / "attempts.json").exists()

@@ -56,9 +56,11 @@ def head4():
             pass
 
 
-def tune_argv(checkout: Path, tmp: Path, address: str, *extra: str, steps: int = STEPS) -> List[str]:
+def tune_argv(checkout: Path, tmp: Path, address: str, *extra: str, steps: int = STEPS,
+              supervised: bool = False) -> List[str]:
     return [sys.executable, str(TRAIN), "-m", "hydra/sweeper=clawgym",
-            *checkout_overrides(checkout, skip_checks=SKIPS), "sandbox.cleanup_leftovers=false",
+            *checkout_overrides(checkout, skip_checks=SKIPS, supervised=supervised),
+            "sandbox.cleanup_leftovers=false",
             f"paths.save={tmp}/exp/${{run_name}}", f"+extra_env.STANDIN_RECORD_DIR={tmp}/records",
             "gpu_layout=split_1_1", f"ray.address={address}", f"hydra.sweep.dir={tmp}/multirun",
             f"+extra_env.STANDIN_ROLLOUT_STEPS={steps}", f"+extra_env.STANDIN_PEAK_LR={PEAK_LR}",
@@ -119,7 +121,9 @@ def study_run(clawgym_checkout, head4, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("tune")
     proc = run(tune_argv(clawgym_checkout, tmp, head4, LR_SPACE, "rollout.temperature=interval(0.6, 1.2)",
                          "hydra.sweeper.n_trials=12", "hydra.sweeper.seed=3", "hydra.sweeper.pruner=median",
-                         "hydra.sweeper.min_steps=2", "hydra.sweeper.metric=rollout/raw_reward:mean_last_3"), tmp)
+                         "hydra.sweeper.min_steps=2", "hydra.sweeper.metric=rollout/raw_reward:mean_last_3",
+                         # Every trial supervised, as by default: a trial ends when its supervisor does.
+                         f"rollout.num_rollout={STEPS}", "restart.poll_s=1", supervised=True), tmp)
     assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-3000:]
     return tmp, proc.stdout
 
@@ -164,6 +168,18 @@ def test_pruned_trials_are_stopped_before_their_last_step_and_recorded_as_pruned
         if t.state == TrialState.COMPLETE:
             assert len(recs[t.user_attrs["clawgym_submission_id"]]["logged"]["rollout/raw_reward"]) == STEPS
     assert "pruned" in out and "stopping its job" in out
+    # Each trial had its supervisor: a pruned one was stopped for good through it (recorded as pruned,
+    # never restarted), a complete one ended at its last rollout.
+    from clawgym.snapshot.attempts import read_attempts
+
+    for t in study.trials:
+        rec = recs[t.user_attrs["clawgym_submission_id"]]
+        attempts = read_attempts(rec["argv"][rec["argv"].index("--save") + 1])
+        assert len(attempts.attempts) == 1, (t.number, attempts.to_dict())
+        if t.state == TrialState.PRUNED:
+            assert attempts.stopped["by"] == "pruned" and attempts.attempts[0].cls == "stopped-by-user", t.number
+        else:
+            assert attempts.stopped["by"] == "finished" and attempts.attempts[0].cls == "finished", t.number
 
 
 def test_best_trial_lands_at_the_reward_peak_and_its_override_line_is_printed(study_run) -> None:

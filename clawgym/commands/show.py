@@ -77,7 +77,21 @@ def _attempt_lines(save: Any) -> List[str]:
         out.append(f"  stopped ({rec.stopped.get('by')}): {rec.stopped.get('why')}")
         if rec.stopped.get("fix"):
             out.append(f"  fix: {rec.stopped['fix']}")
+    out += _supervisor_lines(save)
     return out
+
+
+def _supervisor_lines(save: Any) -> List[str]:
+    """The run's supervisor (<save>/clawgym/supervisor.json): running (pid, log, how to stop it) or its exit."""
+    from clawgym.supervisor import process
+
+    sup = process.read_record(save)
+    if not sup:
+        return []
+    if process.alive(sup):
+        return [f"  supervisor: running, pid {sup['pid']}, log {sup.get('log')}; stop the run for good: "
+                f"clawgym jobs stop <its submission id>"]
+    return [f"  supervisor: ended with exit status {sup.get('exit_code')}, log {sup.get('log')}"]
 
 
 def format_show(target: str, *, config: str = "resolved") -> str:

@@ -375,9 +375,9 @@ class Pipeline(LaunchChecks):
                 files[str(path)] = seen + len(text[:cut].encode("utf-8"))
                 for line in text[:cut].splitlines():
                     if path == log:
-                        if "[clawgym]" in line or not echo:
-                            say(line[line.index("[clawgym]"):].replace("[clawgym] ", prefix, 1)
-                                if "[clawgym]" in line else prefix + line)
+                        # The supervisor's own lines (a sweep: only its decisions, one per attempt).
+                        if "[clawgym]" in line and (echo or "[clawgym] attempt " in line):
+                            say(line[line.index("[clawgym]"):].replace("[clawgym] ", prefix, 1))
                     else:
                         sys.stdout.write(line + "\n")
                 sys.stdout.flush()
