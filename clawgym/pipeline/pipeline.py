@@ -350,16 +350,20 @@ class Pipeline(LaunchChecks):
         save = j.supervisor["save_dir"]
         files: Dict[str, int] = {}
         log = Path(j.supervisor["log"])
-        start_size = int(j.supervisor.get("log_offset", 0))
-        files[str(log)] = start_size
-        skip = {p.name for p in Path(save, "clawgym").glob("attempt-*.log")}
+        files[str(log)] = int(j.supervisor.get("log_offset", 0))
+        first = int(j.supervisor.get("first_attempt", 1))
+
+        def later_attempt(p: Path) -> bool:
+            # attempt-<n>.log of this supervisor's restarts (the first attempt was shown as it ran).
+            number = p.stem.rsplit("-", 1)[-1]
+            return number.isdigit() and int(number) > first
         prefix = "[clawgym] " if not self._sweep else f"[sweep] job #{j.num}: "
 
         def pump() -> None:
             paths = [log]
             if echo:
-                paths += sorted((p for p in Path(save, "clawgym").glob("attempt-*.log") if p.name not in skip),
-                                key=lambda p: p.stat().st_mtime)
+                paths += sorted((p for p in Path(save, "clawgym").glob("attempt-*.log") if later_attempt(p)),
+                                key=lambda p: int(p.stem.rsplit("-", 1)[-1]))
             for path in paths:
                 seen = files.setdefault(str(path), 0)
                 try:

@@ -120,13 +120,19 @@ def spawn(save_dir: str | os.PathLike, environ: Mapping[str, str]) -> Dict[str, 
     env["PYTHONPATH"] = os.pathsep.join([root, *[p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]])
     log = log_path(save)
     log.parent.mkdir(parents=True, exist_ok=True)
+    from clawgym.snapshot.attempts import read_attempts
+
+    # Where this supervisor's part of the log starts, and the number its first attempt will get.
+    offset = log.stat().st_size if log.exists() else 0
+    first_attempt = len(read_attempts(save).attempts) + 1
     with open(log, "a", encoding="utf-8") as out:
         proc = subprocess.Popen([sys.executable, "-m", "clawgym.supervisor", str(save), "--id", sid],
                                 stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, env=env,
                                 cwd=str(save), start_new_session=True, close_fds=True)
     created = ownership.process_start(proc.pid) or 0.0
     rec = {"id": sid, "pid": proc.pid, "create_time": created, "save_dir": str(save), "started": time.time(),
-           "status": "running", "exit_code": None, "log": str(log)}
+           "status": "running", "exit_code": None, "log": str(log), "log_offset": offset,
+           "first_attempt": first_attempt}
     write_record(save, rec)
     ownership.add_supervisor({k: rec[k] for k in ("id", "pid", "create_time", "save_dir")})
     # Kept to reap it when it ends while this launcher runs (its exit status is in its record).
