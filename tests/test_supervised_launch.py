@@ -294,3 +294,29 @@ def test_one_supervisor_per_save_dir_a_second_one_ends_at_once(tmp_path):
     assert res.returncode == 2, res.stdout + res.stderr
     assert "one supervisor per save dir" in res.stdout
     assert not (save / "clawgym" / "attempts.json").exists()
+
+
+def test_each_sweep_job_is_supervised_and_ends_when_its_supervisor_ends(clawgym_checkout, ray_cluster, tmp_path):
+    """python train.py -m: each job has its supervisor; the job that crashes once is resumed into its own
+    save dir, and the sweep counts it as succeeded only once its supervisor ended with 0."""
+    from tests.fixtures.checkout import LAUNCH_SKIPS, checkout_overrides
+
+    argv = [sys.executable, str(ROOT / "train.py"), "-m",
+            *checkout_overrides(clawgym_checkout, skip_checks=LAUNCH_SKIPS, supervised=True), *ray_cluster.overrides(),
+            "gpu_layout=split_1_1", "sandbox.cleanup_leftovers=false", f"paths.save={tmp_path}/exp/${{run_name}}",
+            "rollout.num_rollout=5", "restart.poll_s=1", "+extra_env.STANDIN_RUN_ROLLOUTS=5",
+            "+extra_env.STANDIN_STEP_SLEEP=0.3", "+extra_env.STANDIN_SAVE_EVERY=2",
+            f"+extra_env.STANDIN_RECORD_DIR={tmp_path / 'records'}",
+            f"+extra_env.STANDIN_FAIL_ONCE={tmp_path / 'failed-once'}", "+extra_env.STANDIN_FAIL=crash@3,crash@99",
+            f"hydra.sweep.dir={tmp_path}/multirun", "hydra.launcher.poll_interval=0.2"]
+    res = subprocess.run(argv, env=_env(tmp_path), capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    out = res.stdout + res.stderr
+    assert res.returncode == 0, out[-5000:]
+    saves = sorted((tmp_path / "exp").iterdir())
+    assert len(saves) == 2, saves
+    classes = {s.name: [a.cls for a in read_attempts(s).attempts] for s in saves}
+    assert sorted(classes.values()) == [[C.CRASHED, C.FINISHED], [C.FINISHED]], classes
+    assert "attempt 1 of 4" in out and "succeeded" in out
+    for s in saves:
+        assert sup_process.read_record(s)["exit_code"] == 0
+        _assert_nothing_left(s, tmp_path, ray_cluster.address)
