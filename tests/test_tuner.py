@@ -162,7 +162,12 @@ def test_pruned_trials_are_stopped_before_their_last_step_and_recorded_as_pruned
     for t in pruned:
         rec = recs[t.user_attrs["clawgym_submission_id"]]
         logged = len(rec["logged"]["rollout/raw_reward"])
-        assert logged < STEPS and rec["signal"] == "SIGTERM", (t.number, logged, rec["signal"])
+        # Stopped before its last step, or (pruned in the seconds its supervisor took to see the trainer
+        # end at its last step) already over when the prune was recorded: never running on after it.
+        save = Path(rec["argv"][rec["argv"].index("--save") + 1])
+        pruned_at = json.loads((save / "clawgym" / "user_stopped.json").read_text())["at"]
+        assert (logged < STEPS and rec["signal"] == "SIGTERM") or rec["end"] <= pruned_at, \
+            (t.number, logged, rec["signal"], rec["end"], pruned_at)
         assert t.intermediate_values, "the pruner was fed the metric at every step"
     for t in study.trials:
         if t.state == TrialState.COMPLETE:

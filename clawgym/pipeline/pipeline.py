@@ -617,12 +617,15 @@ class Pipeline(LaunchChecks):
 
         def stop() -> None:
             try:
-                if job.supervisor is not None:
-                    # Pruned: stopped for good through its supervisor, never restarted.
-                    from clawgym.supervisor import process
+                from clawgym.supervisor import process
 
-                    process.stop_for_good(job.supervisor["save_dir"], by="pruned", why="pruned by the tuner")
+                if job.supervisor is not None:
+                    # Pruned: recorded as a stop for good first (its supervisor never restarts it, and
+                    # stops a restart's job itself), then the job stopped at once as before.
+                    process.signal_stop(job.supervisor["save_dir"], by="pruned", why="pruned by the tuner")
                 job.handle.stop()
+                if job.supervisor is not None:
+                    process.wait(job.supervisor["save_dir"], timeout=90.0)
             except Exception as exc:  # noqa: BLE001 - reported; the job's follower sees how it ended
                 say(f"[sweep {self._elapsed()}] could not stop job #{job.num} ({job.submission_id}): {exc}")
             self._wake.set()
