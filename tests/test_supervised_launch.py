@@ -96,6 +96,12 @@ def test_a_run_that_crashes_once_goes_on_from_its_last_complete_checkpoint_with_
     assert len(runs) == 2 and "--load" not in runs[0]["argv"] and "--load" in runs[1]["argv"]
     assert runs[1]["start_rollout_id"] == 2 and runs[1]["rollouts"] == [2, 3, 4]
     assert (save / "latest_checkpointed_iteration.txt").read_text().strip() == "4"
+    # Each checkpoint carries the snapshot of the attempt that wrote it (the restart's stamped by its supervisor).
+    from clawgym.snapshot.checkpoints import list_checkpoints
+    from clawgym.snapshot.read import list_snapshots
+
+    s1, s2 = list_snapshots(save)
+    assert [(c.iteration, c.stamp_id) for c in list_checkpoints(save)] == [(1, s1.id), (3, s2.id), (4, s2.id)]
     # TensorBoard: the resumed attempt's steps go on where the first left off (same step axis).
     from clawgym.runs.events import read_scalars
 

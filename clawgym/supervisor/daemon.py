@@ -134,6 +134,7 @@ class SupervisedRayRunner(RayJobRunner):
         t = self._followers.get(sub)
         if t is not None:
             t.join(timeout=10)  # the log's end is the classifier's evidence
+        self.stop_watching()  # stamps what the ended job saved, then stops
         return super().evidence(sub)
 
     # ------------------------------------------------------------ restarts
@@ -153,7 +154,22 @@ class SupervisedRayRunner(RayJobRunner):
         self.address = str(sub.get("address") or self.address)
         self._handles.clear()
         self.adopt(str(sub["submission_id"]), snap)
+        # The restart was submitted detached: its checkpoints are stamped with its snapshot here.
+        self._watch(snap)
         return str(sub["submission_id"])
+
+    def _watch(self, snap: Path) -> None:
+        from types import SimpleNamespace
+
+        from clawgym.snapshot.checkpoints import start_checkpoint_watcher
+
+        self.stop_watching()
+        self._watcher = start_checkpoint_watcher(SimpleNamespace(save_dir=str(self.save)), str(snap))
+
+    def stop_watching(self) -> None:
+        watcher, self._watcher = getattr(self, "_watcher", None), None
+        if watcher is not None:
+            watcher.stop()
 
 
 class ResumeFailed(Exception):
