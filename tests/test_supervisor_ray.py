@@ -2,9 +2,9 @@
 end is classified from Ray's record of the job and its logs, and the loop resubmits it from the
 last complete checkpoint with no one typing anything.
 
-The resubmission here posts the same entrypoint with ``--load`` (the launch path that would run
-``clawgym resume``'s config is not wired to the supervisor yet); what is held is the runner's
-evidence and stop, and the loop end to end on Ray.
+The resubmission here posts the same entrypoint with ``--load``; what is held is the runner's
+evidence and stop, and the loop end to end on Ray. The launch path (the supervisor the pipeline
+starts, its restarts through ``clawgym resume``) is tests/test_supervised_launch.py's.
 """
 
 from __future__ import annotations

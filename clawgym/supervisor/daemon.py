@@ -184,7 +184,6 @@ def main(argv: Optional[list] = None) -> int:
     args = p.parse_args(argv)
     save = Path(args.save_dir).resolve()
     from clawgym.common import ownership
-    from clawgym.common.ownership import file_lock  # noqa: F401  (the same flock the records use)
 
     if args.id:
         os.environ[ownership.SUPERVISOR_ENV] = args.id
@@ -216,6 +215,12 @@ def main(argv: Optional[list] = None) -> int:
 
         say(f"[clawgym] the supervisor stopped: {redact(str(exc))}")
         rc = FAILED
+        from clawgym.snapshot.attempts import read_attempts
+
+        rec = read_attempts(save)
+        if rec.attempts and not rec.stopped:
+            rec.stop("supervisor", f"the supervisor stopped: {redact(str(exc))}",
+                     f"see {process.log_path(save)}; then `clawgym resume {save}`")
     finally:
         process.update_record(save, status="ended", exit_code=rc, ended=time.time(), pid_ended=os.getpid())
         os.close(fd)
