@@ -13,3 +13,8 @@ ENDED_FILE = "ended.json"
 #: The attempts of a run (each launch and restart, how it ended, what came next), relative to the
 #: save dir: written by the supervisor, read by ``clawgym runs`` and ``clawgym show``.
 ATTEMPTS_RELPATH = "clawgym/attempts.json"
+#: What the run's monitors tripped on (a health rule, a hang), one JSON line each, relative to the
+#: save dir: written by the supervisor as it acts on a verdict, read by ``runs``, ``show``, ``report``.
+HEALTH_RELPATH = "clawgym/health.jsonl"
+#: Where the hang monitor writes its py-spy dumps, relative to the save dir.
+STACKS_RELPATH = "stacks"
