@@ -281,6 +281,15 @@ class StandinRunner:
                "RAY_JOB_CONFIG_JSON_ENV_VAR": json.dumps({"metadata": {"job_submission_id": sid}}), **env}
         self.proc = subprocess.Popen([sys.executable, str(STANDIN), "--use-tensorboard", "--save", str(save)],
                                      env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        # Its 3 steps logged before the supervision starts: an interpreter still importing tensorboardX
+        # on a loaded machine is silent too, and the hang under test is the one after the steps.
+        from clawgym.runs.events import read_scalars
+
+        folder, deadline = save / "tensorboard" / sid, time.time() + 60
+        while time.time() < deadline and self.proc.poll() is None:
+            if folder.is_dir() and len(read_scalars(folder).get("rollout/raw_reward") or []) >= 3:
+                break
+            time.sleep(0.2)
 
     def running(self, sub):
         return self.proc.poll() is None

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from clawgym.runs import events as ev
@@ -115,19 +114,6 @@ def measured_step_s(scalars: Mapping[str, List[ev.Point]]) -> Optional[float]:
     return statistics.median(gaps) if gaps else None
 
 
-def per_attempt_events(save_dir: Path, submission_ids: Sequence[Optional[str]]) -> Dict[str, AttemptEvents]:
-    """submission id -> its events, read from ``<save>/tensorboard/<submission id>/``."""
-    from clawgym.plan.build import TENSORBOARD_RELPATH
-
-    out: Dict[str, AttemptEvents] = {}
-    for sid in submission_ids:
-        if not sid or sid in out:
-            continue
-        folder = Path(save_dir) / TENSORBOARD_RELPATH / sid
-        out[sid] = attempt_events(ev.read_scalars(folder) if folder.is_dir() else {})
-    return out
-
-
 def restarts_of(attempts: Sequence[Any], events: Mapping[str, AttemptEvents]) -> List[Restart]:
     """The restarts of a run from its recorded attempts (clawgym.snapshot.attempts.Attempt) and
     each attempt's events."""
@@ -152,10 +138,10 @@ def run_gpus(config: Mapping[str, Any]) -> Optional[int]:
         return None
 
 
-def lost_of_run(save_dir: Path, config: Mapping[str, Any], attempts: Sequence[Any],
-                scalars: Mapping[str, List[ev.Point]], now: float) -> Tuple[Optional[float], List[Lost]]:
-    """GPU-seconds a run lost to its restarts, and the breakdown (0 without a restart)."""
+def lost_of_run(run: Any, attempts: Sequence[Any], now: float) -> Tuple[Optional[float], List[Lost]]:
+    """GPU-seconds a run (clawgym.runs.discover.Run) lost to its restarts, and the breakdown (0 without
+    a restart): its recorded attempts, each attempt's own events, its measured step time and GPUs."""
     if len(attempts) < 2:
         return 0.0, []
-    events = per_attempt_events(save_dir, [a.submission_id for a in attempts])
-    return gpu_time_lost(restarts_of(attempts, events), run_gpus(config), measured_step_s(scalars), now)
+    events = {a.submission_id: attempt_events(run.scalars_of(a.submission_id)) for a in attempts if a.submission_id}
+    return gpu_time_lost(restarts_of(attempts, events), run_gpus(run.config), measured_step_s(run.scalars()), now)

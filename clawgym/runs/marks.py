@@ -12,10 +12,8 @@ own events folder, ``<save>/tensorboard/<submission id>/``) by the time it ended
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Dict, List, Optional, Tuple
+from typing import List, Optional, Tuple
 
-from clawgym.runs import events as ev
 from clawgym.runs.discover import Run
 
 RESTART, HANG, RULE = "restart", "hang", "rule"
@@ -73,24 +71,11 @@ def run_marks(run: Run) -> List[Mark]:
     return sorted(out, key=lambda m: m.time)
 
 
-def _attempt_scalars(run: Run, submission_id: Optional[str]) -> Dict[str, List[ev.Point]]:
-    """One attempt's own scalars (its events folder), read once per run object."""
-    if not submission_id:
-        return {}
-    from clawgym.plan.build import TENSORBOARD_RELPATH
-
-    cache = run.__dict__.setdefault("_attempt_scalars", {})
-    if submission_id not in cache:
-        folder = Path(run.save_dir) / TENSORBOARD_RELPATH / submission_id
-        cache[submission_id] = ev.read_scalars(folder) if folder.is_dir() else ev.Scalars()
-    return cache[submission_id]
-
-
 def position(mark: Mark, run: Run, metric: str) -> Optional[int]:
     """The step of ``metric``'s axis where ``mark`` goes; None when it cannot be placed on that curve."""
     if mark.key == metric and mark.step is not None:
         return mark.step
-    points = _attempt_scalars(run, mark.submission_id).get(metric) or []
+    points = run.scalars_of(mark.submission_id).get(metric) or []
     by_then = [p.step for p in points if p.wall_time <= mark.time + SLACK_S]
     if by_then:
         return max(by_then)

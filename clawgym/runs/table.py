@@ -304,7 +304,7 @@ def build_rows(runs: Sequence[Run], *, metrics: Optional[Sequence[str]] = None, 
             from clawgym.runs.lost import lost_of_run
 
             ended = [a for a in attempts.attempts if a.cls]
-            total, per = lost_of_run(r.save_dir, c, attempts.attempts, s, now)
+            total, per = lost_of_run(r, attempts.attempts, now)
             row.update({"attempts": len(attempts.attempts), "last_class": ended[-1].cls if ended else None,
                         "stopped": attempts.stopped, "gpu_time_lost_s": total,
                         "gpu_time_lost": [{"after_attempt": x.after_attempt, "idle_s": x.idle_s,
