@@ -404,3 +404,17 @@ def test_report_cells_wrap_between_words_never_inside_one(supervised, tmp_path):
     assert result["lines"] > 0, "no cell wrapped at all: the page measured nothing"
     assert result["broken"] == [], f"words broken across lines: {result['broken'][:5]}"
     assert result["over"] == [], f"words running out of their cell: {result['over'][:5]}"
+
+
+def test_a_trip_record_masks_the_secrets_its_evidence_shows(tmp_path, monkeypatch):
+    from clawgym.supervisor.monitor import Verdict
+
+    secret = "sk-trip-record-secret-0123456789"
+    env_secret = "wandb-env-secret-0123456789abcdef"
+    monkeypatch.setenv("WANDB_API_KEY", env_secret)
+    config = {"extra_env": {"OPENAI_API_KEY": secret}}
+    verdict = Verdict("hang", f"hang: stack shows api_key={secret} and {env_secret}; stacks: {tmp_path}/s.txt")
+    trip = record_trip(tmp_path, verdict, 1, "raysubmit_s", time.time(), config)
+    text = (tmp_path / "clawgym" / "health.jsonl").read_text()
+    assert secret not in text and env_secret not in text and trip is not None
+    assert "stack shows api_key=" in text  # the rest of the evidence is kept
