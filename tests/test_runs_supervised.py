@@ -237,12 +237,29 @@ def test_report_figures_draw_a_line_at_each_restart_hang_and_tripped_rule_labell
     assert [t for g, t in seen["texts"] if g and g.startswith("clawgym-mark-label")] == ["cuda-oom", "hang",
                                                                                         "nan-loss"]
     # Without the marks nothing is drawn (the test above sees the marks, not something else).
-    from clawgym.runs.plot import curves_png
+    from clawgym.runs.plot import MARK_STYLE, curves_png
 
     bare = {}
-    curves_png([run], "rollout/raw_reward", marks=False,
-               inspect=lambda fig, ax: bare.setdefault("n", len([l for l in ax.lines if l.get_gid()])))
+    plain = curves_png([run], "rollout/raw_reward", marks=False,
+                       inspect=lambda fig, ax: bare.setdefault("n", len([l for l in ax.lines if l.get_gid()])))
     assert bare["n"] == 0
+    # And the PNG holds them: pixels of each mark's colour, none without the marks.
+    marked = curves_png([run], "rollout/raw_reward")
+    for kind, (colour, _) in MARK_STYLE.items():
+        rgb = tuple(int(colour[i:i + 2], 16) for i in (1, 3, 5))
+        assert _pixels(marked, rgb) > 40, kind
+        assert _pixels(plain, rgb) == 0, kind
+
+
+def _pixels(png: bytes, rgb, tol: int = 40) -> int:
+    import io
+
+    import numpy as np
+    from PIL import Image
+
+    with Image.open(io.BytesIO(png)) as img:
+        a = np.asarray(img.convert("RGB"), dtype=int)
+    return int((np.abs(a - np.array(rgb)).sum(axis=2) < tol).sum())
 
 
 def test_report_page_lists_the_marks_of_each_curve_with_their_steps(supervised, tmp_path):
@@ -255,6 +272,10 @@ def test_report_page_lists_the_marks_of_each_curve_with_their_steps(supervised, 
     assert ("rule", "9", "train/loss") in marks
     assert "attempt 1: cuda-oom; resumed from iter_0000003" in text
     assert "attempt 3: nan-loss (train/loss = nan); stopped" in text
+    # The run's summary lists its attempts and trips, with the hang's stack file.
+    (stack,) = read_trips(supervised["save"])[0].files
+    assert re.search(r"<td class=\"\">attempt 2</td><td class=\"\">.*hang.*resumed from iter_0000003", text)
+    assert stack in text and "GPU time lost" in text
 
 
 def test_a_run_without_attempts_has_no_marks(tmp_path):

@@ -106,7 +106,7 @@ def draw_marks(ax, placed: Sequence[Tuple[int, object]]) -> int:
     for step, m in placed:
         colour, style = MARK_STYLE.get(m.kind, ("black", "--"))
         legend = MARK_LEGEND.get(m.kind, m.kind)
-        ax.axvline(step, color=colour, linestyle=style, linewidth=1.4, alpha=0.9, zorder=1,
+        ax.axvline(step, color=colour, linestyle=style, linewidth=1.6, zorder=1,
                    gid=f"clawgym-mark-{m.kind}", label=legend if legend not in seen else "_nolegend_")
         seen.add(legend)
         ax.text(step, 0.98, f" {m.cls or m.kind}", transform=ax.get_xaxis_transform(), rotation=90,

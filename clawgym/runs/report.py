@@ -146,6 +146,29 @@ def _table(headers: Sequence[str], rows: Sequence[Sequence[Tuple[str, str]]], *,
     return "\n".join(out)
 
 
+def _supervision_facts(run: Run, row: Mapping[str, Any]) -> List[Tuple[str, str]]:
+    """A supervised run's attempts (class, evidence, where it resumed), its trips with their stack
+    files, and the GPU time lost, for its snapshot summary."""
+    import time as _time
+
+    from clawgym.snapshot.attempts import read_attempts
+    from clawgym.snapshot.health import read_trips
+
+    out: List[Tuple[str, str]] = []
+    when = lambda t: _time.strftime("%Y-%m-%d %H:%M:%S UTC", _time.gmtime(t)) if t else "-"  # noqa: E731
+    for a in read_attempts(run.save_dir).attempts:
+        resumed = f", resumed from iter_{a.resumed_from:07d}" if a.resumed_from is not None else ""
+        out.append((f"attempt {a.number}", f"{when(a.started)} .. {when(a.ended)}: {a.cls or 'running'}"
+                                           f"{resumed}; {a.evidence or '-'}"))
+    for t in read_trips(run.save_dir):
+        files = f"; stacks: {' '.join(t.files)}" if t.files else ""
+        out.append(("tripped", f"{when(t.time)}: {t.rule} (attempt {t.attempt}) {t.key or ''} = {t.value or '-'}"
+                               f"{files}"))
+    if row.get("attempts"):
+        out.append(("GPU time lost", fmt(row.get("gpu_time_lost_s"), "gpuh")))
+    return out
+
+
 def _marks_list(runs: Sequence[Run], metric: str, differing: Mapping[int, List[str]]) -> str:
     """What the figure of ``metric`` marks, as a list a reader (and a test) can read: each restart, hang
     and tripped rule with its step on that curve (data-kind, data-step, data-run)."""
@@ -270,6 +293,7 @@ def render(runs: Sequence[Run], rows: Sequence[Mapping[str, Any]], columns: Sequ
                       ("versions", " ".join(f"{k}={v}" for k, v in sorted((m.get("versions") or {}).items()))),
                       ("git", " ".join(f"{k}={str((v or {}).get('commit') or '?')[:10]}"
                                        for k, v in sorted((m.get("git") or {}).items()) if isinstance(v, dict)))]
+        facts += _supervision_facts(r, row)
         facts += [("problem", p) for p in r.problems]
         parts.append(_table(["", ""], [[(k, ""), (v, "")] for k, v in facts]))
     parts.append("</body></html>\n")
