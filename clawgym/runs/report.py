@@ -33,6 +33,7 @@ td.num, td[class^="status"] { text-align: right; font-variant-numeric: tabular-n
 .status-running { color: #06c; } .status-succeeded { color: #080; } .status-failed { color: #c00; }
 .status-stopped, .status-unknown { color: #888; }
 td.name, th.name { white-space: nowrap; }
+div.fig { display: inline-block; width: 49%; vertical-align: top; } div.fig img { max-width: 100%; }
 ul.marks { margin: 0 0 12px 0; padding-left: 18px; } li.mark-restart { color: #b2182b; }
 li.mark-hang { color: #6a3d9a; } li.mark-rule { color: #8a6508; }
 td.best { font-weight: bold; background: #e8f6e8; }
@@ -239,8 +240,9 @@ def render(runs: Sequence[Run], rows: Sequence[Mapping[str, Any]], columns: Sequ
             png = plot.curves_png(mates, metric, weight=weight, title=f"{metric} - {name}",
                                   labels={id(r): plot.label(r, differing) for r in mates})
             if png is not None:
-                parts.append(_img(png, f"{metric} - {name}"))
-                parts.append(_marks_list(mates, metric, differing))
+                # The figure and the list of its marks side by side with the next one.
+                parts.append(f"<div class='fig'>{_img(png, f'{metric} - {name}')}"
+                             f"{_marks_list(mates, metric, differing)}</div>")
                 drawn += 1
     if not drawn:
         parts.append("<p class='muted'>No events yet: the runs have logged no metric (TensorBoard events "
