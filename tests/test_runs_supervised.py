@@ -143,6 +143,21 @@ def test_runs_counts_gpu_time_lost_from_the_attempts_and_each_attempts_events(su
     assert row["rules_tripped"] == ["hang", "nan-loss"]
 
 
+def test_a_run_stopped_for_good_and_launched_again_by_hand_counts_no_restart(tmp_path):
+    save = tmp_path / "run"
+    launch_snapshot(save)
+    t0 = time.time() - 7 * 86400
+    rec = read_attempts(save)
+    rec.start("raysubmit_a", now=t0)
+    _events(save, "raysubmit_a", [0, 1, 2], t0 + 10)
+    rec.end("stopped-by-user", "stopped by clawgym jobs stop", 2, "stop", now=t0 + 40)
+    rec.stop("user", "stopped by the user")
+    rec.start("raysubmit_b", resumed_from=2, now=t0 + 5 * 86400)  # a resume typed days later
+    _events(save, "raysubmit_b", [3, 4], t0 + 5 * 86400 + 60)
+    rows, _ = build_rows(find_runs([save]), resolve_status=False)
+    assert rows[0]["attempts"] == 2 and rows[0]["gpu_time_lost_s"] == 0.0 and rows[0]["gpu_time_lost"] == []
+
+
 def test_runs_text_table_has_a_compact_health_column_and_the_gpu_time_lost(supervised):
     rows, columns = build_rows(find_runs([supervised["save"]]), resolve_status=False)
     header, _, line = format_table(rows, columns).splitlines()[:3]

@@ -1,6 +1,8 @@
 """GPU time lost to a run's restarts: one definition (:func:`gpu_time_lost`), and what it is read from.
 
-Per restart (an attempt that ended and was followed by another one in the same save dir):
+Per restart (an attempt the supervisor ended with ``next: resume`` in ``attempts.json``, and the
+attempt that followed it in the same save dir; an attempt stopped for good and launched again by
+hand later is no restart):
 
     lost = GPUs x ( (back_at - failed_at)  +  redone x step_s )
 
@@ -119,6 +121,10 @@ def restarts_of(attempts: Sequence[Any], events: Mapping[str, AttemptEvents]) ->
     each attempt's events."""
     out: List[Restart] = []
     for a, b in zip(attempts, attempts[1:]):
+        if a.next != "resume":
+            # Not restarted by the supervisor (stopped for good, then launched again by someone, maybe
+            # days later): no restart, no lost time.
+            continue
         ea = events.get(a.submission_id or "") or AttemptEvents()
         eb = events.get(b.submission_id or "") or AttemptEvents()
         failed_at = ea.last_progress if ea.last_progress is not None else (a.ended or a.started)
