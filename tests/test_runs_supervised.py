@@ -195,6 +195,11 @@ def test_columns_choose_and_order_the_columns_of_the_table_and_the_json(supervis
     assert cli(["runs", str(supervised["save"]), "--columns", "rules_tripped,attempts", "--json"]) == 0
     (row,) = json.loads(capsys.readouterr().out)
     assert list(row) == ["rules_tripped", "attempts"] and row["attempts"] == 3
+    # The report's runs table takes the same choice.
+    page = supervised["save"].parent / "cols.html"
+    assert cli(["report", str(supervised["save"]), "--columns", "name,last_class", "--out", str(page)]) == 0
+    runs_table = page.read_text().split("<h2>Runs</h2>")[1].split("</table>")[0]
+    assert re.findall(r"<th[^>]*>([^<]*)</th>", runs_table) == ["run", "last class"]
 
 
 def test_an_unknown_column_is_refused_naming_the_closest_and_the_valid_ones(supervised, capsys):
