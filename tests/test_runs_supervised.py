@@ -459,3 +459,59 @@ def test_a_trip_record_masks_the_secrets_its_evidence_shows(tmp_path, monkeypatc
     text = (tmp_path / "clawgym" / "health.jsonl").read_text()
     assert secret not in text and env_secret not in text and trip is not None
     assert "stack shows api_key=" in text  # the rest of the evidence is kept
+
+
+RULE_CASES = [
+    # (events per step, health config, (rule, key, value, step)): the real rules' evidence, parsed.
+    ([(s, {"train/loss": float("nan") if s == 3 else 1.0}) for s in range(4)], {"nan_action": "stop"},
+     ("nan-loss", "train/loss", "nan", 3)),
+    ([(s, {"train/train_rollout_logprob_abs_diff": 0.01 + 0.2 * s}) for s in range(4)],
+     {"logprob_diff_max": 0.5, "logprob_diff_action": "stop"},
+     ("logprob-drift", "train/train_rollout_logprob_abs_diff", "0.61", 3)),
+    ([(s, {"rollout/raw_reward": 0.0 if s >= 2 else 0.3, "openclaw/total_samples": 64}) for s in range(5)],
+     {"zero_reward_rollouts": 3, "zero_reward_action": "end"}, ("zero-reward", "rollout/raw_reward", "0", 4)),
+    ([(1, {"openclaw/submitted_trajectories": 20, "openclaw/skipped_trajectories": 30,
+           "openclaw/timed_out_trajectories": 14})], {"sandbox_failure_max": 0.5, "sandbox_failure_action": "end"},
+     ("sandbox-failures", "sandbox failure rate", "69%", 1)),
+]
+
+
+@pytest.mark.parametrize("rows,health,want", RULE_CASES, ids=[c[2][0] for c in RULE_CASES])
+def test_the_trip_record_reads_the_metric_value_and_step_of_each_health_rules_evidence(tmp_path, rows, health,
+                                                                                      want):
+    from tensorboardX import SummaryWriter
+
+    from clawgym.supervisor.monitor import RunState
+    from clawgym.supervisor.rules import HealthRules
+
+    w = SummaryWriter(str(tmp_path / "tensorboard" / "raysubmit_r"))
+    for step, metrics in rows:
+        for tag, value in metrics.items():
+            w.add_scalar(tag, value, step)
+    w.close()
+    config = {"health": health, "rollout": {"num_steps_per_rollout": 1}}
+    state = RunState(save_dir=tmp_path, submission_id="raysubmit_r", attempt=1, started=0.0, now=time.time(),
+                     config=config)
+    verdict = HealthRules(config).poll(state)
+    assert verdict is not None, want
+    trip = record_trip(tmp_path, verdict, 1, "raysubmit_r", state.now, config)
+    assert (trip.rule, trip.key, trip.value, trip.step) == want
+    assert read_trips(tmp_path) == [trip]
+
+
+def test_the_trip_record_reads_the_disk_guards_numbers(tmp_path):
+    from clawgym.preflight.disk import CheckpointSize, free_bytes, gib
+    from clawgym.supervisor.disk import DiskGuard
+    from clawgym.supervisor.monitor import RunState
+
+    config = {"checkpoint": {"save_interval": 10}}
+    _, free = free_bytes(tmp_path)
+    guard = DiskGuard(config, size=CheckpointSize(free * 4 + (1 << 40), "a test's checkpoint larger than the disk"))
+    state = RunState(save_dir=tmp_path, submission_id="raysubmit_d", attempt=1, started=0.0, now=time.time(),
+                     config=config)
+    verdict = guard.poll(state)
+    assert verdict is not None and verdict.cls == "disk-full"
+    trip = record_trip(tmp_path, verdict, 1, "raysubmit_d", state.now, config)
+    assert trip.key == "disk_free" and trip.value.endswith("iB")
+    # The value is the free space the guard saw (the disk may move a little between two looks).
+    assert trip.value.split()[1] == gib(free).split()[1]

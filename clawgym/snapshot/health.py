@@ -28,6 +28,7 @@ from clawgym.common.savedir import HEALTH_RELPATH, STACKS_RELPATH
 _KEY_VALUE = re.compile(r"(?P<key>[A-Za-z_][\w.-]*/[\w./-]+) = (?P<value>[^\s,()]+)")
 _RATE = re.compile(r"(?P<key>sandbox failure rate) (?P<value>[\d.]+%)")
 _QUIET = re.compile(r"no new log output for (?P<value>\d+) s")
+_DISK = re.compile(r"disk guard: .* has (?P<value>[\d.]+ [KMGT]?i?B) free")
 #: The step the evidence names: "at step 3", "at train step 5", "at rollout 4", "(steps 3..5)".
 _STEP = re.compile(r"at (?:train )?step (\d+)|at rollout (\d+)|steps \d+\.\.(\d+)")
 
@@ -58,6 +59,8 @@ def parse_evidence(evidence: str) -> dict:
         out.update(key=m.group("key"), value=m.group("value"))
     elif _QUIET.search(evidence):
         out.update(key="stall_s", value=_QUIET.search(evidence).group("value"))
+    elif _DISK.search(evidence):
+        out.update(key="disk_free", value=_DISK.search(evidence).group("value"))
     s = _STEP.search(evidence)
     if s:
         out["step"] = int(next(g for g in s.groups() if g is not None))
