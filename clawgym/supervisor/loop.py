@@ -20,6 +20,7 @@ from clawgym.common.secrets import redact_text
 from clawgym.common.exit_codes import DONE as EXIT_DONE, FAILED as EXIT_FAILED, INTERRUPTED as EXIT_INTERRUPTED
 from clawgym.supervisor import classes as C
 from clawgym.snapshot.attempts import Attempts, read_attempts
+from clawgym.snapshot.health import record_trip
 from clawgym.supervisor.classify import Evidence, classify
 from clawgym.supervisor.health import monitors_for
 from clawgym.supervisor.monitor import RunState, Verdict
@@ -77,6 +78,7 @@ def supervise(save_dir: str | Path, config: Mapping[str, Any], runner: Runner, f
         attempt = record.last
         ours = record.attempts[first:]
         verdict = _follow(save, config, runner, sub, attempt.number, attempt.started or clock(), poll_s, sleep, clock)
+        record_trip(save, verdict, attempt.number, sub, clock(), config)  # health.jsonl: runs/show/report
         ev = runner.evidence(sub)
         ev = replace(ev, final_rollout=ev.final_rollout if ev.final_rollout is not None else final,
                      stopped_by_user=ev.stopped_by_user or runner.user_stopped(sub),
