@@ -386,10 +386,6 @@ def test_the_supervisors_loop_records_the_hang_it_ends_an_attempt_for_with_its_s
     assert rows[0]["last_class"] == "hang"
 
 
-@pytest.mark.xfail(strict=True, raises=KeyError, reason=(
-    "supervisor bug (not this branch's room): the health rules' classes (nan-loss, logprob-drift, zero-reward, "
-    "sandbox-failures) and the disk guard's disk-full are not in supervisor/classes.py CLASSES, so "
-    "recovery.decide raises KeyError when a rule trips; strict: this fails once fixed, then drop the mark"))
 def test_the_supervisors_loop_records_the_rule_it_stops_a_run_for(tmp_path):
     save, rc = _supervise(tmp_path, "raysubmit_nan", {"nan_action": "stop", "stall_s": 600.0}, STANDIN_NAN_AT="2")
     (trip,) = read_trips(save)
