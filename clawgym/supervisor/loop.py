@@ -109,8 +109,33 @@ def supervise(save_dir: str | Path, config: Mapping[str, Any], runner: Runner, f
             say(f"{head}; stopped for good: {d.why}" + (f"\n  fix: {d.fix}" if d.fix else ""))
             return EXIT_INTERRUPTED if by == "user" else EXIT_FAILED
         say(f"{head}; resuming from {point.name}")
+        if c.cls == C.CUDA_OOM:
+            point = _move_after_oom(save, config, point, say)
         sub = runner.submit(point)
         record.start(sub, resumed_from=point.iteration, now=clock())
+
+
+def _move_after_oom(save: Path, config: Mapping[str, Any], point: ResumePoint,
+                    say: Callable[[str], None]) -> ResumePoint:
+    """The next attempt's layout after an OOM (clawgym/supervisor/oom.py), said either way; the user's
+    keys are those the launch typed (its snapshot's overrides)."""
+    from clawgym.snapshot.read import list_snapshots
+    from clawgym.supervisor.oom import after_oom
+
+    from clawgym.snapshot.layout import SnapshotError
+
+    try:
+        snaps = list_snapshots(save)
+    except SnapshotError as exc:
+        say(f"[clawgym] after the OOM the layout stays as it is: the launch's overrides cannot be read ({exc})")
+        return point
+    typed = list(snaps[0].overrides or []) if snaps else []
+    move = after_oom(config, typed, gpu=(config.get("memory") or {}).get("gpu"))
+    if not move.overrides:
+        say(f"[clawgym] after the OOM the layout stays as it is: {move.why}")
+        return point
+    say(f"[clawgym] after the OOM the next attempt moves to {' '.join(move.overrides)}: {move.why}")
+    return replace(point, overrides=tuple(move.overrides))
 
 
 def _follow(save: Path, config: Mapping[str, Any], runner: Runner, sub: str, number: int, started: float,
