@@ -21,7 +21,6 @@ from clawgym.memory import this_node_gpu
 from clawgym.pipeline.prepare import (PLAN_FILE, apply_layout, attach_memory, discard_own_output_dir, failed_check,
                              format_plan_brief, memory_banner, prepared_plan, record_created_output_dir, timestamp)
 from clawgym.registry import RegistryError
-from clawgym.search.auto import NoLayout, format_choice, is_auto, resolve_auto
 from clawgym.common.secrets import env_secrets
 from clawgym.validate import ConfigError, Violation
 
@@ -51,8 +50,11 @@ def _effective(resolved: Any) -> Any:
 def resolve_layout(resolved: Any, overrides: Any) -> Tuple[Any, Optional[dict]]:
     """``gpu_layout=auto``: the resolved config with the layout the search chose, and the choice
     (``plan.layout``); anything else unchanged with None. No layout at all refuses (exit 2)."""
-    if not isinstance(resolved, dict) or not is_auto(resolved):
+    if not isinstance(resolved, dict) or not (resolved.get("gpu_layout") or {}).get("auto"):
         return resolved, None
+    # The search (~15 ms of imports) is loaded only when a layout is to be searched.
+    from clawgym.search.auto import NoLayout, resolve_auto
+
     try:
         return resolve_auto(resolved, [str(o) for o in overrides or []], gpu=this_node_gpu(resolved))
     except NoLayout as exc:
@@ -483,6 +485,8 @@ def _run(cfg: DictConfig) -> Any:
         out = output_dir()
         written = write_plan(plan, out) if out is not None else None
         if plan.layout:
+            from clawgym.search.auto import format_choice
+
             say(format_choice(plan.layout) + "\n", out=True)
         single = _single_run() or out is None
         # A sweep's job prints a short block (the sweep prints every job's verdict in one table at its end).

@@ -17,7 +17,9 @@ with contextlib.redirect_stdout(io.StringIO()):
         runpy.run_path("train.py", run_name="__main__")
     except SystemExit as exc:
         assert exc.code in (0, None), exc.code
-print(json.dumps(sorted(sys.modules)))
+keys = sys.modules.get("clawgym.config.keys")
+help_read = bool(keys and keys.keys.cache_info().currsize)
+print(json.dumps(sorted(sys.modules) + (["<help read>"] if help_read else [])))
 """
 
 
@@ -30,6 +32,22 @@ def test_a_dry_run_imports_no_launch_snapshot_or_backend_code(tmp_path):
     for name in ("clawgym.snapshot.write", "clawgym.snapshot.checkpoints", "clawgym.snapshot.records",
                  "clawgym.pipeline.pipeline", "clawgym.backends.head", "clawgym.preflight",
                  "clawgym.backends.local", "clawgym.backends.existing", "subprocess", "ray"):
+        assert name not in modules, f"a dry run imported {name}"
+
+
+def test_a_dry_run_that_fits_reads_no_key_help_and_loads_no_layout_search(tmp_path):
+    """Issue 35 (dry-run speed, 1.28x a minimal Hydra app): the unknown-key rule read every key's help from
+    the schema's source (inspect + ast, a third of clawgym's own work in a dry run) and the layout search
+    was imported for a config that names a layout. Neither is needed by a dry run that fits; the heavy
+    libraries of other commands are not either."""
+    proc = subprocess.run([sys.executable, "-c", PROBE, str(tmp_path / "run")], cwd=ROOT, capture_output=True,
+                          text=True, timeout=180)
+    assert proc.returncode == 0, proc.stderr
+    modules = set(json.loads(proc.stdout.splitlines()[-1]))
+    assert "clawgym.validate" in modules
+    assert "<help read>" not in modules, "the unknown-key rule read every key's help (keys.keys())"
+    for name in ("clawgym.search.layout", "clawgym.search.auto", "clawgym.steptime", "difflib",
+                 "matplotlib", "optuna", "docker", "jsonschema", "tensorboard", "ray"):
         assert name not in modules, f"a dry run imported {name}"
 
 
