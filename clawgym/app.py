@@ -112,6 +112,9 @@ def _prepare_output_dir(key: str, path: str) -> None:
     a dir that cannot be created is a clear error (exit 2), not a traceback."""
     target = Path(path)
     existed = target.exists()
+    from clawgym.pipeline.prepare import missing_parents
+
+    parents = missing_parents(target)
     try:
         target.mkdir(parents=True, exist_ok=True)
         probe = target / f".clawgym-write-probe-{os.getpid()}"
@@ -124,7 +127,7 @@ def _prepare_output_dir(key: str, path: str) -> None:
               f"  fix:  set {key} to a writable folder, e.g. {key}=/tmp/clawgym-outputs", file=sys.stderr)
         sys.exit(EXIT_REFUSED)
     if not existed:
-        record_created_output_dir(target)
+        record_created_output_dir(target, parents)
 
 
 def _overrides_with_secrets(overrides: Any) -> list:
@@ -165,7 +168,7 @@ def _task_config(config: DictConfig) -> DictConfig:
 
 #: Resolvers whose value follows from their arguments alone (clawgym's and OmegaConf's own):
 #: a config that interpolates no others resolves in the task function as it did in the callback.
-_PURE_RESOLVERS = frozenset({"cg.pick", "cg.lower", "cg.cap", "oc.select", "oc.decode", "oc.create", "oc.deprecated",
+_PURE_RESOLVERS = frozenset({"cg.pick", "cg.lower", "cg.cap", "cg.above", "oc.select", "oc.decode", "oc.create", "oc.deprecated",
                              "oc.dict.keys", "oc.dict.values"})
 _RESOLVER_USE = re.compile(r"\$\{\s*([^\s:}]+)\s*:")
 

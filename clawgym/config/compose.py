@@ -32,12 +32,21 @@ def _pick(cond: object, if_true: object, if_false: object) -> object:
     return if_true if cond else if_false
 
 
+def _above(value: object, limit: object) -> bool:
+    """``${cg.above:${.tensor_parallel},1}``: true when value is set and larger than limit."""
+    if value is None or str(value).strip().lower() in ("", "none", "null"):
+        return False
+    return int(value) > int(limit)  # type: ignore[arg-type]
+
+
 def register_resolvers() -> None:
     """Register clawgym's OmegaConf resolvers (safe to call repeatedly)."""
     if not OmegaConf.has_resolver("cg.pick"):
         OmegaConf.register_new_resolver("cg.pick", _pick)
     if not OmegaConf.has_resolver("cg.cap"):
         OmegaConf.register_new_resolver("cg.cap", _cap)
+    if not OmegaConf.has_resolver("cg.above"):
+        OmegaConf.register_new_resolver("cg.above", _above)
     if not OmegaConf.has_resolver("cg.lower"):
         # ``${cg.lower:${model.checkpoint_dirname}}``: the model's name as SGLang serves it.
         OmegaConf.register_new_resolver("cg.lower", lambda text: str(text).lower())
