@@ -189,7 +189,9 @@ def main() -> int:
     dry_cpu = statistics.median(c for _, c in ours["python train.py dry_run=true"])
     for label, ov in (("seed run (fits)", []),
                       ("qwen3_235b_a22b colocate_8 (advice search)",
-                       ["model=qwen3_235b_a22b", "gpu_layout=colocate_8", "optimizer.cpu_offload=false"])):
+                       # TP 4: 4 query groups do not split over the layout's TP 8 (a refused config plans nothing).
+                      ["model=qwen3_235b_a22b", "gpu_layout=colocate_8", "perf.tensor_parallel=4",
+                       "optimizer.cpu_offload=false"])):
         wall, cpu = memory_plan_ms(ov, args.reps)
         verdict = ("OK" if cpu <= MEMORY_TARGET_MS else "OVER TARGET") if not ov else "(informational)"
         print(f"memory plan added to a dry run, {label}: cpu {cpu:.1f} ms, wall {wall:.1f} ms = "
