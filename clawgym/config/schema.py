@@ -288,8 +288,9 @@ class PerfConfig:
 
     # Tensor parallel size; the seed ties it to the actor GPUs.
     tensor_parallel: Optional[int] = "${gpu_layout.actor_gpus}"  # type: ignore[assignment]
-    # Shard activations along the sequence within TP (less TP traffic).
-    sequence_parallel: bool = True
+    # Shard activations along the sequence within TP (less TP traffic); on whenever TP > 1 (Megatron
+    # turns it off at TP 1 anyway, so the default follows perf.tensor_parallel and a 1-GPU layout is warning-free).
+    sequence_parallel: bool = "${cg.above:${.tensor_parallel},1}"  # type: ignore[assignment]
     # Pipeline stages.
     pipeline_parallel: Optional[int] = 1
     # Context-parallel ranks for long sequences.

@@ -97,6 +97,12 @@ def best_rows(rows: Sequence[Mapping[str, Any]], columns: Sequence[Column]) -> D
         if len(have) < 2:
             continue
         pick = min if c.key in LOWER_IS_BETTER else max
+        if c.key == "objective":
+            # A study's objective is best in the study's own direction (a minimised loss: the lowest).
+            directions = {rows[i].get("trial_direction") for i, _ in have}
+            pick = min if directions == {"minimize"} else max if directions <= {"maximize", None} else None
+            if pick is None:
+                continue  # studies of both directions in one table: no single best
         out[c.key] = pick(have, key=lambda iv: iv[1])[0]
     return out
 

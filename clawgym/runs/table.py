@@ -155,7 +155,7 @@ def trial_of(run: Run) -> Dict[str, Any]:
         return {}
     out = {"trial": tuner.get("trial"), "trial_state": "running" if run.status == "running" else None,
            "objective": None, "study": tuner.get("study"), "metric": tuner.get("metric"),
-           "params": tuner.get("params") or {}}
+           "direction": tuner.get("direction"), "params": tuner.get("params") or {}}
     try:
         ended = json.loads((snap.path / "trial.json").read_text())
         out.update({"trial_state": ended.get("state"), "objective": ended.get("objective")})
@@ -312,6 +312,7 @@ def build_rows(runs: Sequence[Run], *, metrics: Optional[Sequence[str]] = None, 
         trial = trial_of(r)
         if trial:
             row.update({k: trial[k] for k in ("trial", "trial_state", "objective")})
+            row["trial_direction"] = trial.get("direction")
         for tag in tags:
             pts = s.get(tag)
             lp, bp = ev.latest(pts), ev.best(pts)
