@@ -424,8 +424,10 @@ def test_multi_node_script_imports_to_an_existing_cluster_with_the_address_left_
     from clawgym.validate import violations
 
     out_dir = tmp_path / "conf"
+    # The head node's address, as a user of the script gives it (the script passes it to the job as
+    # MASTER_ADDR, as slime v0.3.1's multi-node scripts do): the experiment's job gets the same.
     code, out = run_cli([str(slime_checkout / LAYOUT["run-qwen3-30B-A3B-2nodes.sh"]), "--out", str(out_dir),
-                         "--name", "two_nodes"], capsys)
+                         "--name", "two_nodes", "--env", "MASTER_ADDR=10.0.0.1"], capsys)
     assert code == 0, out
     assert "local-head-gpus-fit" not in out
     assert "left to set" in out and "ray.address" in out
@@ -438,6 +440,7 @@ def test_multi_node_script_imports_to_an_existing_cluster_with_the_address_left_
     assert [v.code for v in violations(compose(search)) if v.severity == "error"] == ["existing-cluster-needs-address"]
     assert [v.format() for v in violations(compose([*search, "ray.address=http://10.0.0.1:8265"]))
             if v.severity == "error"] == []
+    assert "node_ip: 10.0.0.1" in text  # the job's MASTER_ADDR (ray.node_ip), not the loopback default
 
 
 # ---------------------------------------------------------------- clean refusals
