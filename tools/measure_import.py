@@ -176,9 +176,10 @@ def import_one(rel: str, slime: Path, out_dir: Path) -> Dict[str, Any]:
     from omegaconf import OmegaConf
 
     # ${now:FORMAT} (a value the script makes from the clock, kept dynamic) reads the instant the compared
-    # capture's `date` read, as the importer's own parity does: both argvs come from one instant.
+    # capture's `date` read, as the importer's own parity does: both argvs come from one instant. (Hydra
+    # registers its own `now` while composing: the plan, which resolves the config, is built after.)
+    cfg = compose([f"hydra.searchpath=[file://{out_dir.resolve()}]", f"+experiment={name}"])
     with importer_entry._clock_at(cap.epoch):
-        cfg = compose([f"hydra.searchpath=[file://{out_dir.resolve()}]", f"+experiment={name}"])
         plan = build_plan(cfg, environ={}, timestamp="measure")
     # The architecture of the run (the experiment's model group, = the script's model args when
     # the import has 0 differences): the judge writes the checkpoint's config.json from it.
