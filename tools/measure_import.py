@@ -161,7 +161,8 @@ def import_one(rel: str, slime: Path, out_dir: Path) -> Dict[str, Any]:
                 + [f"differs: {d.what} {d.name}: script {d.script!r}, experiment {d.experiment!r}"
                    for d in result.differences])
     row.update(imported=result.ok, importer_problems=[one_line(p) for p in problems],
-               setup=result.setup, answered=result.answered, services=result.services)
+               setup=result.setup, answered=result.answered, services=result.services,
+               cluster=(result.choices or {}).get("cluster"), left_to_set=sorted(result.left_to_set))
     # The importer's deliberate flag differences (shown, not counted: e.g. TensorBoard events kept on so
     # clawgym runs / report show curves), by dest: the comparison below leaves those dests out and lists them.
     row["deliberate"] = {m.group(1): f"script {d.script!r}, experiment {d.experiment!r}: {d.note}"
@@ -284,12 +285,13 @@ def write(rows: List[Dict[str, Any]], meta: Dict[str, Any], ns: argparse.Namespa
                "judge": "upstream's startup path: parse_args, the driver's train() up to placement, engine 0's "
                         "SGLang ServerArgs, rank 0's initialize_model_parallel, micro-batch calculator and "
                         "TransformerConfig (tools/import_judge.py via tools/trainer_judge.py)",
+               "imported_for_an_existing_cluster": sum(r.get("cluster") == "existing" for r in passed),
                "deliberate_not_counted": dict(sorted(Counter(d for r in passed for d in r.get("deliberate") or {})
                                                      .items())),
                "judge_stand_ins": meta.get("stand_ins", [])}
     keep = ("script", "env", "verdict", "upstream", "upstream_stage", "upstream_reason", "upstream_not_judged",
-            "upstream_not_run", "reason", "note", "differences", "deliberate", "setup", "answered", "services",
-            "importer_problems", "capture")
+            "upstream_not_run", "reason", "note", "differences", "deliberate", "cluster", "left_to_set", "setup",
+            "answered", "services", "importer_problems", "capture")
     data = {"summary": summary, "scripts": [{k: r[k] for k in keep if k in r and r[k] not in (None, [], {})}
                                              for r in rows]}
     out = Path(ns.out)
@@ -314,6 +316,9 @@ def write(rows: List[Dict[str, Any]], meta: Dict[str, Any], ns: argparse.Namespa
     for r in rows:
         notes = _why(r)
         extra = []
+        if r.get("cluster") == "existing":
+            extra.append("written for several nodes: imported for the cluster they form (cluster=existing; left to "
+                         f"set at launch: {', '.join(r.get('left_to_set') or [])})")
         if r.get("env"):
             extra.append("env " + ", ".join(f"{k}={v}" for k, v in r["env"].items()))
         if r.get("setup"):
