@@ -139,6 +139,8 @@ ARROWS: Dict[Tuple[str, str], str] = {
     ("clawgym.preflight", "clawgym.common"): "ownership records, ports, exit codes",
     ("clawgym.preflight", "clawgym.config"): "plain configs",
     ("clawgym.preflight", "clawgym.launch"): "the W&B key the launcher hands the job",
+    ("clawgym.preflight", "clawgym.steptime"): "the modelled step time that prices the work a preemption redoes",
+    ("clawgym.preflight", "clawgym.trainer"): "the effective config the step-time model reads",
     ("clawgym.preflight", "clawgym.memory"): "this node's GPUs",
     ("clawgym.preflight", "clawgym.plan"): "where the W&B key goes",
     ("clawgym.preflight", "clawgym.search"): "the memory check's advice",
