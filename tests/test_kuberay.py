@@ -18,7 +18,7 @@ from typing import Any, Dict, List, Tuple
 import pytest
 import yaml
 
-from clawgym.backends.kuberay import MAX_NAME, dns_name, manifest, manifest_yaml
+from clawgym.backends.kuberay import MAX_NAME, dns_name, entrypoint, manifest, manifest_yaml
 from clawgym.config.compose import compose, to_plain
 from clawgym.plan.build import build_plan_from_dict
 from clawgym.validate import violations
@@ -71,7 +71,11 @@ def test_rayjob_follows_the_spec(name: str):
     meta, spec = doc["metadata"], doc["spec"]
     assert isinstance(meta["name"], str) and len(meta["name"]) <= MAX_NAME and dns_name(meta["name"]) == meta["name"]
     # Typed fields of RayJobSpec.
-    assert isinstance(spec["entrypoint"], str) and shlex.split(spec["entrypoint"]) == plan.entrypoint
+    # restart.enabled (the default): the trainer's own argv behind the resume shim, and KubeRay's retries.
+    argv = shlex.split(spec["entrypoint"])
+    assert isinstance(spec["entrypoint"], str) and argv == entrypoint(plan, c)
+    assert argv[1].endswith("/clawgym/resume_load.py") and argv[argv.index("--") + 1:] == plan.entrypoint
+    assert spec["backoffLimit"] == c["restart"]["max_attempts"]
     runtime_env = yaml.safe_load(spec["runtimeEnvYAML"])
     assert runtime_env["working_dir"] == plan.working_dir
     assert all(isinstance(v, str) for v in runtime_env["env_vars"].values())
@@ -263,7 +267,7 @@ def test_an_applied_rayjob_is_followed_through_the_ray_jobs_api_once_its_dashboa
 
     from ray.job_submission import JobSubmissionClient
 
-    from clawgym.backends.kuberay import KubeRayHandle
+    from clawgym.backends.kuberay import KubeRayHandle, write_resume_shim
     from tests.fixtures.checkout import checkout_overrides
 
     cfg = compose([*checkout_overrides(clawgym_checkout), "cluster=kuberay", "kuberay.image=img:1",
@@ -272,6 +276,7 @@ def test_an_applied_rayjob_is_followed_through_the_ray_jobs_api_once_its_dashboa
     c = to_plain(cfg)
     plan = build_plan_from_dict(c, environ={}, timestamp=TS + str(os.getpid()))
     spec = manifest(plan, c)["spec"]
+    write_resume_shim(plan)  # as KubeRayBackend.submit does, into the save dir the pods mount
 
     def submitter() -> None:
         import time
