@@ -7,6 +7,8 @@ recording stand-in trainer in a real allocation with its own Ray head, dying the
 - SLURM's time-limit lead (the USR1 of ``--signal=B:USR1@N``, sent here with ``scancel --signal=USR1
   --batch``) ends the attempt as a time limit, the job is requeued (``scontrol requeue``) and its next
   allocation resumes from the tracker;
+- a requeue by SLURM itself (``scontrol requeue``, as a preemption with PreemptMode=REQUEUE) is a
+  preemption, and the next allocation resumes from the tracker;
 - a deterministic startup failure is never retried;
 - a user's ``scancel`` stops the run for good: no requeue, exit 130.
 
@@ -149,6 +151,29 @@ def test_slurms_time_limit_lead_requeues_the_job_and_its_next_allocation_resumes
     record = json.loads((run.save / "standin_record.json").read_text())
     assert record["env"]["SLURM_RESTART_COUNT"] == "1" and record["start_rollout_id"] == first_end + 1
     assert (run.save / "latest_checkpointed_iteration.txt").read_text().strip() == "29"
+    assert_nothing_left(slurm_cluster, job)
+
+
+def test_a_requeue_by_slurm_is_a_preemption_and_the_next_allocation_resumes_from_the_tracker(
+        slurm_cluster, clawgym_checkout, env, tmp_path):
+    run = Launch(clawgym_checkout, env, tmp_path, f"slrequeue{os.getpid()}", *rollouts(30, sleep=0.4))
+    run.wait_for("[standin] saved checkpoint iter_0000003")
+    job = run.job_id()
+    # What a preemption with PreemptMode=REQUEUE or an admin does: SLURM TERMs the job and queues it again.
+    slurm_cluster.run("scontrol", "requeue", job)
+    rc = run.wait()
+    out = run.output + run.job_output()
+    assert rc == 0, out
+    rec = read_attempts(run.save)
+    assert [a.cls for a in rec.attempts] == [C.PREEMPTED, C.FINISHED], out
+    # Recorded by the allocation that was cut (SLURM's record says it is requeuing the job), or else by the
+    # next one from slurmstepd's line: either way SLURM's own words.
+    assert ("SLURM is requeuing job" in rec.attempts[0].evidence
+            or "DUE TO JOB REQUEUE" in rec.attempts[0].evidence), rec.attempts[0].evidence
+    assert rec.attempts[1].resumed_from == rec.attempts[0].checkpoint_at_end >= 3
+    record = json.loads((run.save / "standin_record.json").read_text())
+    assert record["env"]["SLURM_RESTART_COUNT"] == "1"
+    assert record["start_rollout_id"] == rec.attempts[1].resumed_from + 1
     assert_nothing_left(slurm_cluster, job)
 
 
