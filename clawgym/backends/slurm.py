@@ -167,8 +167,8 @@ def batch_script(plan: LaunchPlan, c: Mapping[str, Any], *, plan_file: str, outp
         "}",
         "",
         "on_signal() {",
-        '  echo "[clawgym] $1 received (scancel or time limit): stopping the Ray job and every Ray process of'
-        ' this job" >&2',
+        f'  echo "[clawgym] $1 received ({"scancel, a requeue or the time limit" if supervised(c) else "scancel or time limit"}):'
+        ' stopping the Ray job and every Ray process of this job" >&2',
         "  teardown",
         "  exit 143",
         "}",

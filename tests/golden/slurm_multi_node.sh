@@ -71,7 +71,7 @@ teardown() {
 }
 
 on_signal() {
-  echo "[clawgym] $1 received (scancel or time limit): stopping the Ray job and every Ray process of this job" >&2
+  echo "[clawgym] $1 received (scancel, a requeue or the time limit): stopping the Ray job and every Ray process of this job" >&2
   teardown
   exit 143
 }
