@@ -453,7 +453,10 @@ class KubeRayBackend(ClusterPerJobBackend):
         if not snapshot:
             raise BackendError("cluster=kuberay needs the launch snapshot (the manifest is kept next to it)")
         text = checked_manifest_yaml(plan, c)
-        if supervised(plan, c):
+        # The entrypoint runs the shim from the shared save dir: it is there before the RayJob can start.
+        shim = Path(resume_shim_path(str(plan.save_dir))) if supervised(plan, c) else None
+        shim_was_there = shim is not None and shim.exists()
+        if shim is not None:
             write_resume_shim(plan)
         directory = manifest_dir(snapshot)
         directory.mkdir(parents=True, exist_ok=True)
@@ -470,6 +473,8 @@ class KubeRayBackend(ClusterPerJobBackend):
         context = self.context or kubectl_context(k["context"]) or ""
         res = _kubectl(context, "apply", *ns, "-f", str(path))
         if res.returncode != 0:
+            if shim is not None and not shim_was_there:
+                shim.unlink(missing_ok=True)  # a refused launch leaves nothing behind
             raise BackendRefused(f"kubectl refused the RayJob {name} of {plan.run_name}", _reason(res),
                                  [f"  manifest: {path}", f"  fix:  check the context ({context}), the namespace and "
                                   f"that KubeRay's RayJob CRD is installed: kubectl --context {context} get crd "
