@@ -112,3 +112,13 @@ def test_a_kuberay_retry_of_the_manifests_entrypoint_resumes_a_crashed_run(clawg
     assert (save / "latest_checkpointed_iteration.txt").read_text().strip() == "4"
     starts = [json.loads(ln) for ln in Path(entrypoint(plan, c)[5]).read_text().splitlines()]
     assert [(s["attempt"], s["resumed_from"]) for s in starts] == [(1, None), (2, 2)]
+
+
+def test_the_shim_runs_on_the_standard_library_alone(tmp_path):
+    # As the job runs it: a copy in the save dir, under an interpreter that sees no site-packages and no clawgym.
+    copy = tmp_path / "resume_load.py"
+    copy.write_text(SHIM.read_text())
+    res = subprocess.run([sys.executable, "-I", "-S", str(copy), "--save", str(tmp_path / "save"), "--starts",
+                          str(tmp_path / "starts"), "--", *ECHO, "--x"], capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stderr
+    assert json.loads(res.stdout.splitlines()[-1]) == ["--x"]
