@@ -177,6 +177,32 @@ def test_a_requeue_by_slurm_is_a_preemption_and_the_next_allocation_resumes_from
     assert_nothing_left(slurm_cluster, job)
 
 
+def test_a_lost_ray_head_in_the_allocation_requeues_the_job_to_resume_in_a_new_allocation(
+        slurm_cluster, clawgym_checkout, env, tmp_path):
+    import signal
+
+    from tests.test_slurm_cluster import _cmdline
+
+    run = Launch(clawgym_checkout, env, tmp_path, f"slhead{os.getpid()}", *rollouts(30, sleep=0.4))
+    run.wait_for("[standin] saved checkpoint iter_0000003")
+    job = run.job_id()
+    # The allocation's own Ray head (started by this launch's batch script, in a process group of its own)
+    # dies, as on a lost node: no restart can run in this allocation any more.
+    heads = [pid for pid in marker_processes(job) if "ray.scripts.scripts start --head" in _cmdline(pid)]
+    assert len(heads) == 1, [(p, _cmdline(p)) for p in marker_processes(job)]
+    os.killpg(os.getpgid(heads[0]), signal.SIGKILL)
+    rc = run.wait()
+    out = run.output + run.job_output()
+    assert rc == 0, out
+    rec = read_attempts(run.save)
+    assert [a.cls for a in rec.attempts] == [C.NODE_LOST, C.FINISHED], out
+    assert f"requeued SLURM job {job}" in out
+    record = json.loads((run.save / "standin_record.json").read_text())
+    assert record["env"]["SLURM_RESTART_COUNT"] == "1"
+    assert record["start_rollout_id"] == rec.attempts[1].resumed_from + 1 >= 4
+    assert_nothing_left(slurm_cluster, job)
+
+
 def test_a_startup_failure_in_slurm_is_never_retried(slurm_cluster, clawgym_checkout, env, tmp_path):
     run = Launch(clawgym_checkout, env, tmp_path, f"slstartup{os.getpid()}", *rollouts(5),
                  "+extra_env.STANDIN_FAIL=startup")

@@ -107,7 +107,12 @@ def _seconds(text: str) -> Optional[int]:
 
 
 class AllocationEnds(Exception):
-    """The allocation ends (SLURM's lead or its TERM): the next attempt runs in the next allocation."""
+    """The allocation ends (SLURM's lead or its TERM, a lost head): the next attempt runs in the next
+    allocation. ``failure``: why the job could not be requeued (None: it was)."""
+
+    def __init__(self, failure: Optional[str]):
+        super().__init__(failure or "requeued")
+        self.failure = failure
 
 
 class SlurmAllocationRunner(RayJobRunner):
@@ -124,7 +129,7 @@ class SlurmAllocationRunner(RayJobRunner):
         self.restart_count = restart_count
         self.lead_s = lead_s
         self.head_pid = head_pid
-        self.ending: Optional[str] = None  # "lead" (USR1) or "term" (SIGTERM)
+        self.ending: Optional[str] = None  # "lead" (USR1), "term" (SIGTERM) or "head" (the head is gone)
         self.wake = threading.Event()
         self._stopped: set = set()
         self._followers: Dict[str, threading.Thread] = {}
@@ -151,6 +156,9 @@ class SlurmAllocationRunner(RayJobRunner):
         return self._submit_plan(resume)
 
     def _submit_plan(self, resume: Optional[ResumePoint]) -> str:
+        if self.ending is None and not slurm_run.head_alive(self.head_pid):
+            # The allocation's Ray head is gone (a lost node, a killed head): no restart can run here.
+            self.ending = "head"
         if self.ending is not None:
             self._end_allocation(resume)
         from clawgym.launch import rayjob as L
@@ -185,12 +193,12 @@ class SlurmAllocationRunner(RayJobRunner):
             res = subprocess.run([shutil.which("scontrol") or "scontrol", "requeue", self.job_id],
                                  capture_output=True, text=True, timeout=30)
             if res.returncode != 0:
-                _say(f"[clawgym] scontrol requeue {self.job_id} failed: {(res.stderr or res.stdout).strip()}\n"
-                     f"  the run stops here; go on with: clawgym resume {self.plan.save_dir}")
-                raise AllocationEnds("requeue failed")
+                why = f"scontrol requeue {self.job_id} failed: {(res.stderr or res.stdout).strip()}"
+                _say(f"[clawgym] {why}\n  the run stops here; go on with: clawgym resume {self.plan.save_dir}")
+                raise AllocationEnds(why)
             _say(f"[clawgym] requeued SLURM job {self.job_id} (scontrol requeue): its next allocation resumes "
                  f"from {resume.name if resume else 'the last complete checkpoint'}")
-        raise AllocationEnds("requeued")
+        raise AllocationEnds(None)
 
     # -- following
     def running(self, sub: str) -> bool:
@@ -433,8 +441,12 @@ def cmd_run(args: argparse.Namespace) -> int:
             watcher = start_checkpoint_watcher(plan, args.snapshot)
         return supervise(save, config, runner, sub, say=_say, sleep=runner.sleep,
                          resumed_from=resume.iteration if resume is not None else None, first_attempt=first)
-    except AllocationEnds:
-        return DONE
+    except AllocationEnds as ends:
+        if ends.failure is None:
+            return DONE
+        record = read_attempts(save)
+        record.stop("supervisor", ends.failure, f"clawgym resume {save}")
+        return FAILED
     except L.LaunchError as err:
         print(f"[clawgym] {err}", file=sys.stderr, flush=True)
         return FAILED
