@@ -18,9 +18,11 @@ end with the supervisor's loop (:func:`clawgym.supervisor.loop.supervise`) throu
   stops the Ray job and requeues this batch job (``scontrol requeue``, scontrol(1)) when the budget
   allows; slime saves nothing on a signal (run-supervision.md section 3), so what the next
   allocation resumes is the last periodic save;
-- a SIGTERM is a user's ``scancel`` when SLURM's record says CANCELLED (stopped for good, never
-  requeued), or SLURM's own requeue (a preemption, a node failure, ``scontrol requeue``): the next
-  allocation goes on;
+- a SIGTERM is SLURM's own requeue when scontrol's ``Restarts`` is past this allocation's
+  ``SLURM_RESTART_COUNT`` (a preemption, a node failure, ``scontrol requeue``: the next allocation goes
+  on), else slurmstepd's line in the job's output names it: ``CANCELLED AT <time> ***`` alone is a
+  user's ``scancel`` (stopped for good, never requeued), ``... DUE TO <cause>`` the class;
+- a lost Ray head (the allocation's own) is ``node-lost``: the job is requeued, as at the lead;
 - on a requeued start (``SLURM_RESTART_COUNT`` > 0, sbatch(1)) it closes the attempt the previous
   allocation could not record (its class from slurmstepd's ``CANCELLED AT ... DUE TO ...`` line in the
   job's output), and resumes from the last complete checkpoint only: with no tracker it refuses
