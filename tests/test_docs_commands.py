@@ -89,7 +89,7 @@ def documented() -> List[Documented]:
 
 @dataclass(frozen=True)
 class Outcome:
-    kind: str  # accepted, refused, fits, does_not_fit, contains, preflight_fails, covered_by, env, ci
+    kind: str  # accepted, declined, refused, fits, does_not_fit, contains, preflight_fails, covered_by, env, ci
     texts: Tuple[str, ...] = ()
     # Where it runs: "work" (the folder where clawgym demo ran) or "checkout" (the demo's checkout).
     cwd: str = "work"
@@ -103,6 +103,11 @@ def accepted(*texts: str, cwd: str = "work") -> Outcome:
 def refused(code: str) -> Outcome:
     """Refused before anything started, naming the rule ``[code]``."""
     return Outcome("refused", (code,))
+
+
+def declined(*texts: str, cwd: str = "work") -> Outcome:
+    """Exit 2 (clawgym.common.exit_codes.REFUSED) for bad input to a command, each text in the output."""
+    return Outcome("declined", texts, cwd)
 
 
 def fits(*texts: str) -> Outcome:
@@ -211,6 +216,13 @@ OUTCOMES: Dict[str, Outcome] = {
     "clawgym runs exp/ --plot rollout/raw_reward,eval/clawgym_eval --out plots/ --smooth 0.6": accepted(
         "rollout_raw_reward", cwd="checkout"),
     "clawgym report exp/ --out report.html": accepted("(2 runs)", cwd="checkout"),
+    "clawgym runs exp/ --columns name,status,reward,step_s --sort reward --desc": accepted(
+        "run", "status", "reward(last 5)", "succeeded", cwd="checkout"),
+    "clawgym runs exp/ --columns name,rewrd": declined("no column 'rewrd'; did you mean 'reward'?", cwd="checkout"),
+    # docs/guide/when-a-run-dies.md, "Seeing it" (the demo's runs were never supervised: no attempts).
+    "clawgym runs clawgym-demo/ClawGym-RL/exp --columns name,status,health,attempts,last_class,gpu_time_lost_s": accepted(
+        "health", "succeeded", "ckpt/"),
+    "clawgym runs clawgym-demo/ClawGym-RL/exp --json": accepted('"rules_tripped": []', '"checkpoints_complete"'),
     # import
     "clawgym import RL/run_qwen3_4b.sh": covered_by(
         "tests/test_import.py::test_seed_below_the_repository_top_imports_its_paths_relative_to_its_root"),
@@ -281,6 +293,8 @@ def check(outcome: Outcome, proc: subprocess.CompletedProcess) -> None:
     where = f"exit {proc.returncode}; output ends:\n{text[-3000:]}"
     if outcome.kind in ("accepted", "fits"):
         assert proc.returncode == 0, where
+    if outcome.kind == "declined":
+        assert proc.returncode == 2 and "Traceback" not in text, where
     if outcome.kind == "fits":
         # A single run's memory table ("GPU peak ... fits") and a sweep job's short block
         # ("memory:  GPU peak ... : fits").

@@ -232,9 +232,10 @@ def test_seed_import_reproduces_todays_clawgym_defaults(seed_checkout, tmp_path)
     # Nearly empty: where the checkout is. TensorBoard events stay on (the seed keeps none), so
     # clawgym runs / clawgym report show the imported run's curves; the import says so.
     assert result.body == {"paths": {"root": str(seed_checkout)}}
-    # The seed binds 0.0.0.0; clawgym keeps loopback and says so; and the events, with their folder.
+    # The seed binds 0.0.0.0; clawgym keeps loopback and says so; the events, with their folder; and
+    # the head serves the stacks of a hung job.
     assert sorted(d.name for d in result.deliberate) == ["--use-tensorboard (use_tensorboard)", "HOST",
-                                                         "TENSORBOARD_DIR"]
+                                                         "RAY_DASHBOARD_ENABLE_PROFILING", "TENSORBOARD_DIR"]
     assert any("clawgym runs / report show its curves" in d.note for d in result.deliberate)
 
 

@@ -699,8 +699,12 @@ class HealthConfig:
     # above this after the first weight update: a trainer/engine pair that disagrees (a broken
     # weight sync or version pair) trains off-policy on garbage. Logged by upstream slime's Megatron
     # and FSDP backends, by the ClawGym fork's FSDP backend only (clawgym explain says so).
-    # A threshold chosen, not measured: set it from a healthy run's curve. None: off.
-    logprob_diff_max: Optional[float] = 0.5
+    # 0.1 is slime's own bound for it (--ci-train-rollout-logprob-abs-diff-threshold, default 0.1,
+    # slime/utils/arguments.py, asserted in slime/backends/megatron_utils/model.py under --ci-test;
+    # THUDM/slime main 624b824a8). Public curves put it well on either side: a healthy Qwen3-4B GRPO
+    # run logged 0.011 -> 0.036 over 30 rollouts (vllm-project/vime#64), a run reported as broken
+    # 0.2-0.4 (Gen-Verse/OpenClaw-RL#69). Not measured here: set it from a healthy run's curve. None: off.
+    logprob_diff_max: Optional[float] = 0.1
     logprob_diff_action: str = "stop"
     # Rollouts in a row whose mean reward is exactly 0 while samples are produced
     # (openclaw/total_samples > 0, or rollout/raw_reward logged): a broken reward script or sandbox.

@@ -30,6 +30,12 @@ PREEMPTED = "preempted"
 HANG = "hang"  # found by the monitors of "runs that stay healthy" (a Verdict), never by a line
 ENDED_EARLY = "ended-early"  # exit 0 before the last rollout with no line naming why (Megatron's sys.exit())
 CRASHED = "crashed"  # a non-zero exit with no line naming why
+# Found by the health monitors (supervisor/rules.py, supervisor/disk.py: a Verdict), never by a line.
+NAN_LOSS = "nan-loss"
+LOGPROB_DRIFT = "logprob-drift"
+ZERO_REWARD = "zero-reward"
+SANDBOX_FAILURES = "sandbox-failures"
+DISK_FULL = "disk-full"
 
 
 @dataclass(frozen=True)
@@ -56,6 +62,13 @@ CLASSES: Dict[str, FailureClass] = {c.name: c for c in (
     FailureClass(HANG, "hang", True),
     FailureClass(ENDED_EARLY, "ended before its last rollout with exit 0 and no error line", True),
     FailureClass(CRASHED, "crashed with no known error line", True),
+    # A rule's action decides first (health.*_action): "stop" stops for good; "end" lets the table restart.
+    FailureClass(NAN_LOSS, "NaN or inf loss or reward", True),
+    FailureClass(LOGPROB_DRIFT, "trainer and rollout log-probs drifted apart", True),
+    FailureClass(ZERO_REWARD, "reward exactly 0 rollout after rollout", True),
+    FailureClass(SANDBOX_FAILURES, "too many failed sandboxes", True),
+    # A restart would fill the same disk: stopped before a save would, never restarted.
+    FailureClass(DISK_FULL, "the save dir's disk cannot hold the next checkpoint", False),
 )}
 
 

@@ -172,6 +172,13 @@ class SlurmAllocationRunner(RayJobRunner):
         entry = plan.entrypoint if resume is None or resume.iteration is None else \
             with_load(plan.entrypoint, str(plan.save_dir))
         plan = replace(plan, entrypoint=entry, submission_id=sid)
+        if resume is not None and resume.overrides:
+            # The batch job was sized and planned for the launch's layout: a layout move after an OOM cannot
+            # be made inside this allocation. Said, not hidden; the same OOM at the same iteration again
+            # stops the run with the memory plan's advice (the recovery table's guard).
+            _say(f"[clawgym] inside this SLURM allocation the next attempt keeps the launch's layout "
+                 f"({' '.join(resume.overrides)} needs a new batch job: clawgym resume {plan.save_dir} "
+                 f"{' '.join(resume.overrides)})")
         if resume is not None and resume.iteration is not None:
             _say(f"[clawgym] submitting {sid} with --load {plan.save_dir} (resumes after {resume.name})")
         handle = slurm_run.submit_when_ready(self.address, plan, self.secrets, timeout=120.0, head_pid=self.head_pid)
