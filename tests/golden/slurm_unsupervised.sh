@@ -24,6 +24,7 @@ RAY=("$PYTHON" -m ray.scripts.scripts)
 export CLAWGYM_HEAD_ID="slurm-${SLURM_JOB_ID}-${RANDOM}${RANDOM}"
 unset RAY_ADDRESS
 # The plan's head environment (Ray's health-check tuning).
+export RAY_DASHBOARD_ENABLE_PROFILING=1
 export RAY_health_check_failure_threshold=20
 export RAY_health_check_period_ms=5000
 export RAY_health_check_timeout_ms=30000
