@@ -197,6 +197,12 @@ OUTCOMES: Dict[str, Outcome] = {
                                                                   "#SBATCH --exclusive"),
     f"{SLURM_32B} cluster=kuberay kuberay.image=registry.example/clawgym-rl:0.1 kuberay.pvc=clawgym-runs "
     "kuberay.namespace=rl dry_run=true": fits("rayjob.yaml", "nvidia.com/gpu"),
+    # docs/guide/when-a-run-dies.md: a supervised run's batch script and RayJob.
+    "python train.py cluster=slurm slurm.time=4:00:00 slurm.signal_delay_s=300 restart.max_attempts=5 "
+    "memory.gpu=h100_80gb": fits("#SBATCH --requeue", "#SBATCH --signal=B:USR1@300", "#SBATCH --open-mode=append",
+                                 "clawgym.supervisor.slurm_runner"),
+    "python train.py cluster=kuberay kuberay.image=registry.example/clawgym-rl:0.1 kuberay.pvc=clawgym-runs "
+    "restart.max_attempts=5 memory.gpu=h100_80gb dry_run=true": fits("backoffLimit: 5", "resume_load.py"),
     "python train.py sandbox=none model=qwen2_5_3b perf.tensor_parallel=2 'extra_args=[--prompt-data,/data/dapo-math-17k.jsonl,--input-key,"
     "prompt,--label-key,label,--rm-type,deepscaler]'": accepted("--rm-type deepscaler"),
     "python train.py dry_run=true memory.gpu=h100_80gb": fits("trajectories       24 of 64 concurrent fit"),

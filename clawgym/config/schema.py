@@ -558,8 +558,12 @@ class SlurmConfig:
     # Interpreter that runs clawgym inside the allocation; null: the launcher's own (a shared filesystem
     # is assumed, as for the checkout and the save dir).
     python: Optional[str] = None
-    # Seconds before the time limit SLURM sends SIGTERM to the batch script (--signal=B:TERM@N), so the
-    # Ray job and Ray stop cleanly instead of being killed.
+    # Seconds before the time limit SLURM signals the batch script. Supervised (restart.enabled, the
+    # default): --signal=B:USR1@N, and the supervisor in the allocation records the attempt's end, stops
+    # the Ray job and requeues the job (scontrol requeue; --requeue is set) to resume from the last
+    # complete checkpoint; 120 s covers that (seconds) and SLURM's own slack (the signal may come up to
+    # 60 s early). restart.enabled=false: --signal=B:TERM@N, so the Ray job and Ray stop cleanly instead
+    # of being killed.
     signal_delay_s: int = 120
     # Address the Ray head binds on a multi-node job; null: the first node's first address
     # (hostname -I). One-node jobs stay on loopback.
@@ -731,6 +735,8 @@ class RestartConfig:
     # Restarts at most, after the first attempt (3: up to 4 attempts). 0 classifies and records
     # each end but never restarts. The supervisor also stops early when two attempts in a row end
     # without a new complete checkpoint, or the same class ends two attempts at the same iteration.
+    # cluster=slurm: counted across the job's allocations (restarts inside one and requeues);
+    # cluster=kuberay: the RayJob's spec.backoffLimit (KubeRay's retries, each resuming).
     max_attempts: int = 3
     # Seconds between two looks at the running job (its status, the monitors of the run).
     poll_s: float = 10.0

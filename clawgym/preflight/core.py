@@ -14,13 +14,24 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 OK, FAILED, SKIPPED, NOT_APPLICABLE = "ok", "failed", "skipped", "n/a"
 #: A check whose input a failed check was to provide (no image check without an engine).
 NOT_RUN = "not run"
+#: A check that passed with a warning (the run starts; the line says what to change).
+WARNED = "warning"
 
 #: Checklist marks per status.
-MARKS = {OK: "✓", FAILED: "✗", SKIPPED: "-", NOT_APPLICABLE: "-", NOT_RUN: "·"}
+MARKS = {OK: "✓", FAILED: "✗", SKIPPED: "-", NOT_APPLICABLE: "-", NOT_RUN: "·", WARNED: "!"}
 
 
 class CheckFailed(Exception):
     """Raised by a check: what is wrong (naming key and value) and what to do."""
+
+    def __init__(self, problem: str, fix: str):
+        self.problem = problem
+        self.fix = fix
+        super().__init__(f"{problem}; fix: {fix}")
+
+
+class CheckWarning(Exception):
+    """Raised by a check that passes with a warning: what costs the run (naming key and value) and what to do."""
 
     def __init__(self, problem: str, fix: str):
         self.problem = problem
@@ -57,7 +68,7 @@ class CheckResult:
             line += f": not checked ({self.detail})"
         elif self.detail:
             line += f": {self.detail}"
-        if self.status == FAILED and self.fix:
+        if self.status in (FAILED, WARNED) and self.fix:
             line += f"\n               fix: {self.fix}"
         from clawgym.common.secrets import redact
 

@@ -150,6 +150,9 @@ PATTERNS: Tuple[Pattern, ...] = (
     # ---- scheduler's end of the allocation
     Pattern(TIME_LIMIT, r"DUE TO TIME LIMIT", "slurmstepd", "Slurm (batch output line); run-supervision.md 1.7"),
     Pattern(PREEMPTED, r"DUE TO PREEMPTION", "slurmstepd", "Slurm (batch output line)", verified=False),
+    # A requeue by SLURM or an admin (scontrol requeue): the run goes on in the job's next allocation.
+    Pattern(PREEMPTED, r"CANCELLED AT \S+ DUE TO JOB REQUEUE", "slurmstepd",
+            "Slurm 22.05.8 batch output on `scontrol requeue` (seen on tests/fixtures/slurm_cluster.py's cluster)"),
 )
 
 #: SLURM job states (sacct State) that name the class by themselves (run-supervision.md 1.7).

@@ -57,9 +57,14 @@ def _iteration(ev: Evidence, point: ResumePoint) -> str:
 
 def supervise(save_dir: str | Path, config: Mapping[str, Any], runner: Runner, first_submission: str, *,
               say: Callable[[str], None] = print, sleep: Callable[[float], None] = time.sleep,
-              clock: Callable[[], float] = time.time) -> int:
+              clock: Callable[[], float] = time.time, resumed_from: Optional[int] = None,
+              first_attempt: Optional[int] = None) -> int:
     """Follow ``first_submission`` (attempt 1, already submitted) and every restart to the run's
-    end; the exit status of clawgym.common.exit_codes (0 finished, 130 stopped by a user, 1 else)."""
+    end; the exit status of clawgym.common.exit_codes (0 finished, 130 stopped by a user, 1 else).
+
+    ``resumed_from``: the checkpoint ``first_submission`` resumed from (a SLURM job requeued into a new
+    allocation); ``first_attempt``: the index in the record where this supervision's budget starts, when
+    it began before this process (the earlier allocations of a requeued SLURM job)."""
     save = Path(save_dir)
     restart = config.get("restart") or {}
     enabled = bool(restart.get("enabled", True))
@@ -70,10 +75,10 @@ def supervise(save_dir: str | Path, config: Mapping[str, Any], runner: Runner, f
     record: Attempts = read_attempts(save)
     # The record keeps the run's whole history (an earlier launch, a resume typed by hand); the
     # budget and the guard count only this supervision's attempts.
-    first = len(record.attempts)
+    first = len(record.attempts) if first_attempt is None else min(first_attempt, len(record.attempts))
     record.stopped = None
     sub = first_submission
-    record.start(sub, resumed_from=None, now=clock())
+    record.start(sub, resumed_from=resumed_from, now=clock())
     while True:
         attempt = record.last
         ours = record.attempts[first:]
@@ -82,8 +87,9 @@ def supervise(save_dir: str | Path, config: Mapping[str, Any], runner: Runner, f
         ev = runner.evidence(sub)
         ev = replace(ev, final_rollout=ev.final_rollout if ev.final_rollout is not None else final,
                      stopped_by_user=ev.stopped_by_user or runner.user_stopped(sub),
-                     verdict_cls=verdict.cls if verdict else None,
-                     verdict_evidence=verdict.evidence if verdict else None)
+                     # A runner's own verdict (e.g. SLURM's time-limit signal) stands when no monitor gave one.
+                     verdict_cls=verdict.cls if verdict else ev.verdict_cls,
+                     verdict_evidence=verdict.evidence if verdict else ev.verdict_evidence)
         c = classify(ev)
         # The evidence is a line of the job's output: masked before it is printed or recorded.
         c = replace(c, evidence=redact_text(c.evidence, config))
