@@ -10,6 +10,9 @@ delta in ms and as a share of the dry run; target <= 50 ms. A plan that does not
 for advice (every suggestion re-evaluated): that case is printed beside it.
 
     python benchmarks/bench_dry_run.py [--reps 9]
+
+Bytecode caches are on (``PYTHONDONTWRITEBYTECODE`` is dropped for the timed runs). The same pair can be
+timed from outside with farm-bench (``--vs``, pairwise ratios); measured figures: ``bench_dry_run.md``.
 """
 
 from __future__ import annotations
@@ -128,7 +131,10 @@ def write_minimal_app(folder: Path, groups: int) -> Path:
 
 def time_once(argv: List[str], cwd: Path) -> Tuple[float, float]:
     """Wall time and CPU time (user + system) of one run of ``argv``."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("WANDB", "SGLANG_API_KEY"))}
+    # Bytecode caches on, as a user's install has them (the warm-up run writes them): a machine that sets
+    # PYTHONDONTWRITEBYTECODE would otherwise compile clawgym's modules on every run and measure that.
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("WANDB", "SGLANG_API_KEY"))
+           and k != "PYTHONDONTWRITEBYTECODE"}
     cpu0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     proc = subprocess.run(argv, cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
@@ -183,7 +189,9 @@ def main() -> int:
     dry_cpu = statistics.median(c for _, c in ours["python train.py dry_run=true"])
     for label, ov in (("seed run (fits)", []),
                       ("qwen3_235b_a22b colocate_8 (advice search)",
-                       ["model=qwen3_235b_a22b", "gpu_layout=colocate_8", "optimizer.cpu_offload=false"])):
+                       # TP 4: 4 query groups do not split over the layout's TP 8 (a refused config plans nothing).
+                      ["model=qwen3_235b_a22b", "gpu_layout=colocate_8", "perf.tensor_parallel=4",
+                       "optimizer.cpu_offload=false"])):
         wall, cpu = memory_plan_ms(ov, args.reps)
         verdict = ("OK" if cpu <= MEMORY_TARGET_MS else "OVER TARGET") if not ov else "(informational)"
         print(f"memory plan added to a dry run, {label}: cpu {cpu:.1f} ms, wall {wall:.1f} ms = "

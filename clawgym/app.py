@@ -21,7 +21,6 @@ from clawgym.memory import this_node_gpu
 from clawgym.pipeline.prepare import (PLAN_FILE, apply_layout, attach_memory, discard_own_output_dir, failed_check,
                              format_plan_brief, memory_banner, prepared_plan, record_created_output_dir, timestamp)
 from clawgym.registry import RegistryError
-from clawgym.search.auto import NoLayout, format_choice, is_auto, resolve_auto
 from clawgym.common.secrets import env_secrets
 from clawgym.validate import ConfigError, Violation
 
@@ -30,6 +29,9 @@ from clawgym.common.exit_codes import INTERRUPTED as EXIT_INTERRUPTED, REFUSED a
 _VALIDATED_RUN = False
 # A dry run refused for its memory plan keeps its output dir: launch_plan.json says why.
 _KEEP_OUTPUT_DIR = False
+# A single dry run from a folder that is no ClawGym-RL checkout (paths.root, its default the cwd, holds no
+# slime/) into Hydra's default output dir: it prints the plan and leaves nothing in that folder.
+_NO_OUTPUT_DIR = False
 
 # gpu_layout=auto: the choice the callback made for this single run (clawgym.search.auto.resolve_auto).
 _AUTO_LAYOUT: Optional[dict] = None
@@ -51,8 +53,11 @@ def _effective(resolved: Any) -> Any:
 def resolve_layout(resolved: Any, overrides: Any) -> Tuple[Any, Optional[dict]]:
     """``gpu_layout=auto``: the resolved config with the layout the search chose, and the choice
     (``plan.layout``); anything else unchanged with None. No layout at all refuses (exit 2)."""
-    if not isinstance(resolved, dict) or not is_auto(resolved):
+    if not isinstance(resolved, dict) or not (resolved.get("gpu_layout") or {}).get("auto"):
         return resolved, None
+    # The search (~15 ms of imports) is loaded only when a layout is to be searched.
+    from clawgym.search.auto import NoLayout, resolve_auto
+
     try:
         return resolve_auto(resolved, [str(o) for o in overrides or []], gpu=this_node_gpu(resolved))
     except NoLayout as exc:
@@ -110,6 +115,9 @@ def _prepare_output_dir(key: str, path: str) -> None:
     a dir that cannot be created is a clear error (exit 2), not a traceback."""
     target = Path(path)
     existed = target.exists()
+    from clawgym.pipeline.prepare import missing_parents
+
+    parents = missing_parents(target)
     try:
         target.mkdir(parents=True, exist_ok=True)
         probe = target / f".clawgym-write-probe-{os.getpid()}"
@@ -122,7 +130,7 @@ def _prepare_output_dir(key: str, path: str) -> None:
               f"  fix:  set {key} to a writable folder, e.g. {key}=/tmp/clawgym-outputs", file=sys.stderr)
         sys.exit(EXIT_REFUSED)
     if not existed:
-        record_created_output_dir(target)
+        record_created_output_dir(target, parents)
 
 
 def _overrides_with_secrets(overrides: Any) -> list:
@@ -163,7 +171,7 @@ def _task_config(config: DictConfig) -> DictConfig:
 
 #: Resolvers whose value follows from their arguments alone (clawgym's and OmegaConf's own):
 #: a config that interpolates no others resolves in the task function as it did in the callback.
-_PURE_RESOLVERS = frozenset({"cg.pick", "cg.lower", "cg.cap", "oc.select", "oc.decode", "oc.create", "oc.deprecated",
+_PURE_RESOLVERS = frozenset({"cg.pick", "cg.lower", "cg.cap", "cg.above", "oc.select", "oc.decode", "oc.create", "oc.deprecated",
                              "oc.dict.keys", "oc.dict.values"})
 _RESOLVER_USE = re.compile(r"\$\{\s*([^\s:}]+)\s*:")
 
@@ -271,6 +279,11 @@ class ClawGymCallback(Callback):
         except Exception as exc:  # noqa: BLE001 - see above
             refuse(failed_check(exc))
 
+    def on_run_end(self, config: DictConfig, **kwargs: Any) -> None:
+        if _NO_OUTPUT_DIR:
+            # What Hydra wrote for this dry run (.hydra/, the job log) goes again: see _writes_nothing_here.
+            discard_own_output_dir()
+
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         try:
             self._multirun_start(config)
@@ -304,6 +317,8 @@ class ClawGymCallback(Callback):
             if found:
                 refuse(ConfigError(found).report())
             _print_warnings(warned)
+            global _NO_OUTPUT_DIR
+            _NO_OUTPUT_DIR = _writes_nothing_here(config, warned)
             _prepare_output_dir("hydra.run.dir", str(config.hydra.run.dir))
         except BaseException:
             # Refused (or failed): the head begun for it is stopped before the report ends the command.
@@ -324,6 +339,23 @@ class ClawGymCallback(Callback):
         if found:
             refuse(ConfigError(found, context="sweep").report())
         _prepare_output_dir("hydra.sweep.dir", str(config.hydra.sweep.dir))
+
+
+def _writes_nothing_here(config: DictConfig, warned: list) -> bool:
+    """A dry run whose paths.root holds no slime/ (``checkout-exists`` names paths.root: run from a folder
+    that is no ClawGym-RL checkout, /tmp say) and whose output dir is Hydra's default (under the cwd):
+    it prints its plan but writes nothing there (no outputs/, no launch_plan.json), and says so."""
+    if not config.get("dry_run") or not any(w.code == "checkout-exists" and "paths.root" in w.keys for w in warned):
+        return False
+    hydra_overrides = [str(o) for o in (config.hydra.overrides.get("hydra") or [])]
+    if any(o.lstrip("+").startswith("hydra.run.dir=") for o in hydra_overrides):
+        return False
+    root = next((w.values.get("paths.root") for w in warned if w.code == "checkout-exists"), None) or os.getcwd()
+    say(f"clawgym: nothing is written: paths.root={root} is no ClawGym-RL checkout, so this dry run leaves no "
+        f"outputs/ and no {PLAN_FILE} in {os.getcwd()}\n"
+        f"  fix:  run it with paths.root=<your checkout> (or from inside it, or export CLAWGYM_RL_ROOT); "
+        f"hydra.run.dir=DIR keeps the plan in DIR")
+    return True
 
 
 def _begin_head_early(config: DictConfig) -> None:
@@ -413,7 +445,7 @@ def run(cfg: DictConfig) -> Any:
         interrupted()
     except SystemExit as exc:
         if exc.code == EXIT_REFUSED or (exc.code not in (0, None) and cfg.get("preflight_only")):
-            if _single_run() and not _KEEP_OUTPUT_DIR:
+            if _single_run() and (not _KEEP_OUTPUT_DIR or _NO_OUTPUT_DIR):
                 discard_own_output_dir()
         raise
 
@@ -480,9 +512,11 @@ def _run(cfg: DictConfig) -> Any:
     if cfg.dry_run:
         # The plan file first: a reader that stops early (``| head``) still gets it, and a closed
         # stdout ends the dry run quietly (say() silences it) instead of with a BrokenPipeError.
-        out = output_dir()
+        out = None if _NO_OUTPUT_DIR else output_dir()
         written = write_plan(plan, out) if out is not None else None
         if plan.layout:
+            from clawgym.search.auto import format_choice
+
             say(format_choice(plan.layout) + "\n", out=True)
         single = _single_run() or out is None
         # A sweep's job prints a short block (the sweep prints every job's verdict in one table at its end).

@@ -90,7 +90,7 @@ SERVICE_FILES = frozenset({
     "test_ownership.py", "test_preflight.py", "test_preflight_chroot.py", "test_preflight_docker.py",
     "test_ray_head.py", "test_resume.py", "test_runs.py", "test_sandbox_none.py", "test_slurm_cluster.py",
     "test_slurm_ownership.py", "test_slurm_refusals.py", "test_snapshot.py", "test_snapshot_integrity.py",
-    "test_snapshot_watcher.py", "test_supervised_launch.py", "test_supervisor_disk.py", "test_supervisor_hang.py", "test_supervisor_ray.py",
+    "test_snapshot_watcher.py", "test_stacks_multinode.py", "test_supervised_launch.py", "test_supervisor_disk.py", "test_supervisor_hang.py", "test_supervisor_ray.py",
     "test_sweep.py", "test_tuner.py", "test_tuner_local_head.py", "test_wandb_env.py",
 })
 #: Fixtures of real services: a test using one joins the group wherever it lives.

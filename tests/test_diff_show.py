@@ -105,3 +105,49 @@ def test_a_long_cell_keeps_both_ends():
     assert clip("abc", width=5) == "abc"
     assert clip("/tmp/a-very-long-folder/run-a", width=12) == "/tmp/a…run-a"
     assert len(clip("x" * 100, width=12)) == 12
+
+
+def _parts(out: str):
+    """(set part, derived part) of a diff's config section: rows by key."""
+    head, _, rest = out.partition("derived keys that follow")
+    derived, _, _ = rest.partition("trainer flags")
+    rows = lambda text: {line.split("│")[0].strip() for line in text.splitlines() if "│" in line}  # noqa: E731
+    return rows(head.partition("trainer flags")[0]), rows(derived)
+
+
+def test_diff_shows_interpolated_keys_as_derived_apart_from_the_key_the_user_changed(capsys):
+    """Issue 35: one change of run_name read as "5 keys differ" (paths.save, wandb.group, slurm.job_name,
+    kuberay.mount_path follow it through their ${...})."""
+    assert cli(["diff", "", "run_name=foo"]) == 0
+    out = capsys.readouterr().out
+    assert "config keys that differ (1):" in out
+    changed, derived = _parts(out)
+    assert changed == {"key", "run_name"}
+    assert {"wandb.group", "slurm.job_name", "paths.save", "kuberay.mount_path"} <= derived
+    # A derived key the user sets on one side is a change of its own.
+    assert cli(["diff", "", "run_name=foo wandb.group=mine"]) == 0
+    changed, derived = _parts(capsys.readouterr().out)
+    assert "wandb.group" in changed and "wandb.group" not in derived and "slurm.job_name" in derived
+
+
+def test_diff_of_two_sweep_jobs_shows_the_swept_key_and_what_the_sweep_assigned_apart(tmp_path, capsys, monkeypatch):
+    """Two jobs of `-m rollout.temperature=0.7,0.9`: the sweep set each job's run_name and api port;
+    the user changed one key."""
+    from clawgym.snapshot.records import LaunchRecord
+
+    monkeypatch.setattr("sys.argv", ["train.py", "-m", "rollout.temperature=0.7,0.9"])
+    snaps = []
+    for n, t in enumerate(("0.7", "0.9")):
+        save = tmp_path / f"job{n}"
+        ov = [f"rollout.temperature={t}", f"run_name=sweep-t{t}", f"sglang.api_port={30000 + n}"]
+        record = LaunchRecord(overrides=[f"paths.save={save}", *ov], choices={"model": "qwen3_4b"},
+                              origin={"command": "hydra", "mode": "RunMode.MULTIRUN"})
+        launch_snapshot(save, ov, record=record)
+        snaps.append(save)
+    assert cli(["diff", str(snaps[0]), str(snaps[1])]) == 0
+    out = capsys.readouterr().out
+    changed, derived = _parts(out)
+    # paths.save was typed per job here (the fixture's override); the rest is the sweep's or follows.
+    assert "rollout.temperature" in changed
+    assert {"run_name", "sglang.api_port", "wandb.group", "slurm.job_name"} <= derived
+    assert "run_name" not in changed and "sglang.api_port" not in changed

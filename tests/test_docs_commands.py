@@ -43,11 +43,16 @@ def documents() -> List[Path]:
 
 def extract(path: Path) -> List[Documented]:
     """Commands of the ``bash``/``console`` blocks of one page (continuations joined, comments dropped)."""
+    return extract_text(path.read_text(), path)
+
+
+def extract_text(text: str, path: Path) -> List[Documented]:
+    """:func:`extract` of a page's text."""
     out: List[Documented] = []
     lang: Optional[str] = None
     pending: Optional[str] = None
     buf: Optional[str] = None
-    for no, line in enumerate(path.read_text().splitlines(), 1):
+    for no, line in enumerate(text.splitlines(), 1):
         if lang is None:
             m = FENCE.match(line)
             if m:
@@ -89,7 +94,7 @@ def documented() -> List[Documented]:
 
 @dataclass(frozen=True)
 class Outcome:
-    kind: str  # accepted, refused, fits, does_not_fit, contains, preflight_fails, covered_by, env, ci
+    kind: str  # accepted, declined, refused, fits, does_not_fit, contains, preflight_fails, covered_by, env, ci
     texts: Tuple[str, ...] = ()
     # Where it runs: "work" (the folder where clawgym demo ran) or "checkout" (the demo's checkout).
     cwd: str = "work"
@@ -103,6 +108,11 @@ def accepted(*texts: str, cwd: str = "work") -> Outcome:
 def refused(code: str) -> Outcome:
     """Refused before anything started, naming the rule ``[code]``."""
     return Outcome("refused", (code,))
+
+
+def declined(*texts: str, cwd: str = "work") -> Outcome:
+    """Exit 2 (clawgym.common.exit_codes.REFUSED) for bad input to a command, each text in the output."""
+    return Outcome("declined", texts, cwd)
 
 
 def fits(*texts: str) -> Outcome:
@@ -160,7 +170,7 @@ OUTCOMES: Dict[str, Outcome] = {
     "python train.py -m gpu_layout=split_1_1 optimizer.lr=1e-6,4e-6 memory.gpu=h100_80gb dry_run=true": does_not_fit(),
     f"{SPLIT_1_1_16K} optimizer.lr=1e-6,4e-6 memory.gpu=h100_80gb dry_run=true": fits(),
     "clawgym runs clawgym-demo/ClawGym-RL/exp --sort reward --desc": accepted("optimizer.lr=4e-6", "succeeded"),
-    "clawgym report clawgym-demo/ClawGym-RL/exp --out report.html": accepted("(2 runs)"),
+    "clawgym report clawgym-demo/ClawGym-RL/exp --out clawgym-demo/report.html": accepted("(2 runs)"),
     f"clawgym show {DEMO_RUN}4e-6": accepted("optimizer.lr=4e-6"),
     # day to day
     "python train.py model=qwen3_4b gpu_layout=split_4_4": fits(),
@@ -187,6 +197,12 @@ OUTCOMES: Dict[str, Outcome] = {
                                                                   "#SBATCH --exclusive"),
     f"{SLURM_32B} cluster=kuberay kuberay.image=registry.example/clawgym-rl:0.1 kuberay.pvc=clawgym-runs "
     "kuberay.namespace=rl dry_run=true": fits("rayjob.yaml", "nvidia.com/gpu"),
+    # docs/guide/when-a-run-dies.md: a supervised run's batch script and RayJob.
+    "python train.py cluster=slurm slurm.time=4:00:00 slurm.signal_delay_s=300 restart.max_attempts=5 "
+    "memory.gpu=h100_80gb": fits("#SBATCH --requeue", "#SBATCH --signal=B:USR1@300", "#SBATCH --open-mode=append",
+                                 "clawgym.supervisor.slurm_runner"),
+    "python train.py cluster=kuberay kuberay.image=registry.example/clawgym-rl:0.1 kuberay.pvc=clawgym-runs "
+    "restart.max_attempts=5 memory.gpu=h100_80gb dry_run=true": fits("backoffLimit: 5", "resume_load.py"),
     "python train.py sandbox=none model=qwen2_5_3b perf.tensor_parallel=2 'extra_args=[--prompt-data,/data/dapo-math-17k.jsonl,--input-key,"
     "prompt,--label-key,label,--rm-type,deepscaler]'": accepted("--rm-type deepscaler"),
     "python train.py dry_run=true memory.gpu=h100_80gb": fits("trajectories       24 of 64 concurrent fit"),
@@ -205,6 +221,13 @@ OUTCOMES: Dict[str, Outcome] = {
     "clawgym runs exp/ --plot rollout/raw_reward,eval/clawgym_eval --out plots/ --smooth 0.6": accepted(
         "rollout_raw_reward", cwd="checkout"),
     "clawgym report exp/ --out report.html": accepted("(2 runs)", cwd="checkout"),
+    "clawgym runs exp/ --columns name,status,reward,step_s --sort reward --desc": accepted(
+        "run", "status", "reward(last 5)", "succeeded", cwd="checkout"),
+    "clawgym runs exp/ --columns name,rewrd": declined("no column 'rewrd'; did you mean 'reward'?", cwd="checkout"),
+    # docs/guide/when-a-run-dies.md, "Seeing it" (the demo's runs were never supervised: no attempts).
+    "clawgym runs clawgym-demo/ClawGym-RL/exp --columns name,status,health,attempts,last_class,gpu_time_lost_s": accepted(
+        "health", "succeeded", "ckpt/"),
+    "clawgym runs clawgym-demo/ClawGym-RL/exp --json": accepted('"rules_tripped": []', '"checkpoints_complete"'),
     # import
     "clawgym import RL/run_qwen3_4b.sh": covered_by(
         "tests/test_import.py::test_seed_below_the_repository_top_imports_its_paths_relative_to_its_root"),
@@ -221,11 +244,15 @@ def work(tmp_path_factory):
            if k not in ("RAY_ADDRESS", "WANDB_API_KEY", "WANDB_KEY", "SGLANG_API_KEY", "CLAWGYM_RL_ROOT")}
     env["CLAWGYM_STATE_DIR"] = str(folder / "state")
     env["PATH"] = os.pathsep.join([os.path.dirname(sys.executable), env.get("PATH", "")])
+    conf_before = sorted(p.relative_to(ROOT) for p in (ROOT / "conf").rglob("*") if "__pycache__" not in p.parts)
     demo = subprocess.run([sys.executable, "-m", "clawgym", "demo"], cwd=folder, env=env, capture_output=True,
                           text=True, timeout=400)
+    conf_after = sorted(p.relative_to(ROOT) for p in (ROOT / "conf").rglob("*") if "__pycache__" not in p.parts)
+    top_after = sorted(p.name for p in folder.iterdir())
     checkout = folder / "clawgym-demo" / "ClawGym-RL"
     saves = sorted(p for p in (checkout / "exp").iterdir() if p.is_dir()) if checkout.exists() else []
-    return {"dir": folder, "env": env, "demo": demo, "checkout": checkout, "saves": saves}
+    return {"dir": folder, "env": env, "demo": demo, "checkout": checkout, "saves": saves,
+            "conf_added": sorted(set(conf_after) - set(conf_before)), "top_after_demo": top_after}
 
 
 def placeholders(work) -> Dict[str, str]:
@@ -275,6 +302,8 @@ def check(outcome: Outcome, proc: subprocess.CompletedProcess) -> None:
     where = f"exit {proc.returncode}; output ends:\n{text[-3000:]}"
     if outcome.kind in ("accepted", "fits"):
         assert proc.returncode == 0, where
+    if outcome.kind == "declined":
+        assert proc.returncode == 2 and "Traceback" not in text, where
     if outcome.kind == "fits":
         # A single run's memory table ("GPU peak ... fits") and a sweep job's short block
         # ("memory:  GPU peak ... : fits").
@@ -340,6 +369,34 @@ def test_export_points_at_the_demo_checkout(work):
     name, _, value = command[len("export "):].partition("=")
     assert name == "CLAWGYM_RL_ROOT"
     assert Path(value.replace("$PWD", str(work["dir"]))) == work["checkout"]
+
+
+def test_the_demo_writes_only_into_its_named_folder(work):
+    """Issue 35: the demo left clawgym-demo/, report.html and conf/experiment/ in the checkout. The demo
+    itself writes only into the folder it names (here ./clawgym-demo; `state` is this harness's
+    CLAWGYM_STATE_DIR), and nothing into clawgym's conf/."""
+    assert work["demo"].returncode == 0, work["demo"].stderr[-3000:]
+    assert work["top_after_demo"] == ["clawgym-demo", "state"]
+    assert work["conf_added"] == []
+
+
+def _tour_commands():
+    text = (ROOT / "README.md").read_text()
+    tour = text.split("## A five-minute tour", 1)[1].split("\n## ", 1)[0]
+    page = Path("tour.md")
+    return [d.command for d in extract_text(tour, page)]
+
+
+def test_the_readme_tour_writes_its_files_into_the_demo_folder():
+    """Issue 35: the tour's `clawgym report ... --out report.html` wrote report.html into the cwd (the
+    checkout, as the README has you run it): every file the tour asks for goes into clawgym-demo/, which
+    `rm -r clawgym-demo` removes."""
+    outs = []
+    for command in _tour_commands():
+        argv = shlex.split(command)
+        outs += [argv[i + 1] for i, a in enumerate(argv[:-1]) if a == "--out"]
+    assert outs, "the tour writes a report"
+    assert all(o.startswith("clawgym-demo/") for o in outs), outs
 
 
 #: Guide pages whose own tests read the page and run every command it shows, with its outcome.

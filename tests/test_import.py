@@ -232,9 +232,10 @@ def test_seed_import_reproduces_todays_clawgym_defaults(seed_checkout, tmp_path)
     # Nearly empty: where the checkout is. TensorBoard events stay on (the seed keeps none), so
     # clawgym runs / clawgym report show the imported run's curves; the import says so.
     assert result.body == {"paths": {"root": str(seed_checkout)}}
-    # The seed binds 0.0.0.0; clawgym keeps loopback and says so; and the events, with their folder.
+    # The seed binds 0.0.0.0; clawgym keeps loopback and says so; the events, with their folder; and
+    # the head serves the stacks of a hung job.
     assert sorted(d.name for d in result.deliberate) == ["--use-tensorboard (use_tensorboard)", "HOST",
-                                                         "TENSORBOARD_DIR"]
+                                                         "RAY_DASHBOARD_ENABLE_PROFILING", "TENSORBOARD_DIR"]
     assert any("clawgym runs / report show its curves" in d.note for d in result.deliberate)
 
 
@@ -424,8 +425,10 @@ def test_multi_node_script_imports_to_an_existing_cluster_with_the_address_left_
     from clawgym.validate import violations
 
     out_dir = tmp_path / "conf"
+    # The head node's address, as a user of the script gives it (the script passes it to the job as
+    # MASTER_ADDR, as slime v0.3.1's multi-node scripts do): the experiment's job gets the same.
     code, out = run_cli([str(slime_checkout / LAYOUT["run-qwen3-30B-A3B-2nodes.sh"]), "--out", str(out_dir),
-                         "--name", "two_nodes"], capsys)
+                         "--name", "two_nodes", "--env", "MASTER_ADDR=10.0.0.1"], capsys)
     assert code == 0, out
     assert "local-head-gpus-fit" not in out
     assert "left to set" in out and "ray.address" in out
@@ -438,6 +441,27 @@ def test_multi_node_script_imports_to_an_existing_cluster_with_the_address_left_
     assert [v.code for v in violations(compose(search)) if v.severity == "error"] == ["existing-cluster-needs-address"]
     assert [v.format() for v in violations(compose([*search, "ray.address=http://10.0.0.1:8265"]))
             if v.severity == "error"] == []
+    assert "node_ip: 10.0.0.1" in text  # the job's MASTER_ADDR (ray.node_ip), not the loopback default
+
+
+def test_a_file_compared_by_content_keeps_a_launch_that_starts_no_head():
+    """slime v0.3.1's run-glm5.2-744B-A40B.sh is a multi-node script that also passes a generated
+    --sglang-config: comparing that file by its content must keep the experiment's launch one that starts
+    no head (cluster=existing), or the script's `ray start --num-gpus 8` counts as a difference."""
+    from types import SimpleNamespace
+
+    from clawgym.importer.compare import Launch
+    from clawgym.importer.parity import Parsed
+    from clawgym.importer.solver import Importer
+
+    owner = SimpleNamespace(kind="file", key="sglang.models")
+    me = SimpleNamespace(owners=SimpleNamespace(for_dest=lambda dest: [(None, owner)] if dest == "sglang_config" else []))
+    engines = "sglang:\n  - name: default\n    server_groups:\n      - worker_type: regular\n        num_gpus: 8\n"
+    ours = Launch("train.py", Parsed({"sglang_config": "/tmp/engines.yaml"}, []), {}, "/slime", None,
+                  starts_head=False)
+    got = Importer.by_content(me, ours, {"/tmp/engines.yaml": engines})
+    assert isinstance(got.parsed.values["sglang_config"], dict)  # compared by content
+    assert got.starts_head is False and got.head_gpus is None and got.env == {} and got.working_dir == "/slime"
 
 
 # ---------------------------------------------------------------- clean refusals

@@ -18,7 +18,7 @@ from typing import Any, Dict, List, Tuple
 import pytest
 import yaml
 
-from clawgym.backends.kuberay import MAX_NAME, dns_name, manifest, manifest_yaml
+from clawgym.backends.kuberay import MAX_NAME, dns_name, entrypoint, manifest, manifest_yaml
 from clawgym.config.compose import compose, to_plain
 from clawgym.plan.build import build_plan_from_dict
 from clawgym.validate import violations
@@ -71,7 +71,11 @@ def test_rayjob_follows_the_spec(name: str):
     meta, spec = doc["metadata"], doc["spec"]
     assert isinstance(meta["name"], str) and len(meta["name"]) <= MAX_NAME and dns_name(meta["name"]) == meta["name"]
     # Typed fields of RayJobSpec.
-    assert isinstance(spec["entrypoint"], str) and shlex.split(spec["entrypoint"]) == plan.entrypoint
+    # restart.enabled (the default): the trainer's own argv behind the resume shim, and KubeRay's retries.
+    argv = shlex.split(spec["entrypoint"])
+    assert isinstance(spec["entrypoint"], str) and argv == entrypoint(plan, c)
+    assert argv[1].endswith("/clawgym/resume_load.py") and argv[argv.index("--") + 1:] == plan.entrypoint
+    assert spec["backoffLimit"] == c["restart"]["max_attempts"]
     runtime_env = yaml.safe_load(spec["runtimeEnvYAML"])
     assert runtime_env["working_dir"] == plan.working_dir
     assert all(isinstance(v, str) for v in runtime_env["env_vars"].values())
@@ -167,6 +171,11 @@ def test_manifest_is_checked_against_kuberays_crd_schema_and_validate_rayjob_spe
     assert "spec.ttlSecondsAfterFinished: 1099511627776 is greater than the maximum of 2147483647" in problems
     assert "containers.0.resources.limits.cpu: 'abc' does not match" in problems
     assert "workerGroupSpecs.0.replicas: '3' is not of type 'integer'" in problems
+    doc["spec"]["backoffLimit"] = -1
+    assert "spec.backoffLimit: backoffLimit must be a positive integer" in "\n".join(manifest_problems(doc))
+    doc["spec"]["backoffLimit"] = 2 ** 31
+    assert "spec.backoffLimit: 2147483648 is greater than the maximum of 2147483647" in "\n".join(
+        manifest_problems(doc))
     doc["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]["spec"]["containers"] = []
     assert "headGroupSpec should have at least one container" in "\n".join(manifest_problems(doc))
 
@@ -219,6 +228,12 @@ def test_kuberay_launch_runs_preflight_and_snapshots_before_anything_is_applied(
     assert yaml.safe_load(path.read_text())["spec"]["jobId"] == snap.plan["submission_id"]
     assert "not applied (kuberay.apply=false)" in out and f"kubectl apply -f {path}" in out
     assert out.index("preflight of") < out.index("RayJob manifest written")
+    # The resume shim the entrypoint runs is on the shared volume, the same file as clawgym's own.
+    entry = shlex.split(yaml.safe_load(path.read_text())["spec"]["entrypoint"])
+    from clawgym.jobside import resume_load
+
+    assert Path(entry[1]).read_text() == Path(resume_load.__file__).read_text()
+    assert Path(entry[1]) == tmp_path / "save" / "clawgym" / "resume_load.py"
 
 
 def test_without_kubectl_an_applying_launch_is_refused_before_any_snapshot(clawgym_checkout, tmp_path):
@@ -253,6 +268,7 @@ def test_a_kubectl_refusal_is_a_clean_error_and_leaves_no_launch(clawgym_checkou
     from clawgym.snapshot.read import list_snapshots
 
     assert list_snapshots(tmp_path / "save") == []  # the snapshot of a launch that never ran is gone
+    assert not (tmp_path / "save" / "clawgym" / "resume_load.py").exists()  # nor the resume shim
 
 
 def test_an_applied_rayjob_is_followed_through_the_ray_jobs_api_once_its_dashboard_answers(
@@ -263,7 +279,7 @@ def test_an_applied_rayjob_is_followed_through_the_ray_jobs_api_once_its_dashboa
 
     from ray.job_submission import JobSubmissionClient
 
-    from clawgym.backends.kuberay import KubeRayHandle
+    from clawgym.backends.kuberay import KubeRayHandle, write_resume_shim
     from tests.fixtures.checkout import checkout_overrides
 
     cfg = compose([*checkout_overrides(clawgym_checkout), "cluster=kuberay", "kuberay.image=img:1",
@@ -272,6 +288,7 @@ def test_an_applied_rayjob_is_followed_through_the_ray_jobs_api_once_its_dashboa
     c = to_plain(cfg)
     plan = build_plan_from_dict(c, environ={}, timestamp=TS + str(os.getpid()))
     spec = manifest(plan, c)["spec"]
+    write_resume_shim(plan)  # as KubeRayBackend.submit does, into the save dir the pods mount
 
     def submitter() -> None:
         import time

@@ -202,3 +202,25 @@ def test_a_tuner_dry_run_whose_first_trial_does_not_fit_exits_2_as_a_dry_run_doe
     assert proc.returncode == 2, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "clawgym: DOES NOT FIT" in proc.stdout + proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_a_dry_run_from_a_folder_that_is_no_checkout_writes_nothing_there_and_says_why(tmp_path):
+    """Issue 35: from /tmp with no slime checkout, `python train.py dry_run=true` planned /tmp/slime and
+    wrote Hydra's outputs/ into the cwd, with only a warning. It stays a warning (a dry run may plan for
+    a checkout elsewhere) but writes nothing into that folder and says so, naming paths.root and a fix."""
+    cwd = tmp_path / "somewhere"
+    cwd.mkdir()
+    proc = subprocess.run([sys.executable, str(ROOT / "train.py"), "dry_run=true"], cwd=cwd, capture_output=True,
+                          text=True, timeout=180, env={k: v for k, v in os.environ.items() if k != "CLAWGYM_RL_ROOT"})
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert f"[checkout-exists] paths.root='{cwd}'" in proc.stderr
+    assert f"nothing is written: paths.root={cwd} is no ClawGym-RL checkout" in proc.stderr
+    assert "fix:  run it with paths.root=" in proc.stderr and "Traceback" not in proc.stderr
+    assert "equivalent command:" in proc.stdout  # the plan is still shown
+    assert files_under(cwd) == [] and list(cwd.iterdir()) == []
+    # Asked for an output dir, it writes the plan there.
+    run_dir = tmp_path / "kept"
+    proc = subprocess.run([sys.executable, str(ROOT / "train.py"), "dry_run=true", f"hydra.run.dir={run_dir}"],
+                          cwd=cwd, capture_output=True, text=True, timeout=180,
+                          env={k: v for k, v in os.environ.items() if k != "CLAWGYM_RL_ROOT"})
+    assert proc.returncode == 0 and (run_dir / "launch_plan.json").is_file() and list(cwd.iterdir()) == []

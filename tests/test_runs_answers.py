@@ -90,9 +90,9 @@ def test_runs_shows_the_attempts_and_the_last_class_only_when_a_run_has_them(tmp
     assert "attempts" not in format_table(rows, columns).splitlines()[0]
     _two_attempts(tmp_path / "run")
     rows, columns = build_rows(find_runs([tmp_path]), resolve_status=False)
-    assert (rows[0]["attempts"], rows[0]["last_end"]) == (2, "startup-failure")
+    assert (rows[0]["attempts"], rows[0]["last_class"]) == (2, "startup-failure")
     header, _, line = format_table(rows, columns).splitlines()[:3]
-    assert "attempts" in header and "last end" in header and "startup-failure" in line
+    assert "attempts" in header and "last class" in header and "startup-failure" in line
 
 
 def test_show_lists_each_attempt_with_its_class_evidence_and_resume_point(tmp_path, capsys):

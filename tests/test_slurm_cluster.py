@@ -123,6 +123,9 @@ def test_slurm_sweep_queues_jobs_reports_each_and_keeps_secrets_out(slurm_cluste
     exp = f"slsw{os.getpid()}"
     cmd = [sys.executable, str(ROOT / "train.py"), "-m", *base(clawgym_checkout), f"exp_name={exp}",
            "+extra_env.STANDIN_CHECKPOINTS=1", "+extra_env.STANDIN_EXIT_CODE=0,3", "wandb.enabled=true",
+           # Unsupervised: each job's own exit status is the subject here (a supervised run that dies is
+           # restarted in its allocation: tests/test_slurm_supervised.py).
+           "restart.enabled=false",
            f"hydra.sweep.dir={tmp_path}/sweep"]
     proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     lines: List[str] = []

@@ -43,6 +43,7 @@ MULTI_NODE = ["model=qwen3_32b", "gpu_layout.actor_num_nodes=2", "gpu_layout.act
 GOLDENS: Dict[str, List[str]] = {
     "slurm_one_node": [],
     "slurm_multi_node": MULTI_NODE,
+    "slurm_unsupervised": ["restart.enabled=false"],
 }
 
 
@@ -116,13 +117,14 @@ def test_unset_slurm_settings_are_left_to_the_cluster():
         assert not any(ln.startswith(option) for ln in lines), (option, lines)
     c = resolved(())
     assert sbatch_directives(c, allocation(c), output="o") == [
-        "--job-name=run", "--nodes=1", "--ntasks-per-node=1", "--gres=gpu:8", "--signal=B:TERM@120", "--output=o"]
+        "--job-name=run", "--nodes=1", "--ntasks-per-node=1", "--gres=gpu:8", "--requeue", "--signal=B:USR1@120",
+        "--open-mode=append", "--output=o"]
 
 
 def test_set_slurm_settings_become_directives():
     lines = sbatch_lines(script_for(MULTI_NODE))
     for expected in ("--partition=gpu", "--account=rl", "--qos=high", "--time=2-00:00:00", "--cpus-per-task=96",
-                     "--mem=0", "--exclusive", "--signal=B:TERM@120"):
+                     "--mem=0", "--exclusive", "--signal=B:USR1@120"):
         assert expected in lines, (expected, lines)
     assert "module load cuda/12.4" in script_for(MULTI_NODE).splitlines()
 
@@ -216,3 +218,21 @@ def test_reap_also_kills_what_a_dying_process_forked_after_the_listing(tmp_path:
                 pass
         if spawner.poll() is None:
             spawner.kill()
+
+
+def test_a_supervised_run_is_requeueable_and_gets_usr1_before_its_time_limit():
+    # restart.enabled (the default): SLURM may requeue the job, the lead is USR1 (a TERM is also an scancel,
+    # which stops the run for good), every allocation appends to one output, and the supervisor runs the job.
+    lines = sbatch_lines(script_for(["slurm.signal_delay_s=300"]))
+    assert "--requeue" in lines and "--signal=B:USR1@300" in lines and "--open-mode=append" in lines
+    text = script_for(["slurm.signal_delay_s=300"])
+    assert "trap 'on_lead' USR1" in text and '"${SUPERVISED[@]}" run "$PLAN"' in text
+    assert "-m clawgym.supervisor.slurm_runner" in text and "--slurm-output" in text
+
+
+def test_an_unsupervised_run_is_neither_requeued_nor_signalled_usr1():
+    lines = sbatch_lines(script_for(["restart.enabled=false"]))
+    assert "--requeue" not in lines and "--signal=B:TERM@120" in lines
+    assert not any(ln.startswith("--signal=B:USR1") for ln in lines)
+    text = script_for(["restart.enabled=false"])
+    assert "clawgym.supervisor" not in text and "on_lead" not in text

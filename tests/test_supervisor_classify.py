@@ -66,6 +66,9 @@ REAL_LINES = [
      "slurmstepd"),
     (C.PREEMPTED, "slurmstepd: error: *** JOB 1234 ON gpu01 CANCELLED AT 2026-12-06T04:00:00 DUE TO PREEMPTION ***",
      "slurmstepd"),
+    # Seen verbatim in the batch output of `scontrol requeue 1` on the test cluster (slurm-wlm 22.05.8).
+    (C.PREEMPTED, "slurmstepd-vm: error: *** JOB 1 ON vm CANCELLED AT 2026-12-06T06:16:55 DUE TO JOB REQUEUE ***",
+     "slurmstepd"),
 ]
 
 #: Lines a healthy run prints that must name no class.

@@ -39,6 +39,7 @@ class ProcessRunner:
         self.procs: Dict[str, subprocess.Popen] = {}
         self.logs: Dict[str, Path] = {}
         self.loads: List[object] = []
+        self.moves: List[object] = []
         self.stopped_by_user = False
 
     def start(self, load: bool) -> str:
@@ -56,6 +57,7 @@ class ProcessRunner:
     def submit(self, resume: ResumePoint) -> str:
         assert resume.iteration is not None, "the loop resubmitted without a complete checkpoint"
         self.loads.append(resume.iteration)
+        self.moves.append(resume.overrides)
         return self.start(load=True)
 
     def running(self, sub: str) -> bool:
@@ -194,3 +196,30 @@ def test_a_new_supervision_of_the_same_save_dir_has_its_own_budget_and_keeps_the
     assert [a.cls for a in rec.attempts] == [C.STARTUP_FAILURE, C.CRASHED, C.FINISHED]
     assert [a.number for a in rec.attempts] == [1, 2, 3] and rec.stopped["by"] == "finished"
     assert "attempt 1 of 2: crashed" in "\n".join(lines)
+
+
+def test_after_an_oom_the_next_attempt_moves_to_the_layout_search_s_next_layout_with_more_headroom(tmp_path):
+    """The resume point carries the move (clawgym/supervisor/oom.py) the runner resubmits with, and the
+    console says it; the run's own config is the shipped one the move was computed from."""
+    from clawgym.config.compose import compose, to_plain
+    from clawgym.supervisor.oom import after_oom
+
+    typed = ["model=qwen3_8b", "gpu_layout=colocate_8", "memory.gpu=h100_80gb"]
+    config = to_plain(compose(typed))
+    config["restart"].update({"enabled": True, "max_attempts": 3, "poll_s": 0.05})
+    config["rollout"]["num_rollout"] = 6
+    config["health"]["disk_guard"] = False  # an 8B checkpoint is bigger than this test's disk may hold
+    expected = after_oom(config, [], gpu="h100_80gb")
+    assert expected.overrides
+    save = tmp_path / "save"
+    save.mkdir()
+    runner = ProcessRunner(save, {"STANDIN_RUN_ROLLOUTS": "6", "STANDIN_STEP_SLEEP": "0.05",
+                                  "STANDIN_FAIL_ONCE": str(tmp_path / "failed-once"), "STANDIN_FAIL": "oom@3",
+                                  "STANDIN_SAVE_EVERY": "2"})
+    lines: List[str] = []
+    rc = supervise(save, config, runner, runner.start(load=False), say=lines.append)
+    assert rc == 0 and runner.nothing_running()
+    assert runner.moves == [tuple(expected.overrides)]
+    out = "\n".join(lines)
+    assert f"after the OOM the next attempt moves to {' '.join(expected.overrides)}" in out
+    assert f"{expected.before_gib:.1f} -> {expected.after_gib:.1f} GiB" in out

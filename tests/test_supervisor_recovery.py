@@ -133,3 +133,20 @@ def test_a_negative_restart_budget_and_a_zero_poll_are_refused_with_a_value_that
     assert "restart.max_attempts=3" in got["restart-attempts-non-negative"].fix
     errors, _ = check(compose(["restart.max_attempts=0"]))
     assert not [e for e in errors if e.code.startswith("restart-")]
+
+
+def test_every_class_a_monitor_gives_has_a_recovery_on_every_backend():
+    """A verdict's class is decided like any end: a class missing from the table would end
+    supervision with a KeyError instead of a stop that says why."""
+    from clawgym.plan.allocation import BACKENDS
+    from clawgym.supervisor import classes as C
+    from clawgym.supervisor.recovery import STOP, decide, recovery
+    from clawgym.supervisor.rules import RULES
+
+    given = {r.cls for r in RULES} | {C.DISK_FULL, C.HANG}
+    for cls in given:
+        assert cls in C.CLASSES, cls
+        for backend in BACKENDS:
+            recovery(cls, backend)
+            assert decide([], cls, backend, 3, 10).action in ("resume", STOP)
+    assert recovery(C.DISK_FULL, "local").action == STOP  # a restart would fill the same disk

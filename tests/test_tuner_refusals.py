@@ -63,3 +63,29 @@ def test_a_misspelled_key_in_the_search_space_refuses_the_study_once_before_any_
     # starts the study afresh with all its trials.
     assert out.count("temprature") >= 1 and "trial 0" not in out and "told FAIL" not in out, out[-3000:]
     assert "the search space does not compose" in out and "fix:" in out
+
+
+def test_a_refused_study_leaves_no_empty_sweep_folders_above_its_sweep_dir(clawgym_checkout, tmp_path) -> None:
+    """Issue 35: Hydra's default sweep dir is multirun/<date>/<time>; a refused study removed only the
+    innermost folder it made and left the empty ones above it."""
+    out = refused(run(tune_argv(clawgym_checkout, tmp_path, "http://127.0.0.1:9", "optimizer.lr=interval(1e-7,inf)",
+                                f"hydra.sweep.dir={tmp_path}/multirun/2026-12-06/06-30-00/tune"), tmp_path), tmp_path)
+    assert "fix:" in out
+
+
+@pytest.mark.parametrize("url", ["postgresql://tuner:pg-pass-4711@127.0.0.1:9/studies",
+                                 "sqlite://tuner:sq-pass-4712@/{tmp}/no/such/dir/study.db"])
+def test_an_rdb_storage_password_is_masked_in_every_message_and_file(clawgym_checkout, tmp_path, url) -> None:
+    """Issue 35: an RDB URL's password never reaches the terminal or a file, whether the storage is
+    refused before it connects or the connection fails (no server, or no driver, here)."""
+    url = url.format(tmp=tmp_path)
+    password = url.split(":")[2].split("@")[0]
+    proc = run(tune_argv(clawgym_checkout, tmp_path, "http://127.0.0.1:9", LR_SPACE,
+                         f"hydra.sweeper.storage={url}"), tmp_path)
+    out = refused(proc, tmp_path)
+    assert "hydra.sweeper.storage" in out and "fix:" in out, out[-3000:]
+    assert password not in out, out[-3000:]
+    assert "tuner:***@" in out or "***" in out
+    for f in tmp_path.rglob("*"):
+        if f.is_file():
+            assert password.encode() not in f.read_bytes(), f

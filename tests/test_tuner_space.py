@@ -115,3 +115,30 @@ def test_a_failed_or_refused_trial_is_never_marked_best_in_the_report() -> None:
     assert best_rows(rows, columns) == {"objective": 2, "reward": 2}
     # Among one completed trial and failed ones there is no ranking to show.
     assert best_rows([rows[0], {**rows[1], "trial_state": "refused"}], columns) == {}
+
+
+def test_a_minimised_studys_report_marks_the_lowest_objective_best() -> None:
+    """Issue 35: a study with direction=minimize had its highest objective bolded as best."""
+    from clawgym.runs.report import best_rows
+    from clawgym.runs.table import Column
+
+    columns = [Column("objective", "objective", "num")]
+    rows = [{"trial_state": "complete", "objective": 0.5, "trial_direction": "minimize"},
+            {"trial_state": "complete", "objective": 0.2, "trial_direction": "minimize"},
+            {"trial_state": "complete", "objective": 0.9, "trial_direction": "minimize"}]
+    assert best_rows(rows, columns) == {"objective": 1}
+    maximised = [{**r, "trial_direction": "maximize"} for r in rows]
+    assert best_rows(maximised, columns) == {"objective": 2}
+    # Two studies of opposite directions in one table: no objective is "the best".
+    assert best_rows(rows[:2] + maximised[2:], columns) == {}
+
+
+def test_the_runs_row_of_a_trial_carries_its_studys_direction(tmp_path) -> None:
+    from types import SimpleNamespace
+
+    from clawgym.runs.table import trial_of
+
+    snap = SimpleNamespace(meta={"origin": {"command": "sweep", "tuner": {"study": "s", "trial": 3, "metric": "m:min",
+                                                                          "direction": "minimize", "params": {}}}},
+                           path=tmp_path)
+    assert trial_of(SimpleNamespace(latest=snap, status="succeeded"))["direction"] == "minimize"

@@ -56,10 +56,12 @@ def config_json(model: dict, defaults: dict) -> dict:
         # What a checkpoint's config.json names (SGLang picks its model class by it).
         data["architectures"] = [cls.__name__ if cls is not None else "LlamaForCausalLM"]
     data["torch_dtype"] = "bfloat16"
-    # The checkpoint's own context window is not in the zoo for most models; without it SGLang
-    # would compare the configured context with the config class's default. The zoo's value when
-    # it has one, else a window no config exceeds: SGLang's check against the real checkpoint's
-    # window is not judged (the judge's meta says so).
-    data["max_position_embeddings"] = model.get("max_position_embeddings") or UNKNOWN_WINDOW
+    # The checkpoint's own context window: the zoo's model.context_window (config.json's
+    # max_position_embeddings of the published checkpoint), else model.max_position_embeddings -- the
+    # order clawgym's rule sglang-context-within-model-window reads them (validate/trainer_rules.py
+    # model_window) -- so SGLang's check of the context length against the window is judged for real.
+    # Where the zoo knows neither, a window no config exceeds (not judged; the judge's meta says so).
+    data["max_position_embeddings"] = (model.get("context_window") or model.get("max_position_embeddings")
+                                       or UNKNOWN_WINDOW)
     USED[model["name"]] = {"class": type(cfg).__name__, "note": note}
     return data

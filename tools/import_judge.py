@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import io
 import json
 import logging
 import os
@@ -117,7 +116,7 @@ def main(argv=None) -> int:
 
     workdir = tempfile.mkdtemp(prefix="clawgym-import-judge-")
     stand_ins = trainer_judge._StandIns()
-    log = io.StringIO()
+    log = trainer_judge._Log()  # keeps a file descriptor: Megatron enables faulthandler at import
     with contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
         src = prepare_sources(ns, workdir, tool="import_judge")
         import torch  # noqa: F401
@@ -163,7 +162,7 @@ def main(argv=None) -> int:
             saved_cwd = os.getcwd()
             os.chdir(root)
             current["architectures"] = list(req.get("architectures") or [])
-            buf = io.StringIO()
+            buf = trainer_judge._Log()
             answer = {"id": req["id"]}
             parsed = {}
             skip, not_judged = [], []

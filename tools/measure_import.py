@@ -14,7 +14,9 @@ committed results):
    validation, the driver, engine 0's SGLang ``ServerArgs``, rank 0's model-parallel init, micro-batch
    calculator and ``TransformerConfig``; run with the interpreter of a trainer environment,
    ``--python``), and the two namespaces ``parse_args()`` returns are compared dest by dest; a
-   generated file (``--sglang-config``) is compared by its content, not its path.
+   generated file (``--sglang-config``) is compared by its content, not its path. The experiment is
+   planned at the compared run's clock (``${now:...}``, as the importer's parity does), and a dest the
+   importer reports as a deliberate difference (shown, not counted) is listed, not counted.
 3. Verdicts: ``upstream refuses`` (the script's own argv is refused at some startup stage: not
    counted), ``imported, 0 differences``, or a failure with a one-line reason naming the cause
    (the importer's first problem, or the dests upstream's parser sees differently). A stage that
@@ -34,6 +36,7 @@ import re
 import subprocess
 import sys
 import tempfile
+from collections import Counter
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
@@ -158,7 +161,13 @@ def import_one(rel: str, slime: Path, out_dir: Path) -> Dict[str, Any]:
                 + [f"differs: {d.what} {d.name}: script {d.script!r}, experiment {d.experiment!r}"
                    for d in result.differences])
     row.update(imported=result.ok, importer_problems=[one_line(p) for p in problems],
-               setup=result.setup, answered=result.answered, services=result.services)
+               setup=result.setup, answered=result.answered, services=result.services,
+               cluster=(result.choices or {}).get("cluster"), left_to_set=sorted(result.left_to_set))
+    # The importer's deliberate flag differences (shown, not counted: e.g. TensorBoard events kept on so
+    # clawgym runs / report show curves), by dest: the comparison below leaves those dests out and lists them.
+    row["deliberate"] = {m.group(1): f"script {d.script!r}, experiment {d.experiment!r}: {d.note}"
+                         for d in result.deliberate if d.what == "flag"
+                         for m in [re.search(r"\((\w+)\)$", d.name)] if m}
     if not result.ok:
         row["reason"] = f"import: {one_line(problems[0])}" + (f" (+{len(problems) - 1} more)" if len(problems) > 1 else "")
         row["model"] = _model_of(out_dir, result)
@@ -167,8 +176,12 @@ def import_one(rel: str, slime: Path, out_dir: Path) -> Dict[str, Any]:
     from clawgym.plan.build import build_plan
     from omegaconf import OmegaConf
 
+    # ${now:FORMAT} (a value the script makes from the clock, kept dynamic) reads the instant the compared
+    # capture's `date` read, as the importer's own parity does: both argvs come from one instant. (Hydra
+    # registers its own `now` while composing: the plan, which resolves the config, is built after.)
     cfg = compose([f"hydra.searchpath=[file://{out_dir.resolve()}]", f"+experiment={name}"])
-    plan = build_plan(cfg, environ={}, timestamp="measure")
+    with importer_entry._clock_at(cap.epoch):
+        plan = build_plan(cfg, environ={}, timestamp="measure")
     # The architecture of the run (the experiment's model group, = the script's model args when
     # the import has 0 differences): the judge writes the checkpoint's config.json from it.
     row["model"] = OmegaConf.to_container(cfg.model, resolve=True)
@@ -215,6 +228,8 @@ def compare_namespaces(a: Dict[str, Any], b: Dict[str, Any], row: Dict[str, Any]
 
     diffs = []
     for dest in sorted(set(a) | set(b)):
+        if dest in (row.get("deliberate") or {}):
+            continue  # the importer's deliberate difference: listed with its reason, not counted
         x, y = a.get(dest, "(absent)"), b.get(dest, "(absent)")
         if dest == "sglang_config" and x and y:
             x = normalised("sglang.models", row.get("generated", {}).get(x, ""))
@@ -270,9 +285,13 @@ def write(rows: List[Dict[str, Any]], meta: Dict[str, Any], ns: argparse.Namespa
                "judge": "upstream's startup path: parse_args, the driver's train() up to placement, engine 0's "
                         "SGLang ServerArgs, rank 0's initialize_model_parallel, micro-batch calculator and "
                         "TransformerConfig (tools/import_judge.py via tools/trainer_judge.py)",
+               "imported_for_an_existing_cluster": sum(r.get("cluster") == "existing" for r in passed),
+               "deliberate_not_counted": dict(sorted(Counter(d for r in passed for d in r.get("deliberate") or {})
+                                                     .items())),
                "judge_stand_ins": meta.get("stand_ins", [])}
     keep = ("script", "env", "verdict", "upstream", "upstream_stage", "upstream_reason", "upstream_not_judged",
-            "upstream_not_run", "reason", "note", "differences", "setup", "answered", "services", "importer_problems", "capture")
+            "upstream_not_run", "reason", "note", "differences", "deliberate", "cluster", "left_to_set", "setup",
+            "answered", "services", "importer_problems", "capture")
     data = {"summary": summary, "scripts": [{k: r[k] for k in keep if k in r and r[k] not in (None, [], {})}
                                              for r in rows]}
     out = Path(ns.out)
@@ -286,7 +305,10 @@ def write(rows: List[Dict[str, Any]], meta: Dict[str, Any], ns: argparse.Namespa
           "and `sglang_validate_args`; the driver's `train()` up to placement; engine 0's SGLang `ServerArgs`; "
           "rank 0's `initialize_model_parallel`, micro-batch calculator and `TransformerConfig`), and the two "
           "namespaces `parse_args()` returns are compared dest by dest (`--sglang-config` by file content). "
-          "The script's argv is the one the import itself captured (one run of the script).", "",
+          "The script's argv is the one the import itself captured (one run of the script), and the experiment's "
+          "`${now:...}` values read that run's clock. A dest the importer itself reports as a deliberate "
+          "difference (shown, not counted: `--use-tensorboard`, kept on so `clawgym runs` / `report` show curves) "
+          "is listed per script and not counted.", "",
           f"**{len(passed)} of {len(accepted)} scripts that upstream's parser and startup checks accept import with "
           f"0 differences ({100 * (summary['share'] or 0):.1f}%)**; {len(rows) - len(accepted)} of {len(rows)} "
           "scripts are refused by upstream itself (or could not be judged) and not counted.", "",
@@ -294,12 +316,17 @@ def write(rows: List[Dict[str, Any]], meta: Dict[str, Any], ns: argparse.Namespa
     for r in rows:
         notes = _why(r)
         extra = []
+        if r.get("cluster") == "existing":
+            extra.append("written for several nodes: imported for the cluster they form (cluster=existing; left to "
+                         f"set at launch: {', '.join(r.get('left_to_set') or [])})")
         if r.get("env"):
             extra.append("env " + ", ".join(f"{k}={v}" for k, v in r["env"].items()))
         if r.get("setup"):
             extra.append(f"{len(r['setup'])} setup steps listed")
         if r.get("services"):
             extra.append("teacher server as services.teacher")
+        if r.get("deliberate") and r.get("verdict") == "0 differences":
+            extra.append("deliberate (not counted): " + ", ".join(sorted(r["deliberate"])))
         if r.get("upstream_not_judged"):
             extra.append("not judged: " + "; ".join(r["upstream_not_judged"]))
         if r.get("upstream_not_run"):

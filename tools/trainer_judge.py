@@ -488,9 +488,10 @@ def main(argv=None):
             requests = [json.loads(line) for line in f if line.strip()]
         import hf_config_json
 
-        reg.add(f"config.json max_position_embeddings={hf_config_json.UNKNOWN_WINDOW} where the zoo has none",
+        reg.add(f"config.json max_position_embeddings={hf_config_json.UNKNOWN_WINDOW} where the zoo has no "
+                "window (model.context_window, else model.max_position_embeddings)",
                 "the checkpoint's own context window is not in the model zoo; SGLang's check of the "
-                "context length against it is not judged")
+                "context length against it is not judged for that model")
         meta = {"flavour": ns.flavour, "stand_ins": reg.items, "not_judged": NOT_JUDGED, "import_s": import_s,
                 "stand_in_imports": sorted(src.stand_ins.served), "stages": list(STAGES)}
         print(json.dumps({"meta": meta}), file=out, flush=True)

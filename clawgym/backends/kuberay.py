@@ -9,6 +9,10 @@ Follows the RayJob spec of KubeRay v1.3 (``apiVersion: ray.io/v1``; fields from
   group with one pod per node of the layout, each limited to its GPUs
   (``nvidia.com/gpu``), all from ``kuberay.image``.
 - ``spec.shutdownAfterJobFinishes`` and ``spec.ttlSecondsAfterFinished``.
+- With ``restart.enabled`` (the default): ``spec.backoffLimit`` = ``restart.max_attempts`` (KubeRay
+  retries a failed RayJob on a new RayCluster) and the entrypoint runs the trainer behind
+  ``clawgym/jobside/resume_load.py`` (copied into the save dir), which gives it ``--load`` at the last
+  complete checkpoint (Megatron's tracker) and refuses a retry that would start from scratch.
 - The save dir as a volume from ``kuberay.pvc`` mounted at ``kuberay.mount_path``.
 - Secrets as ``secretKeyRef`` environment entries of the pods (from the Secret
   ``kuberay.secret_name``), never values; the job inherits them from its node.
@@ -40,6 +44,8 @@ from clawgym.plan.build import WANDB_KEY_TARGET, LaunchPlan
 
 #: File written next to launch_plan.json.
 MANIFEST_FILE = "rayjob.yaml"
+#: The resume shim (clawgym/jobside/), copied into <save>/clawgym/ for the pods.
+RESUME_SHIM = "resume_load.py"
 #: The KubeRay release whose RayJob spec the manifest follows.
 KUBERAY_RELEASE = "v1.3.2"
 API_VERSION = "ray.io/v1"
@@ -96,6 +102,47 @@ def _container(name: str, image: str, *, resources: Dict[str, Any], env: List[Di
     return c
 
 
+def supervised(plan: LaunchPlan, c: Mapping[str, Any]) -> bool:
+    """restart.enabled (the default) and a save dir to resume from: KubeRay retries, each resuming."""
+    return bool((c.get("restart") or {}).get("enabled", True)) and bool(plan.save_dir)
+
+
+def resume_shim_path(save_dir: str) -> str:
+    """Where the launch copies clawgym/jobside/resume_load.py: the save dir on the shared volume."""
+    from clawgym.plan.build import under
+
+    return under(str(save_dir), "clawgym", RESUME_SHIM)
+
+
+def starts_path(plan: LaunchPlan) -> str:
+    """One line per start of this RayJob (its first start and each KubeRay retry), beside the shim."""
+    from clawgym.plan.build import under
+
+    return under(str(plan.save_dir), "clawgym", "kuberay", f"{plan.submission_id}.starts")
+
+
+def entrypoint(plan: LaunchPlan, c: Mapping[str, Any]) -> List[str]:
+    """The job's command: with restart.enabled, the trainer behind the resume shim (every start, a
+    KubeRay retry included, goes on from the tracker's checkpoint and never from scratch)."""
+    if not supervised(plan, c):
+        return list(plan.job_entrypoint)
+    from clawgym.plan.build import INTERPRETER
+
+    return [INTERPRETER, resume_shim_path(str(plan.save_dir)), "--save", str(plan.save_dir), "--starts",
+            starts_path(plan), "--", *plan.job_entrypoint]
+
+
+def write_resume_shim(plan: LaunchPlan) -> Path:
+    """Copy the resume shim (standard library only) into the save dir, which the pods mount."""
+    from clawgym.common.fsutil import atomic_write_text
+
+    source = Path(__file__).resolve().parents[1] / "jobside" / RESUME_SHIM
+    target = Path(resume_shim_path(str(plan.save_dir)))
+    target.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(target, source.read_text(encoding="utf-8"))
+    return target
+
+
 def manifest(plan: LaunchPlan, c: Mapping[str, Any]) -> Dict[str, Any]:
     """The RayJob for a plan and its resolved config (pure)."""
     from clawgym.plan.allocation import size_from_layout
@@ -142,7 +189,7 @@ def manifest(plan: LaunchPlan, c: Mapping[str, Any]) -> Dict[str, Any]:
         "template": {"spec": worker_pod},
     }]
     spec: Dict[str, Any] = {
-        "entrypoint": shlex.join(plan.job_entrypoint),
+        "entrypoint": shlex.join(entrypoint(plan, c)),
         "runtimeEnvYAML": yaml.safe_dump(runtime_env, sort_keys=False, default_flow_style=False),
         "jobId": plan.submission_id,
         "submissionMode": "K8sJobMode",
@@ -152,6 +199,11 @@ def manifest(plan: LaunchPlan, c: Mapping[str, Any]) -> Dict[str, Any]:
     if k["active_deadline_seconds"] is not None:
         # 0 or less is refused by validation (KubeRay's ValidateRayJobSpec), never dropped here.
         spec["activeDeadlineSeconds"] = int(k["active_deadline_seconds"])
+    if supervised(plan, c):
+        # KubeRay's retry policy (RayJobSpec.backoffLimit, KubeRay >= 1.2.0): "the number of retries before
+        # marking this job failed. Each retry creates a new RayCluster." One retry per restart the run may
+        # take; the entrypoint resumes each from the last complete checkpoint on the shared volume.
+        spec["backoffLimit"] = int((c.get("restart") or {}).get("max_attempts", 3))
     spec["metadata"] = {"clawgym_run_name": plan.run_name, "clawgym_save_dir": str(plan.save_dir or "")}
     spec["rayClusterSpec"] = cluster_spec
     metadata: Dict[str, Any] = {"name": name}
@@ -401,6 +453,11 @@ class KubeRayBackend(ClusterPerJobBackend):
         if not snapshot:
             raise BackendError("cluster=kuberay needs the launch snapshot (the manifest is kept next to it)")
         text = checked_manifest_yaml(plan, c)
+        # The entrypoint runs the shim from the shared save dir: it is there before the RayJob can start.
+        shim = Path(resume_shim_path(str(plan.save_dir))) if supervised(plan, c) else None
+        shim_was_there = shim is not None and shim.exists()
+        if shim is not None:
+            write_resume_shim(plan)
         directory = manifest_dir(snapshot)
         directory.mkdir(parents=True, exist_ok=True)
         path = directory / MANIFEST_FILE
@@ -416,6 +473,8 @@ class KubeRayBackend(ClusterPerJobBackend):
         context = self.context or kubectl_context(k["context"]) or ""
         res = _kubectl(context, "apply", *ns, "-f", str(path))
         if res.returncode != 0:
+            if shim is not None and not shim_was_there:
+                shim.unlink(missing_ok=True)  # a refused launch leaves nothing behind
             raise BackendRefused(f"kubectl refused the RayJob {name} of {plan.run_name}", _reason(res),
                                  [f"  manifest: {path}", f"  fix:  check the context ({context}), the namespace and "
                                   f"that KubeRay's RayJob CRD is installed: kubectl --context {context} get crd "

@@ -40,6 +40,9 @@ from clawgym.plan.build import LaunchPlan
 
 #: Module that runs inside the allocation.
 RUNNER_MODULE = "clawgym.backends.slurm_run"
+#: Module that runs the job inside the allocation when the run is supervised (restart.enabled):
+#: clawgym/supervisor/slurm_runner.py, named here as a string (backends never import the supervisor).
+SUPERVISED_RUNNER_MODULE = "clawgym.supervisor.slurm_runner"
 #: File names kept next to the launch snapshot.
 SCRIPT_FILE = "slurm_batch.sh"
 #: SLURM job states after which nothing changes.
@@ -68,11 +71,26 @@ def sbatch_directives(c: Mapping[str, Any], alloc: Allocation, *, output: str) -
         out.append(f"--cpus-per-task={s['cpus_per_node']}")
     if s["mem_per_node"] not in (None, ""):
         out.append(f"--mem={s['mem_per_node']}")
-    # B: the signal goes to the batch shell, which stops the Ray job and Ray before the limit.
-    out.append(f"--signal=B:TERM@{int(s['signal_delay_s'])}")
+    if supervised(c):
+        # The run goes on after a preemption, a node failure or its time limit: SLURM may requeue it
+        # (sbatch(1) --requeue), and the supervisor in the allocation requeues it itself at the lead.
+        out.append("--requeue")
+        # B: only the batch shell gets it (sbatch(1) --signal). USR1, not TERM: a TERM is also what
+        # scancel sends, and a user's scancel stops the run for good while the lead requeues it.
+        out.append(f"--signal=B:USR1@{int(s['signal_delay_s'])}")
+        # Every allocation's output in one file (sbatch(1) --open-mode): a requeued start would truncate it.
+        out.append("--open-mode=append")
+    else:
+        # B: the signal goes to the batch shell, which stops the Ray job and Ray before the limit.
+        out.append(f"--signal=B:TERM@{int(s['signal_delay_s'])}")
     out.append(f"--output={output}")
     out += [str(line) for line in s["extra_sbatch"]]
     return out
+
+
+def supervised(c: Mapping[str, Any]) -> bool:
+    """True when the run is supervised to its end in its allocation (restart.enabled, the default)."""
+    return bool((c.get("restart") or {}).get("enabled", True))
 
 
 def _q(value: Any) -> str:
@@ -109,6 +127,7 @@ def batch_script(plan: LaunchPlan, c: Mapping[str, Any], *, plan_file: str, outp
         f"NODES={alloc.nodes}",
         f"GPUS_PER_NODE={alloc.gpus_per_node}",
         f'RUNNER=("$PYTHON" -m {RUNNER_MODULE})',
+        *([f'SUPERVISED=("$PYTHON" -m {SUPERVISED_RUNNER_MODULE})'] if supervised(c) else []),
         'RAY=("$PYTHON" -m ray.scripts.scripts)',
         "# Every process of this job carries the marker: teardown finds Ray job drivers by it",
         "# (Ray starts them in sessions of their own).",
@@ -148,13 +167,25 @@ def batch_script(plan: LaunchPlan, c: Mapping[str, Any], *, plan_file: str, outp
         "}",
         "",
         "on_signal() {",
-        '  echo "[clawgym] $1 received (scancel or time limit): stopping the Ray job and every Ray process of'
-        ' this job" >&2',
+        f'  echo "[clawgym] $1 received ({"scancel, a requeue or the time limit" if supervised(c) else "scancel or time limit"}):'
+        ' stopping the Ray job and every Ray process of this job" >&2',
         "  teardown",
         "  exit 143",
         "}",
         "trap 'on_signal SIGTERM' TERM",
         "trap 'on_signal SIGINT' INT",
+        *([
+            "",
+            "on_lead() {",
+            "  # SLURM's --signal lead (sbatch --signal=B:USR1@N): the time limit is near (or, with",
+            "  # slurm.conf's preempt_send_user_signal, a preemption). The runner records the attempt's end,",
+            "  # stops the Ray job and requeues this job within restart.max_attempts; SLURM then TERMs this shell.",
+            '  echo "[clawgym] SIGUSR1 received (SLURM\'s --signal lead): handing it to the supervisor" >&2',
+            '  [ -n "$runner_pid" ] && kill -USR1 "$runner_pid" 2>/dev/null',
+            "  return 0",
+            "}",
+            "trap 'on_lead' USR1",
+        ] if supervised(c) else []),
         "",
         "# Preflight inside the allocation: the GPUs SLURM granted and free per-job ports on this node.",
         "# It prints HEAD_IP, NODE_GPUS, GCS_PORT, DASHBOARD_PORT, CLIENT_PORT, AGENT_PORT and TEMP_DIR.",
@@ -178,18 +209,37 @@ def batch_script(plan: LaunchPlan, c: Mapping[str, Any], *, plan_file: str, outp
             '  "${RUNNER[@]}" worker "$HEAD_IP:$GCS_PORT" --gpus-per-node "$GPUS_PER_NODE" &',
             "workers_pid=$!",
         ]
-    run = ['"${RUNNER[@]}" run "$PLAN" --address "http://127.0.0.1:$DASHBOARD_PORT" --nodes "$NODES"',
+    step = '"${SUPERVISED[@]}" run' if supervised(c) else '"${RUNNER[@]}" run'
+    run = [f'{step} "$PLAN" --address "http://127.0.0.1:$DASHBOARD_PORT" --nodes "$NODES"',
            '--gpus "$((NODES * GPUS_PER_NODE))" --head-ip "$HEAD_IP" --head-pid "$head_pid"',
            f"--wait-nodes {int(s['wait_nodes_s'])}"]
     if snapshot:
         run.append(f"--snapshot {_q(snapshot)}")
+    if supervised(c):
+        # Where slurmstepd writes why an allocation ended (read on a requeued start).
+        run.append(f"--slurm-output {_q(output)}")
+        lines += [
+            "",
+            "# Supervised (restart.enabled): the runner follows the run to its end in this allocation,",
+            "# restarting a crashed trainer from its last complete checkpoint, and requeues this job",
+            "# (scontrol requeue) when SLURM's USR1 says the time limit is near.",
+            " \\\n  ".join(run) + " &",
+            "runner_pid=$!",
+            "# wait returns early (status > 128) when a trapped signal arrives: wait again while it runs.",
+            'wait "$runner_pid"',
+            "rc=$?",
+            'while [ "$rc" -gt 128 ] && kill -0 "$runner_pid" 2>/dev/null; do wait "$runner_pid"; rc=$?; done',
+        ]
+    else:
+        lines += [
+            "",
+            "# Wait for every node's GPUs, submit the plan as a Ray job, follow it; its status is ours.",
+            " \\\n  ".join(run) + " &",
+            "runner_pid=$!",
+            'wait "$runner_pid"',
+            "rc=$?",
+        ]
     lines += [
-        "",
-        "# Wait for every node's GPUs, submit the plan as a Ray job, follow it; its status is ours.",
-        " \\\n  ".join(run) + " &",
-        "runner_pid=$!",
-        'wait "$runner_pid"',
-        "rc=$?",
         'runner_pid=""',
         "teardown",
         'exit "$rc"',
@@ -298,6 +348,7 @@ class SlurmJob:
                 sys.stdout.flush()
 
         info: Dict[str, str] = {}
+        ran = False
         while True:
             try:
                 drain()
@@ -312,6 +363,14 @@ class SlurmJob:
                     time.sleep(poll)
                     continue
                 last_contact = time.time()
+                if state == "PENDING" and ran:
+                    # Requeued (by the supervisor at the time limit's lead, a preemption, a node failure):
+                    # every allocation appends to the same output (--open-mode=append), followed on.
+                    ran = False
+                    print(f"[clawgym] SLURM requeued job {self.job_id} (restart {info.get('Restarts', '?')}); "
+                          f"following its next allocation", flush=True)
+                elif state in ("RUNNING", "COMPLETING"):
+                    ran = True
                 if state in TERMINAL_STATES:
                     # The batch shell may still be flushing: a last read.
                     time.sleep(0.2)

@@ -83,6 +83,8 @@ def _temp_dir() -> str:
 
 
 def head_alive(pid: Optional[int]) -> bool:
+    """True while the head the batch script started runs. A head that died stays a zombie until the
+    batch shell (its parent, waiting on the runner) reaps it: a zombie is dead here."""
     if not pid:
         return True
     try:
@@ -91,7 +93,11 @@ def head_alive(pid: Optional[int]) -> bool:
         return False
     except PermissionError:
         return True
-    return True
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        return stat[stat.rindex(")") + 2:].split()[0] not in ("Z", "X")
+    except (OSError, ValueError, IndexError):
+        return True
 
 
 class HeadGone(Exception):

@@ -13,7 +13,7 @@ import shlex
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 from clawgym.common.exit_codes import REFUSED
 
 #: Shown for a key or flag one side does not have.
@@ -38,6 +38,10 @@ class Side:
     entrypoint: List[str]
     # Job environment (the plan's runtime env vars; never secrets).
     env: Dict[str, str] = field(default_factory=dict)
+    # The composed config with its interpolations kept (None where unknown: a snapshot of format 1).
+    unresolved: Optional[Dict[str, Any]] = None
+    # Keys a sweep set for this job beside the user's overrides (its run_name, a spread sglang.api_port).
+    assigned: frozenset = frozenset()
 
 
 # ---------------------------------------------------------------- comparisons (pure)
@@ -57,6 +61,38 @@ def config_changes(a: Mapping[str, Any], b: Mapping[str, Any]) -> List[Tuple[str
     fa, fb = flatten(a), flatten(b)
     keys = list(fa) + [k for k in fb if k not in fa]
     return [(k, fa.get(k, ABSENT), fb.get(k, ABSENT)) for k in keys if fa.get(k, ABSENT) != fb.get(k, ABSENT)]
+
+
+def _is_interpolation(value: Any) -> bool:
+    return isinstance(value, str) and "${" in value
+
+
+def split_derived(changes: Sequence[Tuple[str, Any, Any]], a: Optional[Mapping[str, Any]],
+                  b: Optional[Mapping[str, Any]], assigned: frozenset = frozenset()
+                  ) -> Tuple[List[Tuple[str, Any, Any]], List[Tuple[str, Any, Any]]]:
+    """(set, derived) of ``changes``: a key is derived when both sides hold the same interpolation
+    for it (``wandb.group: ${run_name}``, ``slurm.job_name``, ``kuberay.mount_path: ${paths.save}``),
+    so its value differs only because a key it reads does, or when a sweep assigned it per job
+    (``assigned``: its ``run_name``, a spread ``sglang.api_port``); one side setting it itself is a change.
+    With either unresolved config unknown, only ``assigned`` keys count as derived."""
+    ua, ub = flatten(a) if a is not None else {}, flatten(b) if b is not None else {}
+    set_, derived = [], []
+    for row in changes:
+        key = row[0]
+        same = key in ua and key in ub and ua[key] == ub[key] and _is_interpolation(ua[key])
+        (derived if same or key in assigned else set_).append(row)
+    return set_, derived
+
+
+def sweep_assigned(overrides: Optional[Sequence[str]], meta: Mapping[str, Any]) -> frozenset:
+    """Keys a sweep job's overrides hold that its command did not (the sweep set them for the job)."""
+    origin = meta.get("origin") or {}
+    if "MULTIRUN" not in str(origin.get("mode", "")) or not overrides:
+        return frozenset()
+    from clawgym.common.overrides import split_override
+
+    typed = {split_override(str(a))[0] for a in meta.get("command") or [] if "=" in str(a)}
+    return frozenset(k for k in (split_override(str(o))[0] for o in overrides) if k not in typed)
 
 
 def parse_flags(args: Sequence[str]) -> Dict[str, Any]:
@@ -128,13 +164,21 @@ def render_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
 def format_diff(a: Side, b: Side, *, names: Tuple[str, str] = ("A", "B")) -> str:
     """The readable report of two sides: headers, config table, flag table."""
     na, nb = names
-    keys = config_changes(a.config, b.config)
+    keys, derived = split_derived(config_changes(a.config, b.config), a.unresolved, b.unresolved,
+                                  a.assigned | b.assigned)
     flags = flag_changes(a.entrypoint, b.entrypoint)
     out = [f"{na}: {a.label}  ({a.source})", f"{nb}: {b.label}  ({b.source})", ""]
     if keys:
         out += [f"config keys that differ ({len(keys)}):", render_table(("key", na, nb), keys), ""]
-    else:
+    elif not derived:
         out += ["config: identical", ""]
+    else:
+        out += ["config keys that differ (0): only derived keys moved", ""]
+    if derived:
+        # What follows from the keys above: the same ${...} on both sides (ports, wandb.group, slurm.job_name).
+        out += [f"derived keys that follow from them ({len(derived)}; the same interpolation on both sides, "
+                "or set per job by the sweep):",
+                render_table(("key", na, nb), derived), ""]
     if flags:
         out += [f"trainer flags that differ ({len(flags)}):", render_table(("flag", na, nb), flags)]
     else:
@@ -167,7 +211,7 @@ def side_from_overrides(text: str, *, environ: Mapping[str, str] = os.environ) -
     c = to_plain(cfg, resolve=True)
     plan = build_plan_from_dict(c, environ=environ, timestamp="diff")
     return Side(label=text or "(defaults)", source="composed from overrides", config=c, entrypoint=plan.entrypoint,
-                env=dict(plan.runtime_env.get("env_vars") or {}))
+                env=dict(plan.runtime_env.get("env_vars") or {}), unresolved=to_plain(cfg, resolve=False))
 
 
 def side_from_path(path: str) -> Side:
@@ -176,7 +220,8 @@ def side_from_path(path: str) -> Side:
     snap, _ = find_snapshot(path)
     return Side(label=path, source=f"snapshot {snap.path}", config=snap.config,
                 entrypoint=list(snap.plan.get("entrypoint") or []),
-                env=dict((snap.plan.get("runtime_env") or {}).get("env_vars") or {}))
+                env=dict((snap.plan.get("runtime_env") or {}).get("env_vars") or {}),
+                unresolved=snap.config_unresolved or None, assigned=sweep_assigned(snap.overrides, snap.meta))
 
 
 def resolve_side(arg: str) -> Side:
@@ -197,7 +242,7 @@ def redacted(side: Side, values: Sequence[str]) -> Side:
 
     return Side(label=redact(side.label, values), source=redact(side.source, values),
                 config=redact_config(side.config), entrypoint=redact_argv(side.entrypoint, values),
-                env=redact_env(side.env, values))
+                env=redact_env(side.env, values), unresolved=side.unresolved, assigned=side.assigned)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -178,11 +178,15 @@ def _cmd_stack(args) -> int:
     if not out:
         raise _UserError(f"job {args.submission_id} names no save dir in its metadata\n"
                          f"  fix: pass --out DIR")
-    pids = stacks.job_pids(args.submission_id)
-    if not pids:
-        raise _UserError(f"no process of job {args.submission_id} runs on this node (stacks are read by PID, "
-                         f"here)\n  fix: run clawgym jobs stack on the node of the job's driver")
-    dumped = stacks.dump(pids, Path(out), label="on-demand")
+    # Every node's processes through Ray's stack endpoint; by PID on this node where that reads nothing.
+    dumped = stacks.dump_job(args.submission_id, Path(out), address=handle.address, label="on-demand")
+    if not dumped.waits and not stacks.job_pids(args.submission_id):
+        if dumped.path:
+            dumped.path.unlink(missing_ok=True)  # a refusal leaves no file behind
+        raise _UserError(f"no stack of job {args.submission_id} could be read: "
+                         + "; ".join(dumped.errors or ["no process found"])
+                         + f"\n  fix: start the head with {stacks.RAY_PROFILING_ENV}=1 (heads clawgym starts have it), "
+                         f"or run clawgym jobs stack on the node of the job's driver")
     print(f"{args.submission_id}: {dumped.summary()}")
     print(f"stacks: {dumped.path}")
     return 0 if dumped.waits else REFUSED

@@ -1,9 +1,11 @@
 """``clawgym report``: one self-contained HTML page of the runs under some paths.
 
     clawgym report [PATH...] --out report.html [--metric TAG,...] [--sort KEY] [--where KEY=VALUE]
+                   [--columns KEY,...]
 
 The page holds the runs table, the config keys that differ between runs, reward and eval
-curves, the step-time breakdown as stacked bars and each run's snapshot summary; its
+curves (with each restart, hang and tripped health rule marked at its step), the step-time
+breakdown as stacked bars and each run's snapshot summary; its
 pictures are inlined, so it opens without network. PATHs and the other options are
 ``clawgym runs``'.
 """
@@ -62,7 +64,7 @@ def run(args) -> int:
         print(f"clawgym report: {no_rows(found, args)}; nothing written", file=sys.stderr)
         return REFUSED
     page = render(runs, rows, columns, metrics=metric_tags(runs, parse_metrics(args.metric) or None),
-                  weight=args.smooth, title=args.title)
+                  weight=args.smooth, title=args.title, chosen=bool(args.columns))
     # The snapshots were masked by collect(); the environment's secrets are masked anywhere in the page,
     # as written and as HTML escapes them.
     import html

@@ -189,9 +189,11 @@ def run(args: argparse.Namespace) -> int:
         return REFUSED
     before = Side(label=f"snapshot {snap.id}", source=str(snap.path), config=snap.config,
                   entrypoint=list(snap.plan.get("entrypoint") or []),
-                  env=dict((snap.plan.get("runtime_env") or {}).get("env_vars") or {}))
+                  env=dict((snap.plan.get("runtime_env") or {}).get("env_vars") or {}),
+                  unresolved=snap.config_unresolved or None)
     after = Side(label="resume", source=f"continuing from {cfg.checkpoint.load}", config=to_plain(cfg),
-                 entrypoint=plan.entrypoint, env=dict(plan.runtime_env.get("env_vars") or {}))
+                 entrypoint=plan.entrypoint, env=dict(plan.runtime_env.get("env_vars") or {}),
+                 unresolved=to_plain(cfg, resolve=False))
     print(f"resuming {plan.run_name} from {args.save_dir} (latest snapshot {snap.id})")
     from clawgym.supervisor.resume_point import resume_point
 

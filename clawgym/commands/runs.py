@@ -1,7 +1,7 @@
 """``clawgym runs``: the runs under some paths, side by side, from their save dirs.
 
     clawgym runs [PATH...] [--sort KEY [--desc]] [--where KEY=VALUE ...] [--metric TAG[,TAG...]]
-                 [--last N] [--json] [--plot METRIC[,METRIC...] --out DIR [--smooth W]]
+                 [--last N] [--columns KEY[,KEY...]] [--json] [--plot METRIC[,METRIC...] --out DIR [--smooth W]]
 
 A run is a save dir with clawgym snapshots; PATHs are save dirs or folders above them
 (default: ``<paths.root>/exp`` of this checkout, ``$CLAWGYM_RL_ROOT`` or the current
@@ -14,7 +14,11 @@ overrides (those that tell a run apart from its sweep mates), started, duration,
 latest and ``<tag>:best``, reward (mean ``rollout/raw_reward`` of the last N steps),
 tok_s_gpu (``perf/tokens_per_gpu_per_sec``), train_tok_s (``perf/actor_train_tok_per_s``),
 step_s (``perf/step_time``) and where a step's time goes: rollout_s, log_probs_s, train_s,
-update_s, wait_s. ``--where`` takes =, !=, >, <, >=, <=; numbers compare as numbers.
+update_s, wait_s; the supervisor's view: health (last step age, rules tripped, complete checkpoints /
+disk free), attempts, last_class, gpu_time_lost_s; and last_step, submission_id, save_dir, launches,
+last_step_age_s, checkpoints_complete, disk_free_bytes, rules_tripped. ``--where`` takes =, !=, >, <,
+>=, <=; numbers compare as numbers. ``--columns name,status,health`` shows those columns in that
+order (``--json``: those keys).
 """
 
 from __future__ import annotations
@@ -36,6 +40,9 @@ def add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--desc", action="store_true", help="sort descending")
     p.add_argument("--where", action="append", default=[], metavar="KEY=VALUE", help="keep rows where KEY matches")
     p.add_argument("--smooth", type=float, default=0.0, help="curve smoothing weight in [0, 1) (TensorBoard's EMA)")
+    p.add_argument("--columns", default="", metavar="KEY[,KEY...]",
+                   help="the columns to show, in this order (keys as for --sort; default: every column some "
+                        "run has a value for)")
 
 
 def add_parser(subparsers) -> None:
@@ -57,7 +64,7 @@ def collect(args, command: str, found: Optional[list] = None):
     """(runs, rows, columns) after --where/--sort, or raises BadArgs. ``found`` (a list) gets the runs
     found before --where, so an empty table can say whether the filter emptied it."""
     from clawgym.runs import RunsError, find_runs
-    from clawgym.runs.table import apply, build_rows
+    from clawgym.runs.table import EXTRA_KEYS, apply, build_rows, choose_columns
 
     if not 0.0 <= args.smooth < 1.0:
         raise BadArgs(f"--smooth {args.smooth}: the weight must be in [0, 1), e.g. --smooth 0.6")
@@ -71,8 +78,10 @@ def collect(args, command: str, found: Optional[list] = None):
         found.extend(runs)
     mask_secrets(runs)
     rows, columns = build_rows(runs, metrics=parse_metrics(args.metric) or None, last=args.last)
-    keys = [c.key for c in columns] + ["last_step", "submission_id", "save_dir", "launches"]
+    keys = [c.key for c in columns] + [c.key for c in EXTRA_KEYS]
     try:
+        if getattr(args, "columns", ""):
+            columns = choose_columns(columns, args.columns)
         sort = f"-{args.sort.lstrip('-')}" if args.sort and args.desc else args.sort
         kept = apply(rows, where=args.where, sort=sort, keys=keys)
     except ValueError as exc:
@@ -164,11 +173,12 @@ def run(args) -> int:
     # The snapshots are masked (collect); this pass catches the environment's secrets anywhere else.
     values = config_secret_values(None)
     if args.json:
-        sys.stdout.write(redact(to_json(rows), values))
+        chosen = [c.key for c in columns] if args.columns else None
+        sys.stdout.write(redact(to_json(rows, chosen), values))
     elif not rows:
         print(no_rows(found, args) if found else nothing_found(args))
     else:
-        print(redact(format_table(rows, columns), values))
+        print(redact(format_table(rows, columns, chosen=bool(args.columns)), values))
     for note in read_notes(runs):
         print(f"clawgym runs: {note}", file=sys.stderr)
     if args.plot:

@@ -69,10 +69,12 @@ def _attempt_lines(save: Any) -> List[str]:
 
     out = ["", f"attempts ({len(rec.attempts)}; {rec.path}):"]
     out.append(render_table(("attempt", "submission id", "started (UTC)", "ended (UTC)", "class", "resumed from",
-                             "then", "evidence"), [
+                             "then"), [
         (a.number, a.submission_id or "-", when(a.started), when(a.ended), a.cls or "(running)",
-         f"iter_{a.resumed_from:07d}" if a.resumed_from is not None else "-", a.next or "-", a.evidence or "-")
+         f"iter_{a.resumed_from:07d}" if a.resumed_from is not None else "-", a.next or "-")
         for a in rec.attempts]))
+    # The evidence whole (a table cell would cut it): the line a user reads to know why.
+    out += [f"  attempt {a.number} evidence: {a.evidence}" for a in rec.attempts if a.evidence]
     if rec.stopped:
         out.append(f"  stopped ({rec.stopped.get('by')}): {rec.stopped.get('why')}")
         if rec.stopped.get("fix"):
@@ -92,6 +94,35 @@ def _supervisor_lines(save: Any) -> List[str]:
         return [f"  supervisor: running, pid {sup['pid']}, log {sup.get('log')}; stop the run for good: "
                 f"clawgym jobs stop <its submission id>"]
     return [f"  supervisor: ended with exit status {sup.get('exit_code')}, log {sup.get('log')}"]
+
+
+def _health_lines(save: Any) -> List[str]:
+    """The rules and hangs the supervisor's monitors tripped on (``clawgym/health.jsonl``), and the stack
+    dumps in ``<save>/stacks/`` (the hang monitor's, ``clawgym jobs stack``'s)."""
+    import time
+
+    from clawgym.snapshot.health import health_path, read_trips, stack_files
+
+    trips, stacks = read_trips(save), stack_files(save)
+    out: List[str] = []
+    if trips:
+        out += ["", f"tripped ({len(trips)}; {health_path(save)}):"]
+        out.append(render_table(("when (UTC)", "attempt", "rule", "metric", "value", "step", "then"), [
+            (time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(t.time)), t.attempt or "-", t.rule, t.key or "-",
+             t.value or "-", t.step if t.step is not None else "-", t.action or "-")
+            for t in trips]))
+        out += [f"  {t.rule} (attempt {t.attempt or '-'}): {t.evidence}" for t in trips if t.evidence]
+    named = {f for t in trips for f in t.files}
+    if stacks or named:
+        out += ["", f"stack dumps ({len(stacks)}; {save}/stacks/):"]
+        hangs = {f: t for t in trips for f in t.files}
+        for p in stacks:
+            t = hangs.get(str(p))
+            why = f"  ({t.rule} of attempt {t.attempt})" if t else ""
+            out.append(f"  {p}{why}")
+        for f in sorted(named - {str(p) for p in stacks}):
+            out.append(f"  {f}  (recorded, not found)")
+    return out
 
 
 def format_show(target: str, *, config: str = "resolved") -> str:
@@ -169,6 +200,7 @@ def _format_show(snap: Any, save: Any, *, config: str) -> str:
         else:
             out.append("  (none)")
         out += _attempt_lines(save)
+        out += _health_lines(save)
     if config != "none":
         data = redact_config(snap.config if config == "resolved" else snap.config_unresolved)
         out += ["", f"config ({config}):", yaml.safe_dump(data, sort_keys=False).rstrip()]

@@ -6,6 +6,11 @@ Validation asks whether a folder already is a run's save dir; it needs only thes
 
 #: Snapshots of a save dir, relative to it.
 SNAPSHOTS_RELPATH = "clawgym/snapshots"
+#: What the run's monitors tripped on (a health rule, a hang), one JSON line each, relative to the
+#: save dir: written by the supervisor as it acts on a verdict, read by ``runs``, ``show``, ``report``.
+HEALTH_RELPATH = "clawgym/health.jsonl"
+#: Where the hang monitor writes its py-spy dumps, relative to the save dir.
+STACKS_RELPATH = "stacks"
 #: In a snapshot dir: the submission, once the job was submitted (written by the launcher).
 SUBMITTED_FILE = "submitted.json"
 #: In a snapshot dir: how the job ended, as the launcher that followed it saw it.

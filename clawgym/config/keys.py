@@ -12,7 +12,6 @@ from __future__ import annotations
 import ast
 import re
 import dataclasses
-import difflib
 import functools
 import inspect
 import typing
@@ -87,9 +86,10 @@ def _default(f: dataclasses.Field) -> Any:
     return "???"
 
 
-def _walk(cls: type, prefix: str, out: Dict[str, Key]) -> None:
+def _walk(cls: type, prefix: str, out: Dict[str, Key], with_help: bool = True) -> None:
     hints = typing.get_type_hints(cls, vars(_schema))
-    comments = _field_comments(cls)
+    # The help is read from the schema's source (inspect + ast, ~5 ms a class): only what needs it pays.
+    comments = _field_comments(cls) if with_help else {}
     for f in dataclasses.fields(cls):
         path = f"{prefix}{f.name}"
         hint = hints.get(f.name, Any)
@@ -98,7 +98,7 @@ def _walk(cls: type, prefix: str, out: Dict[str, Key]) -> None:
         inner = args[0] if origin is typing.Union and len(args) == 1 else hint
         if dataclasses.is_dataclass(inner):
             out[path] = Key(path, _type_text(inner), None, comments.get(f.name, ""), False, True)
-            _walk(inner, f"{path}.", out)
+            _walk(inner, f"{path}.", out, with_help)
             continue
         default = _default(f)
         if default == "???" or (isinstance(default, str) and default == _schema.MISSING):
@@ -115,13 +115,22 @@ def keys() -> Dict[str, Key]:
     return out
 
 
+@functools.lru_cache(maxsize=1)
+def _shape() -> Dict[str, Key]:
+    """The same table without the help text: what the unknown-key rule and the typo hint read on every
+    dry run and launch (reading the help costs ~100 ms of source parsing, a third of a dry run's own work)."""
+    out: Dict[str, Key] = {}
+    _walk(_schema.ClawGymConfig, "", out, with_help=False)
+    return out
+
+
 def open_maps() -> List[str]:
-    return [k for k, v in keys().items() if v.open]
+    return [k for k, v in _shape().items() if v.open]
 
 
 def is_known(path: str) -> bool:
     """A key of the schema, or one below an open map (``args.lr_warmup_iters``, ``extra_env.FOO``)."""
-    if path in keys():
+    if path in _shape():
         return True
     return any(path.startswith(f"{m}.") for m in open_maps())
 
@@ -134,7 +143,9 @@ def _under_list(path: str) -> bool:
 def closest(path: str, n: int = 1) -> List[str]:
     """The schema keys closest to ``path`` (best first): the whole dotted path compared, then the
     last part within the same group, then the last part anywhere (``+lr`` -> ``optimizer.lr``)."""
-    leaves = [k for k, v in keys().items() if not v.node]
+    import difflib
+
+    leaves = [k for k, v in _shape().items() if not v.node]
     found = difflib.get_close_matches(path, leaves, n=n, cutoff=0.75)
     if found:
         return found
@@ -169,7 +180,7 @@ def unknown_keys(data: Mapping[str, Any], prefix: str = "") -> Iterable[str]:
         if not is_known(path) and not _under_list(path):
             yield path
             continue
-        info = keys().get(path)
+        info = _shape().get(path)
         if isinstance(v, Mapping) and info is not None and not info.open:
             yield from unknown_keys(v, f"{path}.")
 
@@ -238,6 +249,8 @@ def _option_report(text: str) -> Optional[str]:
     # Option names use '_' where users type '-' or '.' (qwen3-4b, split_44): compare them alike.
     norm = {re.sub(r"[^a-z0-9]", "", o.lower()): o for o in options}
     key = re.sub(r"[^a-z0-9]", "", option.lower())
+    import difflib
+
     near = ([norm[key]] if key in norm else []) or difflib.get_close_matches(option, options, n=1, cutoff=0.6) \
         or [norm[k] for k in difflib.get_close_matches(key, list(norm), n=1, cutoff=0.6)]
     from clawgym.common.secrets import redact
@@ -258,7 +271,7 @@ def _type_report(text: str, key: Optional[str]) -> Optional[str]:
         return None
     value = converted.group(1) if converted else not_bool.group(1)
     want = converted.group(3) if converted else "Boolean"
-    known = keys().get(key)
+    known = _shape().get(key)
     typ = known.type if known else want
     default = known.default if known else None
     example = default if default is not None and not (isinstance(default, str) and ("${" in default or default == "???")) \

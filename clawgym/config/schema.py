@@ -288,8 +288,9 @@ class PerfConfig:
 
     # Tensor parallel size; the seed ties it to the actor GPUs.
     tensor_parallel: Optional[int] = "${gpu_layout.actor_gpus}"  # type: ignore[assignment]
-    # Shard activations along the sequence within TP (less TP traffic).
-    sequence_parallel: bool = True
+    # Shard activations along the sequence within TP (less TP traffic); on whenever TP > 1 (Megatron
+    # turns it off at TP 1 anyway, so the default follows perf.tensor_parallel and a 1-GPU layout is warning-free).
+    sequence_parallel: bool = "${cg.above:${.tensor_parallel},1}"  # type: ignore[assignment]
     # Pipeline stages.
     pipeline_parallel: Optional[int] = 1
     # Context-parallel ranks for long sequences.
@@ -557,8 +558,12 @@ class SlurmConfig:
     # Interpreter that runs clawgym inside the allocation; null: the launcher's own (a shared filesystem
     # is assumed, as for the checkout and the save dir).
     python: Optional[str] = None
-    # Seconds before the time limit SLURM sends SIGTERM to the batch script (--signal=B:TERM@N), so the
-    # Ray job and Ray stop cleanly instead of being killed.
+    # Seconds before the time limit SLURM signals the batch script. Supervised (restart.enabled, the
+    # default): --signal=B:USR1@N, and the supervisor in the allocation records the attempt's end, stops
+    # the Ray job and requeues the job (scontrol requeue; --requeue is set) to resume from the last
+    # complete checkpoint; 120 s covers that (seconds) and SLURM's own slack (the signal may come up to
+    # 60 s early). restart.enabled=false: --signal=B:TERM@N, so the Ray job and Ray stop cleanly instead
+    # of being killed.
     signal_delay_s: int = 120
     # Address the Ray head binds on a multi-node job; null: the first node's first address
     # (hostname -I). One-node jobs stay on loopback.
@@ -695,8 +700,12 @@ class HealthConfig:
     # above this after the first weight update: a trainer/engine pair that disagrees (a broken
     # weight sync or version pair) trains off-policy on garbage. Logged by upstream slime's Megatron
     # and FSDP backends, by the ClawGym fork's FSDP backend only (clawgym explain says so).
-    # A threshold chosen, not measured: set it from a healthy run's curve. None: off.
-    logprob_diff_max: Optional[float] = 0.5
+    # 0.1 is slime's own bound for it (--ci-train-rollout-logprob-abs-diff-threshold, default 0.1,
+    # slime/utils/arguments.py, asserted in slime/backends/megatron_utils/model.py under --ci-test;
+    # THUDM/slime main 624b824a8). Public curves put it well on either side: a healthy Qwen3-4B GRPO
+    # run logged 0.011 -> 0.036 over 30 rollouts (vllm-project/vime#64), a run reported as broken
+    # 0.2-0.4 (Gen-Verse/OpenClaw-RL#69). Not measured here: set it from a healthy run's curve. None: off.
+    logprob_diff_max: Optional[float] = 0.1
     logprob_diff_action: str = "stop"
     # Rollouts in a row whose mean reward is exactly 0 while samples are produced
     # (openclaw/total_samples > 0, or rollout/raw_reward logged): a broken reward script or sandbox.
@@ -726,6 +735,8 @@ class RestartConfig:
     # Restarts at most, after the first attempt (3: up to 4 attempts). 0 classifies and records
     # each end but never restarts. The supervisor also stops early when two attempts in a row end
     # without a new complete checkpoint, or the same class ends two attempts at the same iteration.
+    # cluster=slurm: counted across the job's allocations (restarts inside one and requeues);
+    # cluster=kuberay: the RayJob's spec.backoffLimit (KubeRay's retries, each resuming).
     max_attempts: int = 3
     # Seconds between two looks at the running job (its status, the monitors of the run).
     poll_s: float = 10.0

@@ -18,6 +18,7 @@ ADDED_ENV = {
     "PYTHONUNBUFFERED": "clawgym streams the job's output unbuffered",
     "no_proxy": "clawgym reaches its head without a proxy",
     "MASTER_ADDR": "clawgym names the head's address to the job",
+    "RAY_DASHBOARD_ENABLE_PROFILING": "clawgym's heads serve the stacks of a hung job (clawgym jobs stack)",
     "RAY_health_check_failure_threshold": "Ray head tuning (ray.health_check_failure_threshold)",
     "RAY_health_check_period_ms": "Ray head tuning (ray.health_check_period_ms)",
     "RAY_health_check_timeout_ms": "Ray head tuning (ray.health_check_timeout_ms)",

@@ -458,7 +458,10 @@ def _solve(imp: "Importer", result: ImportResult, capture: Capture, submit: Subm
 
 
 #: Settings of a head clawgym starts itself; an existing cluster's head is started by whoever runs it.
-LOCAL_HEAD_KEYS = ("ray.num_gpus", "ray.node_ip", "ray.port", "ray.dashboard_host", "ray.dashboard_port")
+#: ray.node_ip is not among them: it also names the head to the job (MASTER_ADDR and no_proxy of the
+#: job's environment, plan/build.py job_env), which the multi-node scripts pass in their runtime env
+#: (slime v0.3.1's run-qwen3-235B-A22B.sh: "MASTER_ADDR": "${MASTER_ADDR}").
+LOCAL_HEAD_KEYS = ("ray.num_gpus", "ray.port", "ray.dashboard_host", "ray.dashboard_port")
 
 
 def _needs_more_nodes(imp: Importer, base: DictConfig, overrides: Mapping[str, Any]) -> bool:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import re
 import os
 from pathlib import Path
@@ -160,7 +161,9 @@ class Importer:
         if not changed:
             return launch
         parsed = parity.Parsed(values, launch.parsed.unknown, launch.parsed.error, launch.parsed.written)
-        return Launch(launch.trainer_script, parsed, launch.env, launch.working_dir, launch.head_gpus)
+        # Everything else as it was: starts_head too (a multi-node script's experiment on cluster=existing
+        # starts no head; losing that counted the script's `ray start --num-gpus` as a difference).
+        return dataclasses.replace(launch, parsed=parsed)
 
     def service_differences(self, cfg: DictConfig, plan: Any) -> List[Difference]:
         """The script's own servers (an OPD teacher) against the experiment's services."""

@@ -156,15 +156,17 @@ class LaunchChecks:
                 sys.stdout.flush()
                 raise Refused(failure_line(err)) from None
             return
-        reports = []
+        failed = []
         for j in self.jobs:
             try:
                 run_preflight(j.cfg, j.plan, local_head=local, echo=None)
             except PreflightError as err:
-                reports.append(f"sweep job #{j.num} ({j.label}):\n{err.report()}")
-        if reports:
-            raise Refused(f"clawgym: sweep refused, preflight failed for {len(reports)} of {len(self.jobs)} "
-                          f"jobs; nothing was started\n" + "\n".join(reports))
+                failed.append((f"#{j.num} ({j.label})", err))
+        if failed:
+            from clawgym.preflight.core import sweep_failure_report
+
+            # A finding several jobs share is printed once, naming them (issue 35).
+            raise Refused(sweep_failure_report(failed, len(self.jobs)))
         say(f"[sweep] preflight passed for all {len(self.jobs)} jobs")
 
     def _cleanup_and_snapshot(self) -> None:

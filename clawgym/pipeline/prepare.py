@@ -11,7 +11,7 @@ import contextlib
 import sys
 import time
 from pathlib import Path
-from typing import Any, Dict, Iterator, Optional
+from typing import Any, Dict, Iterator, List, Optional, Sequence
 
 from clawgym.config.compose import to_plain
 from clawgym.plan.build import LaunchPlan
@@ -24,16 +24,31 @@ _HYDRA_FILES = {".hydra/config.yaml", ".hydra/hydra.yaml", ".hydra/overrides.yam
 
 # The output dir (hydra.run.dir / hydra.sweep.dir) this invocation created, if it did.
 _CREATED_OUTPUT_DIR: Optional[Path] = None
+# The folders above it that it created too (multirun/<date>/<time>/...), innermost first.
+_CREATED_PARENTS: List[Path] = []
 
 
 def timestamp() -> str:
     return time.strftime("%Y%m%d_%H%M%S")
 
 
-def record_created_output_dir(path: Path) -> None:
-    """This invocation created ``path`` (see :func:`discard_own_output_dir`)."""
-    global _CREATED_OUTPUT_DIR
+def record_created_output_dir(path: Path, parents: Sequence[Path] = ()) -> None:
+    """This invocation created ``path`` and the folders ``parents`` above it, innermost first
+    (see :func:`discard_own_output_dir`)."""
+    global _CREATED_OUTPUT_DIR, _CREATED_PARENTS
     _CREATED_OUTPUT_DIR = path
+    _CREATED_PARENTS = list(parents)
+
+
+def missing_parents(path: Path) -> List[Path]:
+    """The folders above ``path`` that do not exist yet, innermost first (what ``mkdir(parents=True)``
+    will create beside ``path``)."""
+    out: List[Path] = []
+    for parent in path.absolute().parents:
+        if parent.exists():
+            break
+        out.append(parent)
+    return out
 
 
 #: Plans a sweep validated and built up front, by Hydra job number (see ``prepared_plans``).
@@ -98,6 +113,15 @@ def discard_own_output_dir() -> Optional[Path]:
             logging.getLogger().removeHandler(handler)
     shutil.rmtree(target, ignore_errors=True)
     _CREATED_OUTPUT_DIR = None
+    # The folders made above it (multirun/<date>/<time>) go too, while they stay empty: another command
+    # that wrote into one meanwhile keeps it.
+    global _CREATED_PARENTS
+    for parent in _CREATED_PARENTS:
+        try:
+            parent.rmdir()
+        except OSError:
+            break
+    _CREATED_PARENTS = []
     return target
 
 

@@ -277,10 +277,19 @@ def tensorboard_env(c: Mapping[str, Any], launch_id: str) -> Dict[str, str]:
     return {TENSORBOARD_DIR_ENV: path}
 
 
+#: Turns on the dashboard's stack endpoint (``/worker/traceback``: py-spy by the node's agent), which
+#: the supervisor's hang monitor and ``clawgym jobs stack`` use for processes on other nodes
+#: (clawgym/supervisor/stacks.py). Ray leaves it off by default (ray/_private/ray_constants.py); it
+#: gives no one a new power: whoever reaches the dashboard can already submit any code as a job.
+PROFILING_ENV = {"RAY_DASHBOARD_ENABLE_PROFILING": "1"}
+
+
 def head_env(c: Mapping[str, Any]) -> Dict[str, str]:
-    """Environment a local head starts with: Ray's own health-check tuning (the seed's)."""
+    """Environment a head clawgym starts gets: Ray's own health-check tuning (the seed's), and the
+    dashboard's stack endpoint on (:data:`PROFILING_ENV`)."""
     ray = c["ray"]
     return {
+        **PROFILING_ENV,
         "RAY_health_check_failure_threshold": str(ray["health_check_failure_threshold"]),
         "RAY_health_check_period_ms": str(ray["health_check_period_ms"]),
         "RAY_health_check_timeout_ms": str(ray["health_check_timeout_ms"]),

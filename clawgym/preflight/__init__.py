@@ -23,6 +23,8 @@ tasks       sandbox=docker/chroot: the train/eval task folders hold tasks (count
 prompts     --prompt-data / --eval-prompt-data are JSONL with the --input-key/--label-key (first lines)
 functions   every custom function path in the trainer's flags exists on the job's PYTHONPATH
 disk        the save dir's filesystem holds checkpoint.keep_last + 1 checkpoints (sized by the memory plan)
+preemption  cluster=slurm, a warning only: save_interval x the modelled step time redoes no more than 1 h of the
+            allocation (or 10 % of slurm.time) after a preemption or time limit; else names a save_interval that does
 memory      the per-GPU memory plan (clawgym/memory/) fits the GPU (memory.gpu, else this node's)
 wandb       W&B on: a key is set ($WANDB_KEY/$WANDB_API_KEY, or wandb login's netrc on a local head)
 leftovers   sandbox=docker, after the checks: remove ended launches' containers (as sandbox.cleanup_leftovers=false)
@@ -38,12 +40,14 @@ from typing import Any, Callable, List, Mapping, Optional
 
 from clawgym.preflight.checkout import check_checkout, check_functions, check_tasks
 from clawgym.preflight.checkpoint import check_checkpoint, check_save_dir
-from clawgym.preflight.core import (FAILED, NOT_APPLICABLE, NOT_RUN, OK, SKIPPED, Check, CheckFailed, CheckResult,
-                                    Context, NotApplicable, PreflightError, Report, failure_line, plain_config)
+from clawgym.preflight.core import (FAILED, NOT_APPLICABLE, NOT_RUN, OK, SKIPPED, WARNED, Check, CheckFailed,
+                                    CheckResult, CheckWarning, Context, NotApplicable, PreflightError, Report,
+                                    failure_line, plain_config)
 from clawgym.preflight.disk import check_disk
 from clawgym.preflight.data import check_prompt_data
 from clawgym.preflight.machine import check_cluster, check_gpus, check_ports
 from clawgym.preflight.memory import check_memory
+from clawgym.preflight.preemption import check_preemption
 from clawgym.preflight.wandb import check_wandb
 from clawgym.preflight.sandbox import check_docker, check_image, check_root, check_rootfs
 from clawgym.preflight.sandbox import cleanup_leftovers as _cleanup_leftovers
@@ -82,6 +86,7 @@ CHECKS: List[Check] = [
     Check("functions", "custom hooks", check_functions),
     Check("memory", "memory plan", check_memory),
     Check("disk", "disk for checkpoints", check_disk),
+    Check("preemption", "work lost to a preemption", check_preemption, needs=("memory",)),
     Check("wandb", "W&B key", check_wandb),
 ]
 
@@ -139,6 +144,8 @@ def run_preflight(cfg: Any, plan: Any, *, local_head: bool,
                     result = CheckResult(check.name, check.title, NOT_APPLICABLE, str(exc))
                 except CheckFailed as exc:
                     result = CheckResult(check.name, check.title, FAILED, exc.problem, exc.fix)
+                except CheckWarning as exc:
+                    result = CheckResult(check.name, check.title, WARNED, exc.problem, exc.fix)
                 except Exception as exc:  # e.g. an unreadable folder: still a checklist line, not a traceback
                     result = CheckResult(check.name, check.title, FAILED,
                                          f"the check could not complete: {type(exc).__name__}: {exc}",

@@ -9,18 +9,29 @@ an existing cluster).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 OK, FAILED, SKIPPED, NOT_APPLICABLE = "ok", "failed", "skipped", "n/a"
 #: A check whose input a failed check was to provide (no image check without an engine).
 NOT_RUN = "not run"
+#: A check that passed with a warning (the run starts; the line says what to change).
+WARNED = "warning"
 
 #: Checklist marks per status.
-MARKS = {OK: "✓", FAILED: "✗", SKIPPED: "-", NOT_APPLICABLE: "-", NOT_RUN: "·"}
+MARKS = {OK: "✓", FAILED: "✗", SKIPPED: "-", NOT_APPLICABLE: "-", NOT_RUN: "·", WARNED: "!"}
 
 
 class CheckFailed(Exception):
     """Raised by a check: what is wrong (naming key and value) and what to do."""
+
+    def __init__(self, problem: str, fix: str):
+        self.problem = problem
+        self.fix = fix
+        super().__init__(f"{problem}; fix: {fix}")
+
+
+class CheckWarning(Exception):
+    """Raised by a check that passes with a warning: what costs the run (naming key and value) and what to do."""
 
     def __init__(self, problem: str, fix: str):
         self.problem = problem
@@ -57,7 +68,7 @@ class CheckResult:
             line += f": not checked ({self.detail})"
         elif self.detail:
             line += f": {self.detail}"
-        if self.status == FAILED and self.fix:
+        if self.status in (FAILED, WARNED) and self.fix:
             line += f"\n               fix: {self.fix}"
         from clawgym.common.secrets import redact
 
@@ -121,14 +132,56 @@ class PreflightError(Exception):
 
 def failure_line(err: "PreflightError") -> str:
     """The closing line of a failed preflight: every failed check, how to skip one."""
-    if not err.checks:
+    return checks_failure_line(err.checks)
+
+
+def checks_failure_line(checks: Sequence[str]) -> str:
+    """:func:`failure_line` of the failed checks' names."""
+    if not checks:
         return "preflight failed: nothing was started."
-    names = ", ".join(f"'{c}'" for c in err.checks)
-    n = len(err.checks)
-    skippable = [c for c in err.checks if c != "skip_checks"]
+    names = ", ".join(f"'{c}'" for c in checks)
+    n = len(checks)
+    skippable = [c for c in checks if c != "skip_checks"]
     hint = (f"; skip a check that does not apply with 'skip_checks=[{','.join(skippable)}]'" if skippable else "")
     return f"preflight failed at {names} ({n} check{'s' if n != 1 else ''}): nothing was started; fix " \
            f"{'them' if n != 1 else 'it'}{hint}"
+
+
+def sweep_failure_report(failed: Sequence[Tuple[str, "PreflightError"]], total: int) -> str:
+    """The refusal of a sweep whose preflight failed for some jobs (``failed``: (job label, its error),
+    in job order; ``total``: the sweep's jobs). A failing line that several jobs share (the same check
+    and the same words: a missing checkout, the cluster's port) is printed once with the jobs it
+    concerns; what fails for one job alone is printed under that job; the checks every failed job
+    passed are named on one line, not repeated per job."""
+    from clawgym.common.secrets import redact
+
+    jobs_of: Dict[str, List[str]] = {}
+    for label, err in failed:
+        for r in err.checklist.failures:
+            jobs_of.setdefault(r.format(), []).append(label)
+    shared = {line: labels for line, labels in jobs_of.items() if len(labels) > 1}
+    out = [f"clawgym: sweep refused, preflight failed for {len(failed)} of {total} jobs; nothing was started"]
+    groups: Dict[Tuple[str, ...], List[str]] = {}
+    for line, labels in shared.items():
+        groups.setdefault(tuple(labels), []).append(line)
+    for labels, lines in groups.items():
+        who = f"all {total} jobs" if len(labels) == total else f"{len(labels)} jobs"
+        out += [f"shared by {who}: {', '.join(labels)}", *lines]
+    for label, err in failed:
+        own = [r.format() for r in err.checklist.failures if r.format() not in shared]
+        if own:
+            out += [f"sweep job {label}:", *own]
+    passed = [r.name for r in failed[0][1].checklist.results if r.status == OK] if failed else []
+    passed = [n for n in passed if all(e.checklist.by_name().get(n) is not None
+                                       and e.checklist.by_name()[n].status == OK for _, e in failed)]
+    if passed:
+        out.append(f"passed for every job above: {', '.join(passed)}")
+    names: List[str] = []
+    for _, err in failed:
+        names += [c for c in err.checks if c not in names]
+    if names:
+        out.append(checks_failure_line(names))
+    return redact("\n".join(out))
 
 
 def plain_config(cfg: Any) -> Mapping[str, Any]:

@@ -10,6 +10,8 @@ the data flows:
 - ``status``: running / succeeded / failed / stopped / unknown, from what clawgym recorded and
   what Ray or SLURM still answer;
 - ``table``: one row per run (the columns of ``clawgym runs``), sorting, filtering, JSON;
+- ``lost``: GPU time lost to a run's restarts (one definition), from its attempts and their events;
+- ``marks``: where a run's restarts, hangs and tripped rules go on its curves;
 - ``plot``: PNG curves with matplotlib (Agg, no display); ``report``: one self-contained HTML page;
 - ``live``: the latest step and reward of running jobs, for the launch's follow output.
 

@@ -37,6 +37,7 @@ class Run:
     status_detail: str = ""
     job: Dict[str, Any] = field(default_factory=dict)
     _scalars: Optional[Dict[str, List[Any]]] = field(default=None, repr=False)
+    _by_submission: Dict[str, Dict[str, List[Any]]] = field(default_factory=dict, repr=False)
 
     @property
     def latest(self) -> Optional[Snapshot]:
@@ -87,6 +88,18 @@ class Run:
             if p not in found:
                 found.append(p)
         return [p for p in found if p.is_dir()]
+
+    def scalars_of(self, submission_id: Optional[str]) -> Dict[str, List[Any]]:
+        """One launch's (or attempt's) own scalars, ``<save>/tensorboard/<submission id>/``, cached;
+        {} when it has no events folder."""
+        if not submission_id:
+            return {}
+        if submission_id not in self._by_submission:
+            from clawgym.runs.events import read_scalars
+
+            folder = self.save_dir / TENSORBOARD_RELPATH / submission_id
+            self._by_submission[submission_id] = read_scalars(folder) if folder.is_dir() else {}
+        return self._by_submission[submission_id]
 
     def scalars(self) -> Dict[str, List[Any]]:
         """tag -> [(step, value, wall_time)] over every launch (a later launch wins a step), cached."""

@@ -19,7 +19,7 @@ import os
 import re
 import tempfile
 from pathlib import Path
-from typing import Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from clawgym.runs import events as ev
 from clawgym.runs.discover import Run
@@ -93,14 +93,43 @@ def label(run: Run, differing: Mapping[int, List[str]]) -> str:
     return " ".join(differing.get(id(run), [])) or run.name
 
 
+#: How each kind of mark (clawgym.runs.marks) is drawn: colour, line style.
+#: (Not the colours of matplotlib's cycle, which draw the runs' curves.)
+MARK_STYLE = {"restart": ("#b2182b", "--"), "hang": ("#6a3d9a", "-."), "rule": ("#b8860b", ":")}
+MARK_LEGEND = {"restart": "attempt ended, run restarted", "hang": "hang caught", "rule": "health rule tripped"}
+
+
+def draw_marks(ax, placed: Sequence[Tuple[int, object]]) -> int:
+    """A vertical line per mark at its step, with its class written beside it (gid ``clawgym-mark-<kind>``,
+    so a reader of the figure finds them); how many were drawn."""
+    seen = {t.get_label() for t in ax.lines}
+    for step, m in placed:
+        colour, style = MARK_STYLE.get(m.kind, ("black", "--"))
+        legend = MARK_LEGEND.get(m.kind, m.kind)
+        ax.axvline(step, color=colour, linestyle=style, linewidth=1.6, zorder=1,
+                   gid=f"clawgym-mark-{m.kind}", label=legend if legend not in seen else "_nolegend_")
+        seen.add(legend)
+        ax.text(step, 0.98, f" {m.cls or m.kind}", transform=ax.get_xaxis_transform(), rotation=90,
+                va="top", ha="right", fontsize=7, color=colour, gid=f"clawgym-mark-label-{m.kind}")
+    return len(placed)
+
+
 def curves_png(runs: Sequence[Run], metric: str, *, weight: float = 0.0, title: Optional[str] = None,
-               labels: Optional[Mapping[int, str]] = None) -> Optional[bytes]:
-    """One figure of ``metric`` per step, a line per run that has it; None when none has it."""
+               labels: Optional[Mapping[int, str]] = None, marks: bool = True,
+               inspect: Optional[Callable[[object, object], None]] = None) -> Optional[bytes]:
+    """One figure of ``metric`` per step, a line per run that has it; None when none has it. With
+    ``marks``, each run's restarts, hangs and tripped rules (:mod:`clawgym.runs.marks`) are drawn on
+    it. ``inspect(fig, ax)`` sees the figure before it is written (for tests)."""
+    from clawgym.runs.marks import placed
+
     have = [r for r in runs if r.scalars().get(metric)]
     if not have:
         return None
     plt = _pyplot()
     with _figure(plt, figsize=(8, 4.2), dpi=100) as (fig, ax):
+        if marks:
+            for r in have:
+                draw_marks(ax, placed(r, metric))
         drawn: List[float] = []
         for i, r in enumerate(have):
             pts = r.scalars()[metric]
@@ -118,6 +147,8 @@ def curves_png(runs: Sequence[Run], metric: str, *, weight: float = 0.0, title: 
         ax.grid(True, alpha=0.3)
         # Below the axes: the legend never hides a line.
         ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=1, fontsize=8, frameon=False)
+        if inspect is not None:
+            inspect(fig, ax)
         return _png(fig)
 
 

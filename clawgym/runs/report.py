@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import base64
 import html
+import re
 import time
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from clawgym.runs.discover import Run
-from clawgym.runs.table import Column, fmt
+from clawgym.runs.table import Column, fmt, shown_columns
 
 #: Curves every report draws when the runs logged them (slime's keys).
 CURVES = ("rollout/raw_reward", "perf/step_time", "perf/tokens_per_gpu_per_sec", "train/loss")
@@ -24,18 +25,23 @@ _CSS = """
 body { font-family: sans-serif; margin: 24px; color: #222; background: #fff; }
 h1 { font-size: 22px; } h2 { font-size: 18px; margin-top: 32px; border-bottom: 1px solid #ccc; }
 table { border-collapse: collapse; font-size: 12px; margin: 8px 0; }
-th, td { border: 1px solid #ccc; padding: 3px 6px; text-align: left; vertical-align: top; max-width: 18em;
-         overflow-wrap: anywhere; }
-th { background: #eef; overflow-wrap: normal; }
-td.num, td[class^="status"] { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap;
-                              overflow-wrap: normal; }
+th, td { border: 1px solid #ccc; padding: 3px 6px; text-align: left; vertical-align: top;
+         overflow-wrap: normal; word-break: normal; hyphens: none; }
+th { background: #eef; }
+span.w { white-space: nowrap; }
+td.num, td[class^="status"] { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
 .status-running { color: #06c; } .status-succeeded { color: #080; } .status-failed { color: #c00; }
 .status-stopped, .status-unknown { color: #888; }
-td.name, th.name { white-space: nowrap; overflow-wrap: normal; max-width: none; }
+td.name, th.name { white-space: nowrap; }
+div.fig { display: inline-block; width: 49%; vertical-align: top; } div.fig img { max-width: 100%; }
+ul.marks { margin: 0 0 12px 0; padding-left: 18px; } li.mark-restart { color: #b2182b; }
+li.mark-hang { color: #6a3d9a; } li.mark-rule { color: #8a6508; }
 td.best { font-weight: bold; background: #e8f6e8; }
 img { max-width: 49%; border: 1px solid #eee; margin: 6px 0; vertical-align: top; }
 .muted { color: #777; font-size: 12px; }
 """
+#: Table cells have no width cap: a table wider than the page shrinks its columns to their longest word
+#: and wraps between words (span.w keeps a word with a hyphen or a slash whole), so no word is cut.
 
 
 def _img(png: bytes, alt: str) -> str:
@@ -91,6 +97,12 @@ def best_rows(rows: Sequence[Mapping[str, Any]], columns: Sequence[Column]) -> D
         if len(have) < 2:
             continue
         pick = min if c.key in LOWER_IS_BETTER else max
+        if c.key == "objective":
+            # A study's objective is best in the study's own direction (a minimised loss: the lowest).
+            directions = {rows[i].get("trial_direction") for i, _ in have}
+            pick = min if directions == {"minimize"} else max if directions <= {"maximize", None} else None
+            if pick is None:
+                continue  # studies of both directions in one table: no single best
         out[c.key] = pick(have, key=lambda iv: iv[1])[0]
     return out
 
@@ -115,6 +127,20 @@ def _cell(row: Mapping[str, Any], c: Column, i: int, best: Mapping[str, int], st
     return text, cls
 
 
+#: Characters after which a browser may break a line inside a word (UAX #14: hyphens, solidus, ...).
+_BREAKS_INSIDE = re.compile(r"[-/\u2010-\u2015?!%)}\]|+]")
+
+
+def _words(text: str) -> str:
+    """``text`` escaped, each word a browser could break inside (``nan-loss``, ``2026-12-06``, a path)
+    kept whole (``<span class="w">``, no wrap): a cell wraps between words, never inside one."""
+    out = []
+    for token in re.split(r"(\s+)", text):
+        esc = html.escape(token)
+        out.append(f'<span class="w">{esc}</span>' if token and _BREAKS_INSIDE.search(token) else esc)
+    return "".join(out)
+
+
 def _table(headers: Sequence[str], rows: Sequence[Sequence[Tuple[str, str]]], *, name_first: bool = False) -> str:
     """``rows``: cells as (text, css class)."""
     name_th = "<th class='name'>"
@@ -122,13 +148,59 @@ def _table(headers: Sequence[str], rows: Sequence[Sequence[Tuple[str, str]]], *,
         f"{name_th if name_first and n == 0 else '<th>'}{html.escape(h)}</th>"
         for n, h in enumerate(headers)) + "</tr>"]
     for row in rows:
-        out.append("<tr>" + "".join(f'<td class="{c}">{html.escape(t)}</td>' for t, c in row) + "</tr>")
+        out.append("<tr>" + "".join(f'<td class="{c}">{_words(t)}</td>' for t, c in row) + "</tr>")
     out.append("</table>")
     return "\n".join(out)
 
 
+def _supervision_facts(run: Run, row: Mapping[str, Any]) -> List[Tuple[str, str]]:
+    """A supervised run's attempts (class, evidence, where it resumed), its trips with their stack
+    files, and the GPU time lost, for its snapshot summary."""
+    import time as _time
+
+    from clawgym.snapshot.attempts import read_attempts
+    from clawgym.snapshot.health import read_trips
+
+    out: List[Tuple[str, str]] = []
+    when = lambda t: _time.strftime("%Y-%m-%d %H:%M:%S UTC", _time.gmtime(t)) if t else "-"  # noqa: E731
+    for a in read_attempts(run.save_dir).attempts:
+        resumed = f", resumed from iter_{a.resumed_from:07d}" if a.resumed_from is not None else ""
+        out.append((f"attempt {a.number}", f"{when(a.started)} .. {when(a.ended)}: {a.cls or 'running'}"
+                                           f"{resumed}; {a.evidence or '-'}"))
+    for t in read_trips(run.save_dir):
+        files = f"; stacks: {' '.join(t.files)}" if t.files else ""
+        out.append(("tripped", f"{when(t.time)}: {t.rule} (attempt {t.attempt}) {t.key or ''} = {t.value or '-'}"
+                               f"{files}"))
+    if row.get("attempts"):
+        out.append(("GPU time lost", fmt(row.get("gpu_time_lost_s"), "gpuh")))
+    return out
+
+
+def _marks_list(runs: Sequence[Run], metric: str, differing: Mapping[int, List[str]]) -> str:
+    """What the figure of ``metric`` marks, as a list a reader (and a test) can read: each restart, hang
+    and tripped rule with its step on that curve (data-kind, data-step, data-run)."""
+    from clawgym.runs import plot
+    from clawgym.runs.marks import placed
+
+    items = []
+    for r in runs:
+        if not r.scalars().get(metric):
+            continue
+        for step, m in placed(r, metric):
+            items.append(f"<li class='mark mark-{html.escape(m.kind)}' data-kind='{html.escape(m.kind)}' "
+                         f"data-step='{step}' data-run='{html.escape(r.name)}' data-metric='{html.escape(metric)}'>"
+                         f"{html.escape(plot.label(r, differing))}: step {step}: {html.escape(m.label)}</li>")
+    if not items:
+        return ""
+    return (f"<ul class='marks muted'><li class='marks-key'>{html.escape(metric)}: "
+            "dashed red line: an attempt ended and the run restarted; dash-dot purple: a hang caught; dotted "
+            "gold: a health rule tripped</li>"
+            + "".join(items) + "</ul>")
+
+
 def render(runs: Sequence[Run], rows: Sequence[Mapping[str, Any]], columns: Sequence[Column], *,
-           metrics: Sequence[str] = (), weight: float = 0.0, title: str = "clawgym runs") -> str:
+           metrics: Sequence[str] = (), weight: float = 0.0, title: str = "clawgym runs",
+           chosen: bool = False) -> str:
     """The whole page. ``rows``/``columns`` are :func:`clawgym.runs.table.build_rows`' (same order as ``runs``)."""
     from clawgym.runs import plot
     from clawgym.runs.table import differing_by_run
@@ -140,14 +212,14 @@ def render(runs: Sequence[Run], rows: Sequence[Mapping[str, Any]], columns: Sequ
              f"<p class='muted'>{len(runs)} run(s); written {time.strftime('%Y-%m-%d %H:%M:%S')} by clawgym report "
              "from the save dirs' snapshots and TensorBoard events.</p>"]
 
-    shown = [c for c in columns if c.key in ("name", "status") or any(r.get(c.key) not in (None, "-") for r in rows)]
+    shown = shown_columns(rows, columns, chosen)
     best = best_rows(rows, shown)
     # A latest value is only comparable at one step: where runs are at different steps, say which.
     stepped = [c.key for c in shown if f"{c.key}:step" in (rows[0] if rows else {}) and latest_steps_differ(rows, c.key)]
     parts.append("<h2>Runs</h2>")
     parts.append(_table([c.header + (" (latest)" if c.key in stepped else "") for c in shown],
                         [[_cell(r, c, i, best, stepped) for c in shown] for i, r in enumerate(rows)],
-                        name_first=shown[0].key == "name"))
+                        name_first=bool(shown) and shown[0].key == "name"))
     notes = []
     if best:
         notes.append("Bold: the best value of a column (highest; for times, lowest).")
@@ -174,7 +246,9 @@ def render(runs: Sequence[Run], rows: Sequence[Mapping[str, Any]], columns: Sequ
             png = plot.curves_png(mates, metric, weight=weight, title=f"{metric} - {name}",
                                   labels={id(r): plot.label(r, differing) for r in mates})
             if png is not None:
-                parts.append(_img(png, f"{metric} - {name}"))
+                # The figure and the list of its marks side by side with the next one.
+                parts.append(f"<div class='fig'>{_img(png, f'{metric} - {name}')}"
+                             f"{_marks_list(mates, metric, differing)}</div>")
                 drawn += 1
     if not drawn:
         parts.append("<p class='muted'>No events yet: the runs have logged no metric (TensorBoard events "
@@ -227,6 +301,7 @@ def render(runs: Sequence[Run], rows: Sequence[Mapping[str, Any]], columns: Sequ
                       ("versions", " ".join(f"{k}={v}" for k, v in sorted((m.get("versions") or {}).items()))),
                       ("git", " ".join(f"{k}={str((v or {}).get('commit') or '?')[:10]}"
                                        for k, v in sorted((m.get("git") or {}).items()) if isinstance(v, dict)))]
+        facts += _supervision_facts(r, row)
         facts += [("problem", p) for p in r.problems]
         parts.append(_table(["", ""], [[(k, ""), (v, "")] for k, v in facts]))
     parts.append("</body></html>\n")

@@ -65,8 +65,12 @@ BASE_COLUMNS: Tuple[Column, ...] = (
     Column("overrides", "overrides", width=OVERRIDES_WIDTH),
     Column("started", "started", "time"), Column("duration", "duration", "duration"),
     Column("steps", "steps", "num"),
-    # From the supervisor's attempts.json (clawgym/snapshot/attempts.py): shown when a run has one.
-    Column("attempts", "attempts", "num"), Column("last_end", "last end"),
+    # The supervisor's view from the run's own files: last step age, rules tripped (health.jsonl),
+    # complete checkpoints / disk free; and from its attempts.json (clawgym/snapshot/attempts.py),
+    # shown when a run has one: attempts, the last class, the GPU time lost to restarts (runs/lost.py).
+    Column("health", "health"),
+    Column("attempts", "attempts", "num"), Column("last_class", "last class"),
+    Column("gpu_time_lost_s", "GPU time lost", "gpuh"),
 )
 TAIL_COLUMNS: Tuple[Column, ...] = (
     Column("reward", "reward(last N)", "num"), Column("tok_s_gpu", "tok/s/GPU", "num"),
@@ -151,7 +155,7 @@ def trial_of(run: Run) -> Dict[str, Any]:
         return {}
     out = {"trial": tuner.get("trial"), "trial_state": "running" if run.status == "running" else None,
            "objective": None, "study": tuner.get("study"), "metric": tuner.get("metric"),
-           "params": tuner.get("params") or {}}
+           "direction": tuner.get("direction"), "params": tuner.get("params") or {}}
     try:
         ended = json.loads((snap.path / "trial.json").read_text())
         out.update({"trial_state": ended.get("state"), "objective": ended.get("objective")})
@@ -192,9 +196,51 @@ def _health(run: Run, s: Mapping[str, List[ev.Point]], now: float) -> Dict[str, 
         free: Optional[int] = shutil.disk_usage(run.save_dir).free
     except OSError:
         free = None
-    return {"last_step_age_s": (now - max(walls)) if walls else None,
-            "checkpoints_complete": sum(1 for c in list_checkpoints(run.save_dir) if c.complete),
-            "disk_free_bytes": free}
+    from clawgym.snapshot.health import read_trips
+
+    trips = read_trips(run.save_dir)
+    out = {"last_step_age_s": (now - max(walls)) if walls else None,
+           "checkpoints_complete": sum(1 for c in list_checkpoints(run.save_dir) if c.complete),
+           "disk_free_bytes": free,
+           "rules_tripped": [t.rule for t in trips],
+           "trips": [{"rule": t.rule, "time": t.time, "attempt": t.attempt, "key": t.key, "value": t.value,
+                      "step": t.step, "action": t.action, "files": t.files} for t in trips]}
+    out["health"] = health_cell(out)
+    return out
+
+
+def _bytes(n: float) -> str:
+    for unit in ("B", "K", "M", "G", "T"):
+        if n < 1024 or unit == "T":
+            return f"{n:.0f}{unit}" if unit == "B" or n >= 10 else f"{n:.1f}{unit}"
+        n /= 1024
+    return f"{n:.0f}T"
+
+
+def _age(seconds: float) -> str:
+    for size, unit in ((86400, "d"), (3600, "h"), (60, "m")):
+        if seconds >= size:
+            return f"{seconds / size:.0f}{unit}"
+    return f"{max(0.0, seconds):.0f}s"
+
+
+def health_cell(h: Mapping[str, Any]) -> str:
+    """The health column, compact: the newest step's age (while running, a hang shows as an age that
+    grows), the rules tripped (x N when one tripped more than once), complete checkpoints / disk free.
+    E.g. ``step 3m ago; tripped hang, nan-loss x2; 4 ckpt/120G free``."""
+    parts = []
+    age = h.get("last_step_age_s")
+    if age is None:
+        parts.append("no step yet")
+    else:
+        parts.append(f"step {_age(age)} ago")
+    rules = list(h.get("rules_tripped") or [])
+    if rules:
+        counts = {r: rules.count(r) for r in dict.fromkeys(rules)}
+        parts.append("tripped " + ", ".join(r + (f" x{n}" if n > 1 else "") for r, n in counts.items()))
+    free = h.get("disk_free_bytes")
+    parts.append(f"{h.get('checkpoints_complete', 0)} ckpt/{_bytes(free) if free is not None else '?'} free")
+    return "; ".join(parts)
 
 
 def build_rows(runs: Sequence[Run], *, metrics: Optional[Sequence[str]] = None, last: int = 5,
@@ -255,12 +301,18 @@ def build_rows(runs: Sequence[Run], *, metrics: Optional[Sequence[str]] = None, 
         }
         attempts = read_attempts(r.save_dir)
         if attempts.attempts:
+            from clawgym.runs.lost import lost_of_run
+
             ended = [a for a in attempts.attempts if a.cls]
-            row.update({"attempts": len(attempts.attempts), "last_end": ended[-1].cls if ended else None,
-                        "stopped": attempts.stopped})
+            total, per = lost_of_run(r, attempts.attempts, now)
+            row.update({"attempts": len(attempts.attempts), "last_class": ended[-1].cls if ended else None,
+                        "stopped": attempts.stopped, "gpu_time_lost_s": total,
+                        "gpu_time_lost": [{"after_attempt": x.after_attempt, "idle_s": x.idle_s,
+                                           "redone_steps": x.redone, "gpu_s": x.lost_s} for x in per]})
         trial = trial_of(r)
         if trial:
             row.update({k: trial[k] for k in ("trial", "trial_state", "objective")})
+            row["trial_direction"] = trial.get("direction")
         for tag in tags:
             pts = s.get(tag)
             lp, bp = ev.latest(pts), ev.best(pts)
@@ -350,6 +402,10 @@ def fmt(value: Any, kind: str) -> str:
         return fmt_duration(value)
     if kind == "secs":
         return f"{value:.3g}s"
+    if kind == "gpuh":
+        return f"{value / 3600:.3g} GPU-h"
+    if kind == "list":
+        return ", ".join(str(v) for v in value) or "-"
     if kind == "num" and isinstance(value, float):
         return f"{value:.4g}"
     return str(value)
@@ -359,9 +415,43 @@ def _bounded(text: str, width: int) -> str:
     return text if not width or len(text) <= width else text[: width - 3] + "..."
 
 
-def format_table(rows: Sequence[Mapping[str, Any]], columns: Sequence[Column]) -> str:
-    """A plain-text table; columns no row has a value for are left out."""
-    shown = [c for c in columns if c.key in ("name", "status") or any(r.get(c.key) not in (None, "-") for r in rows)]
+def shown_columns(rows: Sequence[Mapping[str, Any]], columns: Sequence[Column], chosen: bool = False) -> List[Column]:
+    """The columns to show: all of ``chosen`` ones (``--columns``), else those some row has a value for."""
+    if chosen:
+        return list(columns)
+    return [c for c in columns if c.key in ("name", "status") or any(r.get(c.key) not in (None, "-", [])
+                                                                     for r in rows)]
+
+
+#: Row keys --columns, --sort and --where also know, beyond the table's columns.
+EXTRA_KEYS: Tuple[Column, ...] = (
+    Column("last_step", "last step", "num"), Column("submission_id", "submission id"),
+    Column("save_dir", "save dir"), Column("launches", "launches", "num"),
+    Column("last_step_age_s", "last step age", "secs"), Column("checkpoints_complete", "checkpoints", "num"),
+    Column("disk_free_bytes", "disk free", "num"), Column("rules_tripped", "rules tripped", "list"),
+)
+
+
+def choose_columns(columns: Sequence[Column], spec: str) -> List[Column]:
+    """``--columns a,b,c``: those columns in that order; ValueError naming the closest valid key and
+    every valid one for a key that is none."""
+    import difflib
+
+    known = {c.key: c for c in [*columns, *EXTRA_KEYS]}
+    keys = [k.strip() for k in spec.split(",") if k.strip()]
+    if not keys:
+        raise ValueError(f"--columns {spec!r}: name at least one column, e.g. --columns name,status,reward")
+    for k in keys:
+        if k not in known:
+            close = difflib.get_close_matches(k, list(known), n=1, cutoff=0.5)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            raise ValueError(f"--columns: no column {k!r}{hint}\n  columns: {', '.join(known)}")
+    return [known[k] for k in dict.fromkeys(keys)]
+
+
+def format_table(rows: Sequence[Mapping[str, Any]], columns: Sequence[Column], chosen: bool = False) -> str:
+    """A plain-text table; columns no row has a value for are left out (unless ``chosen``)."""
+    shown = shown_columns(rows, columns, chosen)
     cells = [[c.header for c in shown]] + [[_bounded(fmt(r.get(c.key), c.kind), c.width) for c in shown] for r in rows]
     widths = [max(len(row[i]) for row in cells) for i in range(len(shown))]
     lines = []
@@ -384,5 +474,8 @@ def _strict(value: Any) -> Any:
     return value
 
 
-def to_json(rows: Sequence[Mapping[str, Any]]) -> str:
+def to_json(rows: Sequence[Mapping[str, Any]], keys: Optional[Sequence[str]] = None) -> str:
+    """The rows as JSON (only ``keys``, in that order, when given: ``--columns``)."""
+    if keys is not None:
+        rows = [{k: r.get(k) for k in keys} for r in rows]
     return json.dumps(_strict(list(rows)), indent=2, sort_keys=False, allow_nan=False) + "\n"

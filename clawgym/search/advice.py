@@ -24,7 +24,6 @@ from clawgym.memory import evaluate as evaluate_plan
 from clawgym.memory import memory_plan as plain_memory_plan
 from clawgym.memory.actor import tokens_per_gpu
 from clawgym.memory.gpus import GPUS
-from clawgym.search.layout import search
 from clawgym.validate.core import Collector, run_rule
 from clawgym.validate.trainer_rules import RULES, model_window
 
@@ -135,6 +134,9 @@ def _from_layout_search(c: Mapping[str, Any], gpu: Any, plan: Any) -> Optional[T
     name = plan.gpu if plan.gpu in _gpu_names() else None
     if name is None:
         return None
+    # The search's modules are loaded only for a plan that does not fit (a dry run that fits never needs them).
+    from clawgym.search.layout import search
+
     try:
         r = search(c, gpus=total, gpus_per_node=min(per_node, total), gpu=name, top=1, explain=False)
     except ValueError:

@@ -359,6 +359,18 @@ def _actor_peak(plan: MemoryPlan) -> float:
     return float(plan.phases.get("train_phase_gib", plan.phases["actor_gpu_peak_gib"]))
 
 
+def usable_gib(c: Mapping[str, Any], gpu: Optional[str] = None) -> float:
+    """The GPU memory a layout of ``c`` may plan with (``memory.gpu_memory_gib`` or the GPU table's)."""
+    return _gpu_entry(c, gpu)[1]
+
+
+def actor_peak_gib(c: Mapping[str, Any], gpu: Optional[str] = None) -> float:
+    """The memory plan's actor peak per GPU (training and log-prob passes) of resolved config ``c``."""
+    from clawgym.memory import memory_plan as plain_memory_plan
+
+    return _actor_peak(plain_memory_plan(effective_config(c), gpu))
+
+
 def model_errors(c: Mapping[str, Any]) -> List[str]:
     """Model shapes no layout can tile, each with its key, value, rule and a value that works."""
     m = c.get("model") or {}

@@ -30,6 +30,12 @@ PREEMPTED = "preempted"
 HANG = "hang"  # found by the monitors of "runs that stay healthy" (a Verdict), never by a line
 ENDED_EARLY = "ended-early"  # exit 0 before the last rollout with no line naming why (Megatron's sys.exit())
 CRASHED = "crashed"  # a non-zero exit with no line naming why
+# Found by the health monitors (supervisor/rules.py, supervisor/disk.py: a Verdict), never by a line.
+NAN_LOSS = "nan-loss"
+LOGPROB_DRIFT = "logprob-drift"
+ZERO_REWARD = "zero-reward"
+SANDBOX_FAILURES = "sandbox-failures"
+DISK_FULL = "disk-full"
 
 
 @dataclass(frozen=True)
@@ -56,6 +62,13 @@ CLASSES: Dict[str, FailureClass] = {c.name: c for c in (
     FailureClass(HANG, "hang", True),
     FailureClass(ENDED_EARLY, "ended before its last rollout with exit 0 and no error line", True),
     FailureClass(CRASHED, "crashed with no known error line", True),
+    # A rule's action decides first (health.*_action): "stop" stops for good; "end" lets the table restart.
+    FailureClass(NAN_LOSS, "NaN or inf loss or reward", True),
+    FailureClass(LOGPROB_DRIFT, "trainer and rollout log-probs drifted apart", True),
+    FailureClass(ZERO_REWARD, "reward exactly 0 rollout after rollout", True),
+    FailureClass(SANDBOX_FAILURES, "too many failed sandboxes", True),
+    # A restart would fill the same disk: stopped before a save would, never restarted.
+    FailureClass(DISK_FULL, "the save dir's disk cannot hold the next checkpoint", False),
 )}
 
 
@@ -137,6 +150,9 @@ PATTERNS: Tuple[Pattern, ...] = (
     # ---- scheduler's end of the allocation
     Pattern(TIME_LIMIT, r"DUE TO TIME LIMIT", "slurmstepd", "Slurm (batch output line); run-supervision.md 1.7"),
     Pattern(PREEMPTED, r"DUE TO PREEMPTION", "slurmstepd", "Slurm (batch output line)", verified=False),
+    # A requeue by SLURM or an admin (scontrol requeue): the run goes on in the job's next allocation.
+    Pattern(PREEMPTED, r"CANCELLED AT \S+ DUE TO JOB REQUEUE", "slurmstepd",
+            "Slurm 22.05.8 batch output on `scontrol requeue` (seen on tests/fixtures/slurm_cluster.py's cluster)"),
 )
 
 #: SLURM job states (sacct State) that name the class by themselves (run-supervision.md 1.7).

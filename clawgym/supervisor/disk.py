@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Mapping, Optional
 
 from clawgym.preflight.disk import CheckpointSize, free_bytes, gib, planned_size
+from clawgym.supervisor import classes as C
 from clawgym.supervisor.monitor import RunState, Verdict
 from clawgym.supervisor.retention import iter_dir, scan
 
@@ -63,7 +64,7 @@ class DiskGuard:
         where, free = free_bytes(Path(state.save_dir))
         if free >= size.bytes:
             return None
-        return Verdict(cls="disk-full", action="stop",
+        return Verdict(cls=C.DISK_FULL, action="stop",
                        evidence=(f"disk guard: {where} has {gib(free)} free, the next checkpoint needs "
                                  f"{gib(size.bytes)} ({size.how}); stopped before a save fills the disk "
                                  "(free space, or set checkpoint.keep_last, then resume)"))

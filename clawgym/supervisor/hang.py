@@ -129,8 +129,12 @@ class HangMonitor:
             return None
         from clawgym.supervisor import stacks
 
-        pids = self._pids(state) if self._pids else stacks.job_pids(state.submission_id)
-        dumped = stacks.dump(pids, Path(state.save_dir), now=state.now, label="hang")
+        if self._pids:
+            dumped = stacks.dump(self._pids(state), Path(state.save_dir), now=state.now, label="hang")
+        else:
+            # Every node's processes through Ray's stack endpoint when the dashboard is known.
+            dumped = stacks.dump_job(state.submission_id, Path(state.save_dir), address=state.address,
+                                     now=state.now, label="hang")
         last = f"step {steps}" if steps is not None else "no step logged yet"
         evidence = (f"hang: no new rollout/train step ({last}) and no new log output for {quiet:.0f} s "
                     f"(stall_s {self.stall_s:.0f} s, from {self.how}); {dumped.summary()}; "

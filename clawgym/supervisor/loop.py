@@ -20,6 +20,7 @@ from clawgym.common.secrets import redact_text
 from clawgym.common.exit_codes import DONE as EXIT_DONE, FAILED as EXIT_FAILED, INTERRUPTED as EXIT_INTERRUPTED
 from clawgym.supervisor import classes as C
 from clawgym.snapshot.attempts import Attempts, read_attempts
+from clawgym.snapshot.health import record_trip
 from clawgym.supervisor.classify import Evidence, classify
 from clawgym.supervisor.health import monitors_for
 from clawgym.supervisor.monitor import RunState, Verdict
@@ -56,9 +57,14 @@ def _iteration(ev: Evidence, point: ResumePoint) -> str:
 
 def supervise(save_dir: str | Path, config: Mapping[str, Any], runner: Runner, first_submission: str, *,
               say: Callable[[str], None] = print, sleep: Callable[[float], None] = time.sleep,
-              clock: Callable[[], float] = time.time) -> int:
+              clock: Callable[[], float] = time.time, resumed_from: Optional[int] = None,
+              first_attempt: Optional[int] = None) -> int:
     """Follow ``first_submission`` (attempt 1, already submitted) and every restart to the run's
-    end; the exit status of clawgym.common.exit_codes (0 finished, 130 stopped by a user, 1 else)."""
+    end; the exit status of clawgym.common.exit_codes (0 finished, 130 stopped by a user, 1 else).
+
+    ``resumed_from``: the checkpoint ``first_submission`` resumed from (a SLURM job requeued into a new
+    allocation); ``first_attempt``: the index in the record where this supervision's budget starts, when
+    it began before this process (the earlier allocations of a requeued SLURM job)."""
     save = Path(save_dir)
     restart = config.get("restart") or {}
     enabled = bool(restart.get("enabled", True))
@@ -69,19 +75,21 @@ def supervise(save_dir: str | Path, config: Mapping[str, Any], runner: Runner, f
     record: Attempts = read_attempts(save)
     # The record keeps the run's whole history (an earlier launch, a resume typed by hand); the
     # budget and the guard count only this supervision's attempts.
-    first = len(record.attempts)
+    first = len(record.attempts) if first_attempt is None else min(first_attempt, len(record.attempts))
     record.stopped = None
     sub = first_submission
-    record.start(sub, resumed_from=None, now=clock())
+    record.start(sub, resumed_from=resumed_from, now=clock())
     while True:
         attempt = record.last
         ours = record.attempts[first:]
         verdict = _follow(save, config, runner, sub, attempt.number, attempt.started or clock(), poll_s, sleep, clock)
+        record_trip(save, verdict, attempt.number, sub, clock(), config)  # health.jsonl: runs/show/report
         ev = runner.evidence(sub)
         ev = replace(ev, final_rollout=ev.final_rollout if ev.final_rollout is not None else final,
                      stopped_by_user=ev.stopped_by_user or runner.user_stopped(sub),
-                     verdict_cls=verdict.cls if verdict else None,
-                     verdict_evidence=verdict.evidence if verdict else None)
+                     # A runner's own verdict (e.g. SLURM's time-limit signal) stands when no monitor gave one.
+                     verdict_cls=verdict.cls if verdict else ev.verdict_cls,
+                     verdict_evidence=verdict.evidence if verdict else ev.verdict_evidence)
         c = classify(ev)
         # The evidence is a line of the job's output: masked before it is printed or recorded.
         c = replace(c, evidence=redact_text(c.evidence, config))
@@ -107,8 +115,33 @@ def supervise(save_dir: str | Path, config: Mapping[str, Any], runner: Runner, f
             say(f"{head}; stopped for good: {d.why}" + (f"\n  fix: {d.fix}" if d.fix else ""))
             return EXIT_INTERRUPTED if by == "user" else EXIT_FAILED
         say(f"{head}; resuming from {point.name}")
+        if c.cls == C.CUDA_OOM:
+            point = _move_after_oom(save, config, point, say)
         sub = runner.submit(point)
         record.start(sub, resumed_from=point.iteration, now=clock())
+
+
+def _move_after_oom(save: Path, config: Mapping[str, Any], point: ResumePoint,
+                    say: Callable[[str], None]) -> ResumePoint:
+    """The next attempt's layout after an OOM (clawgym/supervisor/oom.py), said either way; the user's
+    keys are those the launch typed (its snapshot's overrides)."""
+    from clawgym.snapshot.read import list_snapshots
+    from clawgym.supervisor.oom import after_oom
+
+    from clawgym.snapshot.layout import SnapshotError
+
+    try:
+        snaps = list_snapshots(save)
+    except SnapshotError as exc:
+        say(f"[clawgym] after the OOM the layout stays as it is: the launch's overrides cannot be read ({exc})")
+        return point
+    typed = list(snaps[0].overrides or []) if snaps else []
+    move = after_oom(config, typed, gpu=(config.get("memory") or {}).get("gpu"))
+    if not move.overrides:
+        say(f"[clawgym] after the OOM the layout stays as it is: {move.why}")
+        return point
+    say(f"[clawgym] after the OOM the next attempt moves to {' '.join(move.overrides)}: {move.why}")
+    return replace(point, overrides=tuple(move.overrides))
 
 
 def _follow(save: Path, config: Mapping[str, Any], runner: Runner, sub: str, number: int, started: float,

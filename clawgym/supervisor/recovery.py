@@ -43,6 +43,9 @@ def _table() -> Dict[Tuple[str, str], Recovery]:
         for cls, fc in C.CLASSES.items():
             if fc.restartable:
                 t[(cls, backend)] = Recovery(RESUME, resubmit[backend])
+            else:
+                t.setdefault((cls, backend), Recovery(STOP, f"never restarted: {fc.title}; a restart would end "
+                                                            "the same way"))
     # A lost local head: its GPUs must be free before a new head can take them.
     t[(C.NODE_LOST, "local")] = Recovery(
         RESUME, "a new local head started once the old one's GPUs are free, then resubmitted from the last "

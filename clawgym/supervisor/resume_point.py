@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import List, Optional
+from typing import Tuple, List, Optional
 
 from clawgym.snapshot.checkpoints import list_checkpoints, read_tracker
 from clawgym.snapshot.layout import TRACKER_FILE
@@ -25,6 +25,8 @@ class ResumePoint:
     incomplete: List[int] = field(default_factory=list)  # iter_* newer than the tracker: never loaded
     problem: Optional[str] = None  # why no resume is possible (then iteration is None)
     fix: Optional[str] = None
+    # Overrides the next attempt adds to the recorded config (after an OOM: a layout with more headroom).
+    overrides: Tuple[str, ...] = ()
 
     @property
     def name(self) -> str:

@@ -12,6 +12,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
+from clawgym.supervisor import classes as C
 from clawgym.supervisor.evidence import run_scalars
 from clawgym.supervisor.monitor import RunState, Verdict
 
@@ -36,17 +37,17 @@ class Rule:
 
 
 RULES: List[Rule] = [
-    Rule("nan", "nan-loss", (LOSS, *REWARDS),
+    Rule("nan", C.NAN_LOSS, (LOSS, *REWARDS),
          "a NaN or inf loss or reward: the optimizer is fed garbage and every later step with it", None,
          "nan_action"),
-    Rule("logprob-drift", "logprob-drift", (LOGPROB_DIFF,),
+    Rule("logprob-drift", C.LOGPROB_DRIFT, (LOGPROB_DIFF,),
          "trainer and rollout-engine log-probs of the same tokens drifting apart after a weight update: "
          "a broken weight sync or trainer/engine version pair, training off-policy on garbage",
          "logprob_diff_max", "logprob_diff_action"),
-    Rule("zero-reward", "zero-reward", (*REWARDS, SAMPLES),
+    Rule("zero-reward", C.ZERO_REWARD, (*REWARDS, SAMPLES),
          "the reward exactly 0 rollout after rollout while samples are produced: a broken reward script "
          "or sandbox", "zero_reward_rollouts", "zero_reward_action"),
-    Rule("sandbox-failures", "sandbox-failures", (*SANDBOX_FAILED, SUBMITTED),
+    Rule("sandbox-failures", C.SANDBOX_FAILURES, (*SANDBOX_FAILED, SUBMITTED),
          "failed sandboxes scored as reward 0, biasing every group's baseline", "sandbox_failure_max",
          "sandbox_failure_action"),
 ]

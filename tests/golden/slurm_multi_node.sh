@@ -12,7 +12,9 @@
 #SBATCH --gres=gpu:h100:8
 #SBATCH --cpus-per-task=96
 #SBATCH --mem=0
-#SBATCH --signal=B:TERM@120
+#SBATCH --requeue
+#SBATCH --signal=B:USR1@120
+#SBATCH --open-mode=append
 #SBATCH --output=/shared/ClawGym-RL/exp/run/clawgym/slurm/clawgym-run-20260101_000000/slurm-%j.out
 #SBATCH --exclusive
 
@@ -28,12 +30,14 @@ LOG_DIR=/shared/ClawGym-RL/exp/run/clawgym/slurm/clawgym-run-20260101_000000
 NODES=3
 GPUS_PER_NODE=8
 RUNNER=("$PYTHON" -m clawgym.backends.slurm_run)
+SUPERVISED=("$PYTHON" -m clawgym.supervisor.slurm_runner)
 RAY=("$PYTHON" -m ray.scripts.scripts)
 # Every process of this job carries the marker: teardown finds Ray job drivers by it
 # (Ray starts them in sessions of their own).
 export CLAWGYM_HEAD_ID="slurm-${SLURM_JOB_ID}-${RANDOM}${RANDOM}"
 unset RAY_ADDRESS
 # The plan's head environment (Ray's health-check tuning).
+export RAY_DASHBOARD_ENABLE_PROFILING=1
 export RAY_health_check_failure_threshold=20
 export RAY_health_check_period_ms=5000
 export RAY_health_check_timeout_ms=30000
@@ -68,12 +72,22 @@ teardown() {
 }
 
 on_signal() {
-  echo "[clawgym] $1 received (scancel or time limit): stopping the Ray job and every Ray process of this job" >&2
+  echo "[clawgym] $1 received (scancel, a requeue or the time limit): stopping the Ray job and every Ray process of this job" >&2
   teardown
   exit 143
 }
 trap 'on_signal SIGTERM' TERM
 trap 'on_signal SIGINT' INT
+
+on_lead() {
+  # SLURM's --signal lead (sbatch --signal=B:USR1@N): the time limit is near (or, with
+  # slurm.conf's preempt_send_user_signal, a preemption). The runner records the attempt's end,
+  # stops the Ray job and requeues this job within restart.max_attempts; SLURM then TERMs this shell.
+  echo "[clawgym] SIGUSR1 received (SLURM's --signal lead): handing it to the supervisor" >&2
+  [ -n "$runner_pid" ] && kill -USR1 "$runner_pid" 2>/dev/null
+  return 0
+}
+trap 'on_lead' USR1
 
 # Preflight inside the allocation: the GPUs SLURM granted and free per-job ports on this node.
 # It prints HEAD_IP, NODE_GPUS, GCS_PORT, DASHBOARD_PORT, CLIENT_PORT, AGENT_PORT and TEMP_DIR.
@@ -93,14 +107,19 @@ srun --nodes=$((NODES - 1)) --ntasks=$((NODES - 1)) --ntasks-per-node=1 --exclud
   "${RUNNER[@]}" worker "$HEAD_IP:$GCS_PORT" --gpus-per-node "$GPUS_PER_NODE" &
 workers_pid=$!
 
-# Wait for every node's GPUs, submit the plan as a Ray job, follow it; its status is ours.
-"${RUNNER[@]}" run "$PLAN" --address "http://127.0.0.1:$DASHBOARD_PORT" --nodes "$NODES" \
+# Supervised (restart.enabled): the runner follows the run to its end in this allocation,
+# restarting a crashed trainer from its last complete checkpoint, and requeues this job
+# (scontrol requeue) when SLURM's USR1 says the time limit is near.
+"${SUPERVISED[@]}" run "$PLAN" --address "http://127.0.0.1:$DASHBOARD_PORT" --nodes "$NODES" \
   --gpus "$((NODES * GPUS_PER_NODE))" --head-ip "$HEAD_IP" --head-pid "$head_pid" \
   --wait-nodes 300 \
-  --snapshot /shared/ClawGym-RL/exp/run/clawgym/snapshots/clawgym-run-20260101_000000 &
+  --snapshot /shared/ClawGym-RL/exp/run/clawgym/snapshots/clawgym-run-20260101_000000 \
+  --slurm-output /shared/ClawGym-RL/exp/run/clawgym/slurm/clawgym-run-20260101_000000/slurm-%j.out &
 runner_pid=$!
+# wait returns early (status > 128) when a trapped signal arrives: wait again while it runs.
 wait "$runner_pid"
 rc=$?
+while [ "$rc" -gt 128 ] && kill -0 "$runner_pid" 2>/dev/null; do wait "$runner_pid"; rc=$?; done
 runner_pid=""
 teardown
 exit "$rc"

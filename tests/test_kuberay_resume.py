@@ -1,0 +1,124 @@
+"""KubeRay's retry of a RayJob resumes from the last complete checkpoint (clawgym/jobside/resume_load.py).
+
+KubeRay retries a failed RayJob up to ``spec.backoffLimit`` times with the same entrypoint on a new
+RayCluster. Here a real Ray head stands in for each new cluster and the manifest's own entrypoint is
+submitted again after a failure, as KubeRay's submitter would; the shim itself is run directly for the
+cases that need no trainer (a retry with nothing to resume is refused, never started from scratch).
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import yaml
+
+import clawgym.demo.standin_trainer as standin
+from clawgym.backends.kuberay import entrypoint, manifest, write_resume_shim
+from clawgym.common.exit_codes import FAILED
+from clawgym.config.compose import compose, to_plain
+from clawgym.jobside import resume_load
+from clawgym.plan.build import build_plan_from_dict
+
+SHIM = Path(resume_load.__file__)
+ECHO = [sys.executable, "-c", "import sys, json; print(json.dumps(sys.argv[1:]))"]
+
+
+def shim(save: Path, starts: Path, *trainer: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(SHIM), "--save", str(save), "--starts", str(starts), "--", *trainer],
+                          capture_output=True, text=True, timeout=60)
+
+
+def _ckpt(save: Path, it: int, tracker: bool = True) -> None:
+    (save / f"iter_{it:07d}").mkdir(parents=True)
+    if tracker:
+        (save / "latest_checkpointed_iteration.txt").write_text(str(it))
+
+
+def test_the_first_start_passes_the_trainer_through_unchanged(tmp_path):
+    res = shim(tmp_path / "save", tmp_path / "starts", *ECHO, "--save", "x", "--load", "/ckpt")
+    assert res.returncode == 0, res.stderr
+    assert json.loads(res.stdout.splitlines()[-1]) == ["--save", "x", "--load", "/ckpt"]
+    assert "a fresh start" in res.stdout
+    assert json.loads((tmp_path / "starts").read_text())["attempt"] == 1
+
+
+def test_a_retry_resumes_from_the_tracker_and_names_a_save_cut_short(tmp_path):
+    save = tmp_path / "save"
+    _ckpt(save, 4)
+    _ckpt(save, 6, tracker=False)  # written after the tracker's iteration: never loaded
+    (tmp_path / "starts").write_text('{"attempt": 1}\n')
+    res = shim(save, tmp_path / "starts", *ECHO, "--save", str(save), "--load", "/elsewhere")
+    assert res.returncode == 0, res.stderr
+    assert json.loads(res.stdout.splitlines()[-1]) == ["--save", str(save), "--load", str(save)]
+    assert "attempt 2 of this RayJob: resuming from iter_0000004" in res.stdout
+    assert "iter_0000006" in res.stdout and "a save cut short, not loaded" in res.stdout
+
+
+def test_a_retry_with_no_complete_checkpoint_is_refused_never_started_from_scratch(tmp_path):
+    save = tmp_path / "save"
+    _ckpt(save, 2, tracker=False)
+    (tmp_path / "starts").write_text('{"attempt": 1}\n')
+    marker = tmp_path / "trainer-ran"
+    res = shim(save, tmp_path / "starts", sys.executable, "-c", f"open({str(marker)!r}, 'w')")
+    assert res.returncode == FAILED and not marker.exists()
+    assert "refusing to start the run from scratch: no latest_checkpointed_iteration.txt" in res.stdout
+    assert "--ref-load at rollout 0" in res.stdout and "fix: lower checkpoint.save_interval" in res.stdout
+    assert json.loads((tmp_path / "starts").read_text().splitlines()[-1])["refused"]
+
+
+def test_restart_disabled_has_no_retry_policy_and_no_shim(tmp_path):
+    c = to_plain(compose(["paths.root=/workspace/ClawGym-RL", "cluster=kuberay", "kuberay.image=img:1",
+                          "kuberay.pvc=runs", "restart.enabled=false"]))
+    plan = build_plan_from_dict(c, environ={}, timestamp="20260101_000000")
+    spec = manifest(plan, c)["spec"]
+    assert "backoffLimit" not in spec and shlex.split(spec["entrypoint"]) == plan.job_entrypoint
+
+
+def test_a_kuberay_retry_of_the_manifests_entrypoint_resumes_a_crashed_run(clawgym_checkout, ray_cluster, tmp_path):
+    from ray.job_submission import JobSubmissionClient
+
+    from tests.fixtures.checkout import checkout_overrides
+
+    save = tmp_path / "save"
+    c = to_plain(compose([*checkout_overrides(clawgym_checkout), "cluster=kuberay", "kuberay.image=img:1",
+                          "kuberay.pvc=runs", f"paths.save={save}", "rollout.num_rollout=5",
+                          "+extra_env.STANDIN_RUN_ROLLOUTS=5", "+extra_env.STANDIN_STEP_SLEEP=0.05",
+                          "+extra_env.STANDIN_FAIL=crash@3", f"+extra_env.STANDIN_FAIL_ONCE={tmp_path}/once",
+                          f"run_name=k8s-retry-{uuid.uuid4().hex[:6]}"]))
+    plan = build_plan_from_dict(c, environ={}, timestamp="20260101_000001")
+    spec = manifest(plan, c)["spec"]
+    assert spec["backoffLimit"] == 3 and shlex.split(spec["entrypoint"]) == entrypoint(plan, c)
+    write_resume_shim(plan)
+    client = JobSubmissionClient(ray_cluster.address)
+    runtime_env = yaml.safe_load(spec["runtimeEnvYAML"])
+    statuses, records = [], []
+    for attempt in (1, 2):  # the first start, then KubeRay's retry (same entrypoint, a new cluster)
+        sid = f"{spec['jobId']}-{attempt}"
+        client.submit_job(entrypoint=spec["entrypoint"], submission_id=sid, runtime_env=runtime_env)
+        from clawgym.launch.rayjob import JobHandle
+
+        statuses.append(JobHandle.attach(ray_cluster.address, sid).wait(timeout=120))
+        records.append(json.loads((save / "standin_record.json").read_text()))
+    assert statuses == ["FAILED", "SUCCEEDED"], client.get_job_logs(sid)
+    # The retry loaded the save dir at its tracker (iter 2, the last save before the crash at 3).
+    assert records[0]["start_rollout_id"] == 0 and records[1]["start_rollout_id"] == 3
+    argv = records[1]["argv"]
+    assert argv[argv.index("--load") + 1] == str(save)
+    assert (save / "latest_checkpointed_iteration.txt").read_text().strip() == "4"
+    starts = [json.loads(ln) for ln in Path(entrypoint(plan, c)[5]).read_text().splitlines()]
+    assert [(s["attempt"], s["resumed_from"]) for s in starts] == [(1, None), (2, 2)]
+
+
+def test_the_shim_runs_on_the_standard_library_alone(tmp_path):
+    # As the job runs it: a copy in the save dir, under an interpreter that sees no site-packages and no clawgym.
+    copy = tmp_path / "resume_load.py"
+    copy.write_text(SHIM.read_text())
+    res = subprocess.run([sys.executable, "-I", "-S", str(copy), "--save", str(tmp_path / "save"), "--starts",
+                          str(tmp_path / "starts"), "--", *ECHO, "--x"], capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stderr
+    assert json.loads(res.stdout.splitlines()[-1]) == ["--x"]
