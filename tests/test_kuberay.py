@@ -209,7 +209,7 @@ def _launch(checkout: Path, tmp_path: Path, *overrides: str, env: Dict[str, str]
     e = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "WANDB_API_KEY", "WANDB_KEY")}
     e.update(env or {})
     e["CLAWGYM_STATE_DIR"] = str(tmp_path / "state")
-    cmd = [os.sys.executable, str(REPO / "train.py"), *checkout_overrides(checkout, skip_checks=LAUNCH_SKIPS),
+    cmd = [os.sys.executable, str(REPO / "train.py"), *checkout_overrides(checkout, skip_checks=LAUNCH_SKIPS, supervised=True),
            "cluster=kuberay", "kuberay.image=img:1", "kuberay.pvc=runs", f"paths.save={tmp_path}/save",
            f"hydra.run.dir={tmp_path}/out", *overrides]
     return subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, timeout=240, env=e)
@@ -282,7 +282,7 @@ def test_an_applied_rayjob_is_followed_through_the_ray_jobs_api_once_its_dashboa
     from clawgym.backends.kuberay import KubeRayHandle, write_resume_shim
     from tests.fixtures.checkout import checkout_overrides
 
-    cfg = compose([*checkout_overrides(clawgym_checkout), "cluster=kuberay", "kuberay.image=img:1",
+    cfg = compose([*checkout_overrides(clawgym_checkout, supervised=True), "cluster=kuberay", "kuberay.image=img:1",
                    "kuberay.pvc=runs", f"paths.save={tmp_path}/save", "+extra_env.STANDIN_SLEEP=1",
                    f"run_name=k8s-follow-{os.getpid()}"])
     c = to_plain(cfg)

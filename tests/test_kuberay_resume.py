@@ -85,7 +85,7 @@ def test_a_kuberay_retry_of_the_manifests_entrypoint_resumes_a_crashed_run(clawg
     from tests.fixtures.checkout import checkout_overrides
 
     save = tmp_path / "save"
-    c = to_plain(compose([*checkout_overrides(clawgym_checkout), "cluster=kuberay", "kuberay.image=img:1",
+    c = to_plain(compose([*checkout_overrides(clawgym_checkout, supervised=True), "cluster=kuberay", "kuberay.image=img:1",
                           "kuberay.pvc=runs", f"paths.save={save}", "rollout.num_rollout=5",
                           "+extra_env.STANDIN_RUN_ROLLOUTS=5", "+extra_env.STANDIN_STEP_SLEEP=0.05",
                           "+extra_env.STANDIN_FAIL=crash@3", f"+extra_env.STANDIN_FAIL_ONCE={tmp_path}/once",

@@ -45,7 +45,7 @@ def env(slurm_cluster, tmp_path) -> Dict[str, str]:
 def base(checkout: Path) -> List[str]:
     # wandb.enabled=false: the W&B key is still a secret the plan carries when set, but no
     # W&B run is attempted by anything (the stand-in trainer ignores it anyway).
-    return [*checkout_overrides(checkout, skip_checks=LAUNCH_SKIPS), "cluster=slurm"]
+    return [*checkout_overrides(checkout, skip_checks=LAUNCH_SKIPS, supervised=True), "cluster=slurm"]
 
 
 def _cmdline(pid: int) -> str:

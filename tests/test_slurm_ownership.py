@@ -38,7 +38,8 @@ def test_a_value_sbatch_would_split_or_expand_is_refused_before_any_batch_script
     env["CLAWGYM_STATE_DIR"] = str(tmp_path / "state")
     save = tmp_path / "save"
     res = subprocess.run([sys.executable, str(ROOT / "train.py"), *checkout_overrides(clawgym_checkout,
-                                                                                     skip_checks=LAUNCH_SKIPS),
+                                                                                     skip_checks=LAUNCH_SKIPS,
+                                                                                     supervised=True),
                           "cluster=slurm", f"hydra.run.dir={tmp_path}/run", *([] if key == "exp_name" else
                                                                             [f"paths.save={save}"]), quoted],
                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=180)

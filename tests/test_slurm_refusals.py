@@ -29,7 +29,7 @@ def env(slurm_cluster, tmp_path) -> Dict[str, str]:
 
 
 def launch(checkout: Path, env: Dict[str, str], tmp_path: Path, *overrides: str) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, str(ROOT / "train.py"), *checkout_overrides(checkout, skip_checks=LAUNCH_SKIPS),
+    cmd = [sys.executable, str(ROOT / "train.py"), *checkout_overrides(checkout, skip_checks=LAUNCH_SKIPS, supervised=True),
            "cluster=slurm", f"hydra.run.dir={tmp_path}/run", *overrides]
     return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=180)
 
