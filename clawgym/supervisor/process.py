@@ -86,13 +86,6 @@ def running(save_dir: str | os.PathLike) -> Optional[Dict[str, Any]]:
     return rec if alive(rec) else None
 
 
-def supervised(cfg: Any, backend: str) -> bool:
-    """Whether a launch of this config on this backend is supervised by a process beside it."""
-    restart = cfg.get("restart") if hasattr(cfg, "get") else None
-    enabled = bool(restart.get("enabled", True)) if restart is not None else True
-    return enabled and backend in SUPERVISED_BACKENDS and not os.environ.get(ownership.SUPERVISOR_ENV)
-
-
 class AlreadySupervised(Exception):
     """A supervisor runs for that save dir already; ``str()`` names it."""
 
