@@ -143,8 +143,9 @@ class SupervisedRayRunner(RayJobRunner):
         """``clawgym resume <save dir>`` as a person would type it (submitted detached, no second
         supervisor: CLAWGYM_SUPERVISOR_ID is in our environment), then its submission."""
         before, _ = newest_submission(self.save)
-        argv = [sys.executable, "-m", "clawgym", "resume", str(self.save)]
-        say(f"[clawgym] running: clawgym resume {self.save}")
+        # After an OOM the resume point carries the layout with more headroom (supervisor/oom.py).
+        argv = [sys.executable, "-m", "clawgym", "resume", str(self.save), *point.overrides]
+        say(f"[clawgym] running: clawgym resume {' '.join([str(self.save), *point.overrides])}")
         res = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=sys.stdout, stderr=subprocess.STDOUT,
                              cwd=str(self.save), timeout=RESUME_TIMEOUT_S)
         snap, sub = newest_submission(self.save)
