@@ -426,6 +426,8 @@ def assert_parity(seed: SeedRun, cfg, plan, environ: Mapping[str, str], exported
     assert "TENSORBOARD_DIR" not in seed_job
     tb_dir = ours.pop("TENSORBOARD_DIR", None)
     assert tb_dir == (f"{c['paths']['save']}/tensorboard/{plan.submission_id}" if c["metrics"]["tensorboard"] else None)
+    # Deliberate: heads clawgym starts serve the stacks of a hung job (clawgym/supervisor/stacks.py).
+    assert ours.pop("RAY_DASHBOARD_ENABLE_PROFILING") == "1"
     norm_no_proxy(seed_job)
     assert ours == seed_job
 

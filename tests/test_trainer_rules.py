@@ -86,7 +86,8 @@ CASES: Dict[str, Case] = {
     "selective-recompute-no-num-layers": Case(
         ["trainer=slime", "perf.recompute_granularity=selective", "perf.recompute_method=null"],
         ["perf.recompute_granularity", "perf.recompute_num_layers"], "perf.recompute_num_layers=null"),
-    "sequence-parallel-off-at-tp1": Case(["perf.tensor_parallel=1"],
+    # The default follows TP (off at 1): the rule is for a user who turns it on at TP 1.
+    "sequence-parallel-off-at-tp1": Case(["perf.tensor_parallel=1", "perf.sequence_parallel=true"],
                                          ["perf.sequence_parallel", "perf.tensor_parallel"],
                                          "perf.sequence_parallel=false", "warning"),
     "global-batch-matches-rollout": Case(

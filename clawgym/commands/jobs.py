@@ -29,7 +29,7 @@ import os
 import sys
 import time
 from typing import List, Optional
-from clawgym.common.exit_codes import REFUSED
+from clawgym.common.exit_codes import FAILED, REFUSED
 
 from clawgym.pipeline import clusters
 
@@ -155,7 +155,7 @@ def _cmd_stop(args) -> int:
             if rc is None:
                 print(f"{args.submission_id}: the supervisor did not end within {args.timeout + 30.0:.0f}s; "
                       f"see {process.log_path(save)}", file=sys.stderr)
-                return 1
+                return FAILED
             info = handle.client.get_job_info(args.submission_id)
     if info.status.is_terminal():
         print(f"{args.submission_id}: already {info.status.value}")
