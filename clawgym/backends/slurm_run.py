@@ -331,6 +331,20 @@ def cmd_reap(args) -> int:
     return 0
 
 
+def add_run_arguments(sp: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """The ``run`` step's arguments, as the batch script passes them (shared with the supervised
+    runner, clawgym/supervisor/slurm_runner.py, which the script runs instead when supervised)."""
+    sp.add_argument("plan")
+    sp.add_argument("--address", required=True)
+    sp.add_argument("--nodes", type=int, required=True)
+    sp.add_argument("--gpus", type=int, required=True)
+    sp.add_argument("--head-ip", required=True)
+    sp.add_argument("--wait-nodes", type=float, default=300.0)
+    sp.add_argument("--snapshot")
+    sp.add_argument("--head-pid", type=int, help="the head's pid: waiting ends when it exits")
+    return sp
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     p = argparse.ArgumentParser(prog="python -m clawgym.backends.slurm_run", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -341,15 +355,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     sp.add_argument("--gpus-per-node", type=int, required=True)
     sp.add_argument("--head-ip")
     sp.set_defaults(func=cmd_preflight)
-    sp = sub.add_parser("run")
-    sp.add_argument("plan")
-    sp.add_argument("--address", required=True)
-    sp.add_argument("--nodes", type=int, required=True)
-    sp.add_argument("--gpus", type=int, required=True)
-    sp.add_argument("--head-ip", required=True)
-    sp.add_argument("--wait-nodes", type=float, default=300.0)
-    sp.add_argument("--snapshot")
-    sp.add_argument("--head-pid", type=int, help="the head's pid: waiting ends when it exits")
+    sp = add_run_arguments(sub.add_parser("run"))
     sp.set_defaults(func=cmd_run)
     sp = sub.add_parser("worker")
     sp.add_argument("address")
