@@ -446,6 +446,33 @@ def test_follow_falls_back_to_polling_when_the_log_stream_drops(ray_cluster, tmp
         assert out.count(f"line {i}\n") == 1 and log.count(f"line {i}\n") == 1
 
 
+def test_ctrl_c_before_the_launcher_follows_the_job_says_the_same_and_stops_it(ray_cluster, tmp_path, capsys):
+    # A SIGINT can land after the job is submitted but before the launcher follows it (while it records
+    # the head, the snapshot, the ticker). The user sees the same words as Ctrl-C while following.
+    from clawgym.launch.rayjob import submit
+    from clawgym.pipeline.jobs import RUNNING, STOPPED, PipelineJob, PipelineOptions
+    from clawgym.pipeline.pipeline import Pipeline
+    from clawgym.plan.build import LaunchPlan
+
+    work = tmp_path / "wd"
+    work.mkdir()
+    plan = LaunchPlan(entrypoint=["python3", "-c", "import time; time.sleep(300)"], working_dir=str(work),
+                      runtime_env={"env_vars": {}}, ray_start=None, ray_start_env={},
+                      submission_id=f"clawgym-int-{uuid.uuid4().hex[:8]}", address=ray_cluster.address,
+                      log_file=str(tmp_path / "logs" / "train_x.log"))
+    handle = submit(ray_cluster.address, plan, secrets={})
+    deadline = time.time() + 60
+    while handle.status() != "RUNNING":
+        assert time.time() < deadline, handle.status()
+        time.sleep(0.3)
+    job = PipelineJob(plan=plan, status=RUNNING, handle=handle, submission_id=plan.submission_id)
+    Pipeline([job], PipelineOptions())._interrupt()
+    err = capsys.readouterr().err
+    assert f"interrupted: stopping job {plan.submission_id}" in err
+    assert job.status == STOPPED
+    assert handle.status() == "STOPPED"
+
+
 def test_failed_preflight_stops_the_head_started_alongside_it_and_names_the_fix(clawgym_checkout, state_dir,
                                                                                 tmp_path):
     head = local_head_overrides()

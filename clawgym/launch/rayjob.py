@@ -259,6 +259,14 @@ class JobHandle:
                       file=sys.stderr, flush=True)
             return st
 
+    def stop_interrupted(self) -> int:
+        """Ctrl-C on a followed job: say so on stderr, stop it, say how it ended (one wording, whether the
+        interrupt came while following the job or a moment before, while the launcher still set it up)."""
+        print(f"\n[clawgym] interrupted: stopping job {self.submission_id} ...", file=sys.stderr, flush=True)
+        status = self.stop()
+        print(f"[clawgym] job {self.submission_id} {str(status).lower()}", file=sys.stderr, flush=True)
+        return EXIT_STOPPED
+
     def _mask(self, text: str) -> str:
         for value in self._redact:
             text = text.replace(value, "***")
@@ -400,10 +408,7 @@ class JobHandle:
                 print(f"\n[clawgym] stopped following; job {self.submission_id} keeps running", file=sys.stderr,
                       flush=True)
                 return EXIT_STOPPED
-            print(f"\n[clawgym] interrupted: stopping job {self.submission_id} ...", file=sys.stderr, flush=True)
-            status = self.stop()
-            print(f"[clawgym] job {self.submission_id} {status.lower()}", file=sys.stderr, flush=True)
-            return EXIT_STOPPED
+            return self.stop_interrupted()
         finally:
             stop_polling.set()
             self._log = None

@@ -667,9 +667,14 @@ class Pipeline(LaunchChecks):
 
     def _interrupt(self, quiet: bool = False) -> None:
         prefix = f"[sweep {self._elapsed()}]" if self._sweep else "[clawgym]"
-        if not quiet:
-            say(f"\n{prefix} interrupted: stopping running jobs"
-                + ("; queued jobs are not submitted" if self._sweep else ""))
+        # One job, interrupted before the launcher followed it (e.g. while it recorded the head): the
+        # same words as Ctrl-C while following, from the same method.
+        single = (not self._sweep and len(self.jobs) == 1 and self.jobs[0].status == RUNNING
+                  and self.jobs[0].handle is not None and self.jobs[0].supervisor is None)
+        if not quiet and self._sweep:
+            say(f"\n{prefix} interrupted: stopping running jobs; queued jobs are not submitted")
+        elif not quiet and not single:
+            say(f"\n{prefix} interrupted: stopping running jobs")
         # Supervised runs are stopped for good through their supervisors (which stop the current
         # attempt's job), all signalled first, then waited for.
         from clawgym.supervisor import process
@@ -689,7 +694,10 @@ class Pipeline(LaunchChecks):
         for j in self.jobs:
             if j.status == RUNNING and j.handle is not None:
                 try:
-                    j.handle.stop()
+                    if single and not quiet:
+                        j.handle.stop_interrupted()
+                    else:
+                        j.handle.stop()
                 except Exception as exc:
                     say(f"{prefix} could not stop job #{j.num} ({j.submission_id}): {exc}")
                 j.status = STOPPED
