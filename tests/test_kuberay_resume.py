@@ -122,3 +122,100 @@ def test_the_shim_runs_on_the_standard_library_alone(tmp_path):
                           str(tmp_path / "starts"), "--", *ECHO, "--x"], capture_output=True, text=True, timeout=60)
     assert res.returncode == 0, res.stderr
     assert json.loads(res.stdout.splitlines()[-1]) == ["--x"]
+
+
+def test_the_shims_startup_patterns_are_the_supervisors():
+    # The shim cannot import clawgym: its copy of the startup-failure rows must be the table's own.
+    from clawgym.supervisor import classes as C
+
+    res = subprocess.run([sys.executable, str(Path(__file__).resolve().parents[1] / "tools" / "gen_jobside_patterns.py"),
+                          "--check"], capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stderr
+    shipped = [p["regex"] for p in resume_load._patterns()]
+    assert shipped == [p.regex for p in C.PATTERNS if p.cls == C.STARTUP_FAILURE] and shipped
+
+
+def test_write_resume_shim_puts_the_patterns_beside_the_shim(tmp_path):
+    c = to_plain(compose(["paths.root=/workspace/ClawGym-RL", "cluster=kuberay", "kuberay.image=img:1",
+                          "kuberay.pvc=runs", f"paths.save={tmp_path / 'save'}"]))
+    plan = build_plan_from_dict(c, environ={}, timestamp="20260101_000000")
+    target = write_resume_shim(plan)
+    assert json.loads((target.parent / resume_load.PATTERNS_FILE).read_text())["patterns"]
+
+
+def test_a_startup_failure_the_trainer_exits_0_from_fails_the_job_and_stops_the_retries(tmp_path):
+    # Megatron's sys.exit() on a checkpoint it cannot load exits 0: the job must not read as succeeded.
+    starts = tmp_path / "starts"
+    res = shim(tmp_path / "save", starts, sys.executable, "-c",
+               "print('ERROR: Invalid metadata file /s/latest_checkpointed_iteration.txt. Exiting')")
+    assert res.returncode == FAILED, res.stdout + res.stderr
+    assert "attempt 1 failed at startup: ERROR: Invalid metadata file" in res.stdout
+    stopped = json.loads(Path(str(starts) + ".stopped").read_text())
+    assert stopped["attempt"] == 1 and stopped["program"] == "Megatron-LM (exits 0)"
+    marker = tmp_path / "trainer-ran"
+    again = shim(tmp_path / "save", starts, sys.executable, "-c", f"open({str(marker)!r}, 'w')")
+    assert again.returncode == FAILED and not marker.exists()
+    assert "attempt 2 of this RayJob (a KubeRay retry): not run: attempt 1 failed at startup" in again.stdout
+
+
+def test_a_crash_is_not_taken_for_a_startup_failure(tmp_path):
+    starts = tmp_path / "starts"
+    res = shim(tmp_path / "save", starts, sys.executable, "-c", "import sys; print('step 3'); sys.exit(7)")
+    assert res.returncode == 7 and "step 3" in res.stdout
+    assert not Path(str(starts) + ".stopped").exists()
+
+
+def test_a_stop_reaches_the_trainer_through_the_shim(tmp_path):
+    # Ray stops a job with SIGTERM to its entrypoint: the trainer behind the shim must get it.
+    import signal
+
+    got = tmp_path / "got-sigterm"
+    code = ("import signal, sys, time\n"
+            f"def on(s, f):\n    open({str(got)!r}, 'w').close(); sys.exit(143)\n"
+            "signal.signal(signal.SIGTERM, on)\nprint('ready', flush=True)\ntime.sleep(60)\n")
+    proc = subprocess.Popen([sys.executable, str(SHIM), "--save", str(tmp_path / "save"), "--starts",
+                             str(tmp_path / "starts"), "--", sys.executable, "-c", code],
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        for line in proc.stdout:
+            if line.strip() == "ready":
+                break
+        proc.send_signal(signal.SIGTERM)  # to the shim alone, not its process group
+        assert proc.wait(timeout=30) == 143
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert got.exists()
+
+
+def test_a_kuberay_retry_after_a_startup_failure_never_runs_the_trainer_again(clawgym_checkout, ray_cluster,
+                                                                              tmp_path):
+    from ray.job_submission import JobSubmissionClient
+
+    from clawgym.launch.rayjob import JobHandle
+    from tests.fixtures.checkout import checkout_overrides
+
+    save = tmp_path / "save"
+    c = to_plain(compose([*checkout_overrides(clawgym_checkout, supervised=True), "cluster=kuberay",
+                          "kuberay.image=img:1", "kuberay.pvc=runs", f"paths.save={save}", "rollout.num_rollout=5",
+                          "+extra_env.STANDIN_RUN_ROLLOUTS=5", "+extra_env.STANDIN_FAIL=startup",
+                          f"run_name=k8s-startup-{uuid.uuid4().hex[:6]}"]))
+    plan = build_plan_from_dict(c, environ={}, timestamp="20260101_000002")
+    spec = manifest(plan, c)["spec"]
+    write_resume_shim(plan)
+    client = JobSubmissionClient(ray_cluster.address)
+    runtime_env = yaml.safe_load(spec["runtimeEnvYAML"])
+    statuses, ran = [], []
+    for attempt in (1, 2):  # the first start, then KubeRay's retry (same entrypoint, a new cluster)
+        sid = f"{spec['jobId']}-{attempt}"
+        (save / "standin_record.json").unlink(missing_ok=True)
+        client.submit_job(entrypoint=spec["entrypoint"], submission_id=sid, runtime_env=runtime_env)
+        statuses.append(JobHandle.attach(ray_cluster.address, sid).wait(timeout=120))
+        ran.append((save / "standin_record.json").exists())
+    assert statuses == ["FAILED", "FAILED"]
+    assert ran == [True, False], client.get_job_logs(sid)
+    logs = client.get_job_logs(sid)
+    assert "attempt 2 of this RayJob (a KubeRay retry): not run: attempt 1 failed at startup" in logs
+    assert "train.py: error: unrecognized arguments: --no-such-flag (argparse (Megatron's parse_args))" in logs
+    starts = [json.loads(ln) for ln in Path(entrypoint(plan, c)[5]).read_text().splitlines()]
+    assert [s["refused"] for s in starts] == [None, "startup failure of attempt 1"]

@@ -46,6 +46,8 @@ from clawgym.plan.build import WANDB_KEY_TARGET, LaunchPlan
 MANIFEST_FILE = "rayjob.yaml"
 #: The resume shim (clawgym/jobside/), copied into <save>/clawgym/ for the pods.
 RESUME_SHIM = "resume_load.py"
+#: Its data file (clawgym/jobside/resume_load.py PATTERNS_FILE), copied beside it.
+STARTUP_PATTERNS = "startup_patterns.json"
 #: The KubeRay release whose RayJob spec the manifest follows.
 KUBERAY_RELEASE = "v1.3.2"
 API_VERSION = "ray.io/v1"
@@ -133,13 +135,15 @@ def entrypoint(plan: LaunchPlan, c: Mapping[str, Any]) -> List[str]:
 
 
 def write_resume_shim(plan: LaunchPlan) -> Path:
-    """Copy the resume shim (standard library only) into the save dir, which the pods mount."""
+    """Copy the resume shim (standard library only) into the save dir, which the pods mount, with the
+    startup-failure patterns it reads beside it (a startup failure is never retried)."""
     from clawgym.common.fsutil import atomic_write_text
 
-    source = Path(__file__).resolve().parents[1] / "jobside" / RESUME_SHIM
+    jobside = Path(__file__).resolve().parents[1] / "jobside"
     target = Path(resume_shim_path(str(plan.save_dir)))
     target.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(target, source.read_text(encoding="utf-8"))
+    atomic_write_text(target.parent / STARTUP_PATTERNS, (jobside / STARTUP_PATTERNS).read_text(encoding="utf-8"))
+    atomic_write_text(target, (jobside / RESUME_SHIM).read_text(encoding="utf-8"))
     return target
 
 

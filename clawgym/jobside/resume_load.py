@@ -18,21 +18,38 @@ failed. Each retry creates a new RayCluster."). So the entrypoint itself must re
   would train from scratch into the run's save dir is never run.
 - the first start of a run passes the trainer's flags through unchanged.
 
-Each start appends one line to STARTS_FILE (start time, the iteration it resumed from). The exit
-status is the trainer's (exec: this process becomes it), or 1 when it refuses.
+- a deterministic startup failure (argparse, a startup check, a checkpoint that cannot load: the
+  same config fails the same way) is never retried. KubeRay retries every failed RayJob alike, so
+  the shim runs the trainer as its child, keeps the end of its output, and when a line there shows
+  one of the supervisor's startup-failure patterns (``startup_patterns.json`` beside this file,
+  generated from clawgym/supervisor/classes.py) it writes STARTS_FILE + ``.stopped``; each later
+  retry of this RayJob reads it and refuses at once, exit 1, naming the line, so no retry spends the
+  allocation's GPU time failing the same way.
 
-Standard library only: clawgym copies this file into ``<save>/clawgym/`` on the shared volume and the
-job's Python runs it.
+Each start appends one line to STARTS_FILE (start time, the iteration it resumed from). The exit
+status is the trainer's (128 + N for a signal N), 1 when it refuses, and 1 for a startup failure
+the trainer exits 0 from (Megatron's ``sys.exit()`` on a checkpoint it cannot load).
+
+Standard library only: clawgym copies this file and its pattern file into ``<save>/clawgym/`` on the
+shared volume and the job's Python runs it.
 """
 
+import collections
 import json
 import os
+import re
+import signal
+import subprocess
 import sys
 import time
 
 TRACKER_FILE = "latest_checkpointed_iteration.txt"
 #: Exit status of a refusal: clawgym's "the job failed" (clawgym/common/exit_codes.py FAILED).
 REFUSED_EXIT = 1
+#: The supervisor's startup-failure patterns, beside this file (tools/gen_reference.py writes it).
+PATTERNS_FILE = "startup_patterns.json"
+#: Lines of the trainer's output kept for the patterns (the supervisor reads as many: ray_runner.TAIL_LINES).
+TAIL_LINES = 400
 
 
 def _iteration_dirs(save):
@@ -107,6 +124,15 @@ def main(argv):
             ", ".join("iter_%07d" % i for i in incomplete), save, "is" if len(incomplete) == 1 else "are",
             TRACKER_FILE))
     number = len(earlier) + 1
+    stopped = _read_json(starts_file + ".stopped")
+    if stopped:
+        _say("attempt %d of this RayJob (a KubeRay retry): not run: attempt %s failed at startup, and the same "
+             "config fails the same way: %s (%s)\n"
+             "  fix: change what that line names, then launch it again (KubeRay retries every failed RayJob; "
+             "its remaining retries refuse at once)" % (number, stopped.get("attempt"), stopped.get("line"),
+                                                         stopped.get("program")))
+        _record(starts_file, number, None, refused="startup failure of attempt %s" % stopped.get("attempt"))
+        return REFUSED_EXIT
     if iteration is None and earlier:
         _say("attempt %d of this RayJob (a KubeRay retry): refusing to start the run from scratch: %s; slime would "
              "quietly start over from --ref-load at rollout 0, not resume\n"
@@ -122,8 +148,81 @@ def main(argv):
         _say("attempt %d of this RayJob: a fresh start (no complete checkpoint in %s yet)" % (number, save))
     _record(starts_file, number, iteration)
     sys.stdout.flush()
-    os.execvp(trainer[0], trainer)
-    return REFUSED_EXIT  # not reached
+    code, tail = _run(trainer)
+    hit = _startup_failure(tail, _patterns())
+    if hit is not None:
+        line, pattern = hit
+        _say("attempt %d failed at startup: %s (%s: %s); a KubeRay retry would fail the same way, so this "
+             "RayJob's retries refuse at once" % (number, line, pattern["program"], pattern["source"]))
+        _write_json(starts_file + ".stopped", {"attempt": number, "line": line, "program": pattern["program"],
+                                               "source": pattern["source"], "exit_code": code})
+        return code or REFUSED_EXIT
+    return code
+
+
+def _run(trainer):
+    """Run the trainer as a child, its output passed through line by line; (exit status, last lines)."""
+    tail = collections.deque(maxlen=TAIL_LINES)
+    try:
+        child = subprocess.Popen(trainer, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    except OSError as exc:
+        _say("could not start the trainer %s: %s" % (trainer[0], exc))
+        return REFUSED_EXIT, []
+
+    def forward(signum, frame):
+        # Ray stops a job with SIGTERM (then SIGKILL): the trainer gets it as if it were the entrypoint.
+        try:
+            child.send_signal(signum)
+        except OSError:
+            pass
+
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, forward)
+    out = getattr(sys.stdout, "buffer", sys.stdout)
+    for raw in iter(child.stdout.readline, b""):
+        out.write(raw)
+        out.flush()
+        tail.append(raw.decode("utf-8", "replace").rstrip("\r\n"))
+    code = child.wait()
+    return (128 - code if code < 0 else code), list(tail)
+
+
+def _patterns():
+    data = _read_json(os.path.join(os.path.dirname(os.path.abspath(__file__)), PATTERNS_FILE))
+    out = []
+    for p in (data or {}).get("patterns", []):
+        try:
+            out.append(dict(p, compiled=re.compile(p["regex"])))
+        except (re.error, KeyError, TypeError):
+            continue  # a pattern this Python cannot read is skipped: the retry is then KubeRay's
+    return out
+
+
+def _startup_failure(lines, patterns):
+    """(the first line showing a startup failure, its pattern), or None."""
+    for line in lines:
+        for p in patterns:
+            if p["compiled"].search(line):
+                return line.strip()[:300], p
+    return None
+
+
+def _read_json(path):
+    try:
+        with open(path) as fh:
+            return json.load(fh)
+    except (OSError, ValueError):
+        return None
+
+
+def _write_json(path, data):
+    try:
+        tmp = path + ".tmp"
+        with open(tmp, "w") as fh:
+            json.dump(data, fh)
+        os.replace(tmp, path)
+    except OSError as exc:
+        _say("could not record the startup failure in %s: %s" % (path, exc))
 
 
 def _record(path, number, iteration, refused=None):
