@@ -288,6 +288,28 @@ def test_grid_sampler_runs_exactly_the_jobs_of_the_m_grid(clawgym_checkout, head
     assert {tuple(flags(r["argv"])) for r in trials} == {tuple(flags(p["entrypoint"])) for p in plans}
 
 
+def test_a_trial_restarted_by_its_supervisor_keeps_its_number_and_every_report(clawgym_checkout, head4,
+                                                                             tmp_path) -> None:
+    # One trial crashes once at rollout 3; its supervisor resumes it (a new submission, its own events
+    # folder). The study must see one trial, with its number, fed every step of both attempts.
+    proc = run(tune_argv(clawgym_checkout, tmp_path, head4, "optimizer.lr=choice(1e-6)", "hydra.sweeper.n_trials=1",
+                         "hydra.sweeper.pruner=none", "rollout.num_rollout=6", "restart.poll_s=1",
+                         "+extra_env.STANDIN_RUN_ROLLOUTS=6", "+extra_env.STANDIN_FAIL=crash@3",
+                         f"+extra_env.STANDIN_FAIL_ONCE={tmp_path}/failed-once", supervised=True), tmp_path,
+               timeout=400)
+    assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-3000:]
+    from clawgym.snapshot.attempts import read_attempts
+
+    study = load_study(tmp_path)
+    assert [(t.number, t.state) for t in study.trials] == [(0, TrialState.COMPLETE)]
+    trial = study.trials[0]
+    attempts = read_attempts(trial.user_attrs["clawgym_save_dir"])
+    assert [a.cls for a in attempts.attempts] == ["crashed", "finished"], attempts.to_dict()
+    # Steps 0-2 from the first attempt, 3-5 from the restart: none missing, the objective from the last 3.
+    assert sorted(trial.intermediate_values) == [0, 1, 2, 3, 4, 5], trial.intermediate_values
+    assert trial.user_attrs["clawgym_steps"] == 6
+
+
 def test_a_refused_trial_is_told_fail_with_its_reason_and_holds_no_gpu(clawgym_checkout, head4, tmp_path) -> None:
     proc = run(tune_argv(clawgym_checkout, tmp_path, head4, "rollout.temperature=choice(-1, 0.7)",
                          "hydra.sweeper.sampler=grid", "hydra.sweeper.max_concurrent=1", steps=1), tmp_path)

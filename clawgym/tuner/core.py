@@ -380,13 +380,13 @@ class TuneSession(PipelineListener):
 
     def _points(self, plan: Any) -> Tuple[List[Tuple[int, float]], int]:
         """(step, value) of the metric in a trial's events so far, and its rollout steps done."""
-        from clawgym.runs.events import read_scalars
+        from clawgym.runs.events import read_run_scalars, read_scalars
         from clawgym.runs.table import steps_done
 
-        folder = _events_dir(plan)
-        if not folder or not Path(folder).is_dir():
+        folders = _attempt_event_dirs(_events_dir(plan), getattr(plan, "save_dir", None))
+        if not folders:
             return [], 0
-        scalars = read_scalars(Path(folder))
+        scalars = read_scalars(folders[0]) if len(folders) == 1 else read_run_scalars(folders)
         return [(p.step, p.value) for p in scalars.get(self.metric.tag, [])], steps_done(scalars)[0]
 
     def _report(self, trial: Trial, plan: Any) -> bool:
@@ -507,11 +507,12 @@ class TuneSession(PipelineListener):
                 time.sleep(self.settings.poll_interval)
 
     def _orphan_points(self, ft: Any) -> Tuple[List[Tuple[int, float]], int]:
-        from clawgym.runs.events import read_scalars
+        from clawgym.runs.events import read_run_scalars
         from clawgym.runs.table import steps_done
 
-        folder = ft.user_attrs.get(ATTR_PREFIX + "events")
-        scalars = read_scalars(Path(folder)) if folder and Path(folder).is_dir() else {}
+        folders = _attempt_event_dirs(ft.user_attrs.get(ATTR_PREFIX + "events"),
+                                      ft.user_attrs.get(ATTR_PREFIX + "save_dir"))
+        scalars = read_run_scalars(folders) if folders else {}
         return [(p.step, p.value) for p in scalars.get(self.metric.tag, [])], steps_done(scalars)[0]
 
     def _end_orphan(self, ft: Any, trial: Any, status: str, points: List[Tuple[int, float]], steps: int,
@@ -693,6 +694,23 @@ class TuneSession(PipelineListener):
 
 def _events_dir(plan: Any) -> Optional[str]:
     return ((getattr(plan, "runtime_env", None) or {}).get("env_vars") or {}).get(TENSORBOARD_DIR_ENV)
+
+
+def _attempt_event_dirs(first: Optional[str], save_dir: Optional[str]) -> List[Path]:
+    """The events folders of a trial's attempts, first launch first: a restart by the trial's supervisor
+    is a resume with its own submission id, so its steps land in ``<tensorboard>/<its submission id>/``
+    beside the first launch's (the trial keeps its number and every step it reported)."""
+    if not first:
+        return []
+    folders = [Path(first)]
+    if save_dir:
+        from clawgym.snapshot.attempts import read_attempts
+
+        for a in read_attempts(save_dir).attempts:
+            folder = folders[0].parent / str(a.submission_id)
+            if a.submission_id and folder not in folders:
+                folders.append(folder)
+    return [f for f in folders if f.is_dir()]
 
 
 def _reopen(study: optuna.Study, frozen: Any) -> optuna.trial.Trial:
