@@ -223,3 +223,28 @@ def test_after_an_oom_the_next_attempt_moves_to_the_layout_search_s_next_layout_
     out = "\n".join(lines)
     assert f"after the OOM the next attempt moves to {' '.join(expected.overrides)}" in out
     assert f"{expected.before_gib:.1f} -> {expected.after_gib:.1f} GiB" in out
+
+
+def test_a_second_oom_at_the_same_point_stops_with_the_memory_plans_advice(tmp_path):
+    from clawgym.config.compose import compose, to_plain
+    from clawgym.supervisor.oom import advice_after_oom
+
+    # The stand-in goes out of memory at rollout 3 on every attempt (no STANDIN_FAIL_ONCE), moved or not.
+    typed = ["model=qwen3_4b", "gpu_layout=split_4_4", "memory.gpu=h100_80gb"]
+    config = to_plain(compose(typed))
+    config["restart"].update({"enabled": True, "max_attempts": 3, "poll_s": 0.05})
+    config["rollout"]["num_rollout"] = 6
+    config["health"]["disk_guard"] = False
+    save = tmp_path / "save"
+    save.mkdir()
+    runner = ProcessRunner(save, {"STANDIN_RUN_ROLLOUTS": "6", "STANDIN_STEP_SLEEP": "0.05", "STANDIN_FAIL": "oom@3",
+                                  "STANDIN_SAVE_EVERY": "2"})
+    lines: List[str] = []
+    rc = supervise(save, config, runner, runner.start(load=False), say=lines.append)
+    assert rc == 1 and runner.nothing_running()
+    rec = read_attempts(save)
+    assert [a.cls for a in rec.attempts] == [C.CUDA_OOM, C.CUDA_OOM] and "twice at iteration" in rec.stopped["why"]
+    advice = advice_after_oom(config, str(save), gpu="h100_80gb")
+    out = "\n".join(lines)
+    assert "the memory plan's advice" in out and all(ln in out for ln in advice), out
+    assert all(ln in rec.stopped["fix"] for ln in advice)

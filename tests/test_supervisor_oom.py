@@ -12,7 +12,7 @@ import pytest
 
 from clawgym.config.compose import compose, to_plain
 from clawgym.search.layout import MEMORY_PLAN_LOW_RATIO, actor_peak_gib
-from clawgym.supervisor.oom import SHAPE_KEYS, after_oom
+from clawgym.supervisor.oom import SHAPE_KEYS, advice_after_oom, after_oom
 
 GPU = "h100_80gb"
 TIGHT = ["model=qwen3_8b", "gpu_layout=colocate_8"]
@@ -64,3 +64,37 @@ def test_no_layout_with_more_headroom_is_said_with_the_numbers():
     m = _move(["model=qwen3_30b_a3b", "gpu_layout=colocate_8"])
     assert m.overrides == []
     assert "no layout keeps the checkpoint loadable" in m.why and f"{m.before_gib:.1f} GiB" in m.why
+
+
+def _advised(lines):
+    return [(ln.split(": planned actor peak ", 1)[0].split(), ln) for ln in lines]
+
+
+def test_a_stop_after_an_oom_advises_moves_below_the_plans_error_each_with_how_to_apply_it():
+    base = ["model=qwen3_14b", "gpu_layout=split_4_4", "perf.tensor_parallel=2"]
+    c = to_plain(compose(base))
+    before = actor_peak_gib(c, GPU)
+    advised = _advised(advice_after_oom(c, "/runs/x", gpu=GPU))
+    assert advised
+    for overrides, line in advised:
+        # Each move's own memory plan puts the actor below today's peak by more than the plan's error.
+        assert actor_peak_gib(to_plain(compose(base + overrides)), GPU) < before * MEMORY_PLAN_LOW_RATIO, line
+        # A move of the checkpoint's shape is a new run; any other is a resume of this save dir.
+        if any(o.split("=")[0] in SHAPE_KEYS for o in overrides):
+            assert "a new run: it changes perf." in line
+        else:
+            assert line.endswith(f"clawgym resume /runs/x {' '.join(overrides)}")
+    assert any("a new run" in ln for _, ln in advised) and any("clawgym resume" in ln for _, ln in advised)
+
+
+def test_a_fully_reshardable_checkpoint_is_resumed_under_a_tp_move():
+    c = to_plain(compose(["model=qwen3_14b", "gpu_layout=split_4_4", "perf.tensor_parallel=2",
+                          "args.dist_ckpt_optim_fully_reshardable=true"]))
+    lines = advice_after_oom(c, "/runs/x", gpu=GPU)
+    assert any(ln.endswith("clawgym resume /runs/x perf.tensor_parallel=4") for ln in lines), lines
+
+
+def test_no_knob_with_more_headroom_is_said_with_the_numbers():
+    c = to_plain(compose(["model=qwen3_30b_a3b", "gpu_layout=colocate_8"]))
+    (line,) = advice_after_oom(c, "/runs/x", gpu=GPU)
+    assert line.startswith("no single knob plans the actor's peak below") and "use more GPUs" in line

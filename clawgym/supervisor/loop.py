@@ -111,6 +111,8 @@ def supervise(save_dir: str | Path, config: Mapping[str, Any], runner: Runner, f
             return EXIT_DONE
         if d.action == STOP:
             by = "user" if c.cls == C.STOPPED_BY_USER else "supervisor"
+            if c.cls == C.CUDA_OOM:
+                d = replace(d, fix=_oom_fix(save, config, d.fix))
             record.stop(by, d.why, d.fix)
             say(f"{head}; stopped for good: {d.why}" + (f"\n  fix: {d.fix}" if d.fix else ""))
             return EXIT_INTERRUPTED if by == "user" else EXIT_FAILED
@@ -119,6 +121,18 @@ def supervise(save_dir: str | Path, config: Mapping[str, Any], runner: Runner, f
             point = _move_after_oom(save, config, point, say)
         sub = runner.submit(point)
         record.start(sub, resumed_from=point.iteration, now=clock())
+
+
+def _oom_fix(save: Path, config: Mapping[str, Any], fix: Optional[str]) -> Optional[str]:
+    """A stop after an OOM says what the memory plan advises (clawgym/supervisor/oom.py advice_after_oom)."""
+    from clawgym.supervisor.oom import advice_after_oom
+
+    try:
+        lines = advice_after_oom(config, str(save), gpu=(config.get("memory") or {}).get("gpu"))
+    except Exception as exc:  # noqa: BLE001 - advice is a help: it never ends the supervision
+        lines = [f"the memory plan cannot advise on this config ({type(exc).__name__}: {exc})"]
+    advice = "the memory plan's advice (each move re-evaluated with it):\n" + "\n".join(f"    - {ln}" for ln in lines)
+    return f"{fix}\n  {advice}" if fix else advice
 
 
 def _move_after_oom(save: Path, config: Mapping[str, Any], point: ResumePoint,

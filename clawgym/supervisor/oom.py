@@ -21,7 +21,9 @@ layout, under three rules:
    and it is outside the search's memory margin.
 
 Among those, the search's own order decides (fastest within its stated error first). A second OOM at
-the same iteration stops the run (the recovery guard) with the memory plan's advice.
+the same iteration stops the run (the recovery guard) with the memory plan's advice
+(:func:`advice_after_oom`): the knobs that plan the actor's peak below it by more than the plan's error,
+each said with whether ``clawgym resume`` loads the checkpoint under it.
 Pure: the same config, overrides and GPU give the same answer.
 """
 
@@ -30,6 +32,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, List, Mapping, Optional, Sequence
 
+from clawgym.search.advice import lower_actor_peak
 from clawgym.search.constraints import constraint_keys
 from clawgym.search.layout import MEMORY_PLAN_LOW_RATIO, actor_peak_gib, search, usable_gib
 
@@ -89,3 +92,27 @@ def after_oom(c: Mapping[str, Any], user_overrides: Sequence[str], *, gpu: Optio
                    why=(f"no layout keeps the checkpoint loadable and plans the actor's peak below "
                         f"{need:.1f} GiB ({MEMORY_PLAN_LOW_RATIO:g} x today's {before:.1f} GiB, the memory plan's "
                         f"error) with {', '.join(constraints)} held"))
+
+
+def advice_after_oom(c: Mapping[str, Any], save_dir: str, *, gpu: Optional[str] = None, limit: int = 3) -> List[str]:
+    """The memory plan's advice for a run that went out of memory although its plan fit: lines, each a
+    move whose planned actor peak is below today's by more than the plan's error, and how to apply it
+    (``clawgym resume`` where the checkpoint loads under it, a new run where it changes the shards)."""
+    try:
+        before = actor_peak_gib(c, gpu)
+        need = before * MEMORY_PLAN_LOW_RATIO
+        moves = lower_actor_peak(c, gpu, need)
+    except (ValueError, KeyError) as exc:
+        return [f"the memory plan cannot advise on this config ({exc})"]
+    if not moves:
+        return [f"no single knob plans the actor's peak below {need:.1f} GiB per GPU ({MEMORY_PLAN_LOW_RATIO:g} x "
+                f"today's {before:.1f} GiB, the memory plan's error): use more GPUs, or a GPU with more memory"]
+    held = [k for k in SHAPE_KEYS if not (fully_reshardable(c) and k in RESHARDABLE_KEYS)]
+    out = []
+    for overrides, b, a in moves[:limit]:
+        keys = [o.split("=", 1)[0] for o in overrides]
+        shards = [k for k in keys if k in held]
+        how = (f"a new run: it changes {', '.join(shards)}, which this checkpoint does not load under" if shards
+               else f"clawgym resume {save_dir} {' '.join(overrides)}")
+        out.append(f"{' '.join(overrides)}: planned actor peak {b:.1f} -> {a:.1f} GiB per GPU; {how}")
+    return out
