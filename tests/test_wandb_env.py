@@ -120,7 +120,7 @@ SLIME_LIKE_INIT = textwrap.dedent("""
     group = args["wandb_group"] + "_" + "abc123"
     run = wandb.init(mode="offline", project=args["wandb_project"], group=group, name=group + "-RANK_0",
                      config=args)
-    print(json.dumps({"dir": run.dir, "tags": list(run.tags), "notes": run.notes, "name": run.name}))
+    print(json.dumps({"dir": run.dir, "tags": list(run.tags), "notes": run.notes, "name": run.name, "id": run.id}))
     run.finish()
 """)
 
@@ -167,3 +167,40 @@ def test_offline_wandb_run_gets_nested_config_and_no_secret(tmp_path, monkeypatc
     assert_no_secret_in_tree(tmp_path / "wb")
     assert_no_secret_in_tree(save)
     assert yaml.safe_load((save / "clawgym" / "wandb_config.yaml").read_text())["wandb_version"] == 1
+
+
+def test_every_attempt_of_a_run_logs_to_one_wandb_run(tmp_path):
+    # A supervisor's restart and a `clawgym resume` build the plan again from the recorded config, with
+    # checkpoint.load at the save dir: the W&B run id must be the first launch's, so the curves go on.
+    save, environ = tmp_path / "run", {"WANDB_API_KEY": SECRET_WANDB}
+
+    def env_of(*overrides: str) -> Dict[str, str]:
+        plan = build_plan_from_dict(plain([f"paths.save={save}", *overrides]), environ=environ,
+                                    timestamp="20260101_000000")
+        return plan.runtime_env["env_vars"]
+
+    first, resumed = env_of(), env_of(f"checkpoint.load={save}")
+    other = build_plan_from_dict(plain([f"paths.save={tmp_path / 'other'}"]), environ=environ,
+                                 timestamp="20260101_000000").runtime_env["env_vars"]
+    assert first["WANDB_RUN_ID"] == resumed["WANDB_RUN_ID"] != other["WANDB_RUN_ID"]
+    assert first["WANDB_RESUME"] == "allow"
+    assert env_of("+extra_env.WANDB_RUN_ID=mine")["WANDB_RUN_ID"] == "mine"  # the user's own id wins
+    # wandb itself takes the id from the environment under slime's primary init (which passes no id).
+    env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path), "WANDB_DIR": str(tmp_path / "wb"),
+           "WANDB_SILENT": "true", "PYTHONPATH": "", "WANDB_RUN_ID": first["WANDB_RUN_ID"],
+           "WANDB_RESUME": first["WANDB_RESUME"]}
+    (tmp_path / "wb").mkdir()
+    args = {"wandb_group": "g", "wandb_project": "p"}
+    proc = subprocess.run([sys.executable, "-c", SLIME_LIKE_INIT, json.dumps(args)], env=env, capture_output=True,
+                          text=True, timeout=180, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert json.loads(proc.stdout.strip().splitlines()[-1])["id"] == first["WANDB_RUN_ID"]
+
+
+def test_the_wandb_run_id_is_one_wandb_accepts():
+    c = plain(["run_name='a run/with:odd#chars?" + "x" * 80 + "'", "paths.save=/runs/x"])
+    from clawgym.trainer.wandb_env import run_id
+
+    rid = run_id(c)
+    assert len(rid) <= 64 and all(ch.isalnum() or ch in "_.-" for ch in rid)
+    assert run_id(plain(["paths.save=null", "checkpoint.save_interval=null"])) is None

@@ -43,6 +43,7 @@ from clawgym.memory import this_node_gpu
 from clawgym.search.auto import NoLayout, is_auto, resolve_auto
 from clawgym.validate import ConfigError, check
 from clawgym.trainer.effective import effective_config
+from clawgym.trainer.wandb_env import run_id
 
 #: Longest default run name; longer ones are cut and get a hash so they stay distinct.
 MAX_NAME = 150
@@ -289,7 +290,10 @@ def run_name_is_default(cfg: DictConfig) -> bool:
 def wandb_names(plan: LaunchPlan) -> List[str]:
     """W&B run identities the job would claim (run name/id variables or flags)."""
     env = plan.runtime_env.get("env_vars", {})
-    names = [f"{k}={env[k]}" for k in ("WANDB_NAME", "WANDB_RUN_ID") if env.get(k)]
+    # clawgym's own run id is one per save dir (clawgym.trainer.wandb_env.run_id): the save dir's clash
+    # says it; only an id the user chose is a W&B identity of its own.
+    own = run_id({"paths": {"save": plan.save_dir}, "run_name": plan.run_name})
+    names = [f"{k}={env[k]}" for k in ("WANDB_NAME", "WANDB_RUN_ID") if env.get(k) and env[k] != own]
     argv = plan.entrypoint
     for flag in ("--wandb-run-name", "--wandb-run-id"):
         if flag in argv[:-1]:

@@ -20,6 +20,14 @@ Our config lands nested under ``clawgym`` (slime's flat ``args.__dict__`` has ke
 snapshot) under ``clawgym_launch``. The file is written by
 :func:`clawgym.snapshot.write.write_launch_snapshot` at :func:`wandb_config_path`.
 
+- ``WANDB_RUN_ID`` and ``WANDB_RESUME`` (Settings ``run_id`` and ``resume``): slime's primary
+  ``wandb.init`` passes neither ``id`` nor ``resume``, and its secondaries attach with
+  ``id=args.wandb_run_id`` (the primary's ``wandb.run.id``) and ``resume="allow"`` (slime
+  ``observability/wandb_utils.py``). So one id per save dir (:func:`run_id`) with ``resume=allow``
+  makes every attempt of a run (a supervisor's restart, a ``clawgym resume``) log to one W&B run,
+  on the same step axis. A save dir holds one run: a fresh launch into one with checkpoints is
+  refused (preflight ``save-dir``). ``extra_env.WANDB_RUN_ID`` chooses another id.
+
 slime names the run ``<group>_<id>-RANK_0``; ``wandb.group`` defaults to the run name, so
 the W&B run's name carries the swept overrides (it is also in the notes, the tags and
 ``clawgym.run_name``), and the experiment name is a tag.
@@ -27,6 +35,7 @@ the W&B run's name carries the swept overrides (it is also in the notes, the tag
 
 from __future__ import annotations
 
+import hashlib
 import re
 from typing import Any, Dict, List, Mapping, Optional
 
@@ -36,6 +45,8 @@ CONFIG_FILE_ENV = "WANDB_SWEEP_PARAM_PATH"
 CONFIG_FILE_RELPATH = "clawgym/wandb_config.yaml"
 #: wandb's limit on one tag.
 MAX_TAG_LEN = 64
+#: What wandb.init does with a run id it has seen (Settings.resume): go on with that run, or start it.
+RESUME = "allow"
 
 
 def wandb_config_path(c: Mapping[str, Any]) -> Optional[str]:
@@ -85,11 +96,24 @@ def wandb_job_env(c: Mapping[str, Any], *, use_wandb: bool) -> Dict[str, str]:
         "WANDB_TAGS": ",".join(run_tags(c)),
         "WANDB_NOTES": f"clawgym run {c['run_name']} (experiment {c['exp_name']})",
     }
+    rid = run_id(c)
+    if rid:
+        env.update(WANDB_RUN_ID=rid, WANDB_RESUME=RESUME)
     path = wandb_config_path(c)
     # A relative path would be looked up in the job's working dir, where the file is not.
     if path and path.startswith("/") and config_file_enabled(c):
         env[CONFIG_FILE_ENV] = path
     return env
+
+
+def run_id(c: Mapping[str, Any]) -> Optional[str]:
+    """The W&B run id of a save dir: the run's name (W&B's characters only) and a hash of the save dir,
+    the same for every attempt and resume of the run; None when the run saves nothing."""
+    save = (c.get("paths") or {}).get("save")
+    if not save:
+        return None
+    name = re.sub(r"[^A-Za-z0-9_.-]+", "-", str(c.get("run_name") or "run")).strip("-")[:40] or "run"
+    return f"{name}-{hashlib.sha256(str(save).encode()).hexdigest()[:12]}"
 
 
 def wandb_config_document(resolved: Mapping[str, Any], launch: Mapping[str, Any]) -> Dict[str, Any]:
