@@ -39,6 +39,27 @@ def _ckpt(save: Path, it: int, tracker: bool = True) -> None:
         (save / "latest_checkpointed_iteration.txt").write_text(str(it))
 
 
+def kuberay_starts(address: str, spec: dict, save: Path, starts: int = 2) -> tuple:
+    """Submit the manifest's own entrypoint ``starts`` times, as KubeRay's first start and its retries
+    would (same entrypoint, a new cluster each): (Ray statuses, the stand-in's record of each start or
+    None where the trainer never ran, the last start's logs)."""
+    from ray.job_submission import JobSubmissionClient
+
+    from clawgym.launch.rayjob import JobHandle
+
+    client = JobSubmissionClient(address)
+    runtime_env = yaml.safe_load(spec["runtimeEnvYAML"])
+    statuses, records = [], []
+    for attempt in range(1, starts + 1):
+        sid = f"{spec['jobId']}-{attempt}"
+        (save / "standin_record.json").unlink(missing_ok=True)
+        client.submit_job(entrypoint=spec["entrypoint"], submission_id=sid, runtime_env=runtime_env)
+        statuses.append(JobHandle.attach(address, sid).wait(timeout=120))
+        rec = save / "standin_record.json"
+        records.append(json.loads(rec.read_text()) if rec.exists() else None)
+    return statuses, records, client.get_job_logs(sid)
+
+
 def test_the_first_start_passes_the_trainer_through_unchanged(tmp_path):
     res = shim(tmp_path / "save", tmp_path / "starts", *ECHO, "--save", "x", "--load", "/ckpt")
     assert res.returncode == 0, res.stderr
@@ -80,8 +101,6 @@ def test_restart_disabled_has_no_retry_policy_and_no_shim(tmp_path):
 
 
 def test_a_kuberay_retry_of_the_manifests_entrypoint_resumes_a_crashed_run(clawgym_checkout, ray_cluster, tmp_path):
-    from ray.job_submission import JobSubmissionClient
-
     from tests.fixtures.checkout import checkout_overrides
 
     save = tmp_path / "save"
@@ -94,17 +113,8 @@ def test_a_kuberay_retry_of_the_manifests_entrypoint_resumes_a_crashed_run(clawg
     spec = manifest(plan, c)["spec"]
     assert spec["backoffLimit"] == 3 and shlex.split(spec["entrypoint"]) == entrypoint(plan, c)
     write_resume_shim(plan)
-    client = JobSubmissionClient(ray_cluster.address)
-    runtime_env = yaml.safe_load(spec["runtimeEnvYAML"])
-    statuses, records = [], []
-    for attempt in (1, 2):  # the first start, then KubeRay's retry (same entrypoint, a new cluster)
-        sid = f"{spec['jobId']}-{attempt}"
-        client.submit_job(entrypoint=spec["entrypoint"], submission_id=sid, runtime_env=runtime_env)
-        from clawgym.launch.rayjob import JobHandle
-
-        statuses.append(JobHandle.attach(ray_cluster.address, sid).wait(timeout=120))
-        records.append(json.loads((save / "standin_record.json").read_text()))
-    assert statuses == ["FAILED", "SUCCEEDED"], client.get_job_logs(sid)
+    statuses, records, logs = kuberay_starts(ray_cluster.address, spec, save)
+    assert statuses == ["FAILED", "SUCCEEDED"], logs
     # The retry loaded the save dir at its tracker (iter 2, the last save before the crash at 3).
     assert records[0]["start_rollout_id"] == 0 and records[1]["start_rollout_id"] == 3
     argv = records[1]["argv"]
@@ -190,9 +200,6 @@ def test_a_stop_reaches_the_trainer_through_the_shim(tmp_path):
 
 def test_a_kuberay_retry_after_a_startup_failure_never_runs_the_trainer_again(clawgym_checkout, ray_cluster,
                                                                               tmp_path):
-    from ray.job_submission import JobSubmissionClient
-
-    from clawgym.launch.rayjob import JobHandle
     from tests.fixtures.checkout import checkout_overrides
 
     save = tmp_path / "save"
@@ -203,18 +210,9 @@ def test_a_kuberay_retry_after_a_startup_failure_never_runs_the_trainer_again(cl
     plan = build_plan_from_dict(c, environ={}, timestamp="20260101_000002")
     spec = manifest(plan, c)["spec"]
     write_resume_shim(plan)
-    client = JobSubmissionClient(ray_cluster.address)
-    runtime_env = yaml.safe_load(spec["runtimeEnvYAML"])
-    statuses, ran = [], []
-    for attempt in (1, 2):  # the first start, then KubeRay's retry (same entrypoint, a new cluster)
-        sid = f"{spec['jobId']}-{attempt}"
-        (save / "standin_record.json").unlink(missing_ok=True)
-        client.submit_job(entrypoint=spec["entrypoint"], submission_id=sid, runtime_env=runtime_env)
-        statuses.append(JobHandle.attach(ray_cluster.address, sid).wait(timeout=120))
-        ran.append((save / "standin_record.json").exists())
+    statuses, records, logs = kuberay_starts(ray_cluster.address, spec, save)
     assert statuses == ["FAILED", "FAILED"]
-    assert ran == [True, False], client.get_job_logs(sid)
-    logs = client.get_job_logs(sid)
+    assert [r is not None for r in records] == [True, False], logs  # the retry never ran the trainer
     assert "attempt 2 of this RayJob (a KubeRay retry): not run: attempt 1 failed at startup" in logs
     assert "train.py: error: unrecognized arguments: --no-such-flag (argparse (Megatron's parse_args))" in logs
     starts = [json.loads(ln) for ln in Path(entrypoint(plan, c)[5]).read_text().splitlines()]
