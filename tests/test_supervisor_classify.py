@@ -7,6 +7,8 @@ slime-facts.md) quote it from the program's source or real logs; every pattern o
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from clawgym.supervisor import classes as C
@@ -69,7 +71,35 @@ REAL_LINES = [
     # Seen verbatim in the batch output of `scontrol requeue 1` on the test cluster (slurm-wlm 22.05.8).
     (C.PREEMPTED, "slurmstepd-vm: error: *** JOB 1 ON vm CANCELLED AT 2026-12-06T06:16:55 DUE TO JOB REQUEUE ***",
      "slurmstepd"),
+    # Ray 2.60, seen verbatim in a job's log on tests/fixtures/two_nodes.py's cluster when the node of the
+    # driver's actor was SIGKILLed: the cause line of the driver's ActorDiedError traceback.
+    (C.NODE_LOST, "The actor died because its node has died. Node Id: 45c521eb8e91b8d689080ed3daec0df9872e2312a009a"
+                  "7de8d4d6240", "Ray gcs_actor_manager.cc via ray/exceptions.py ActorDiedError"),
+    # The same, a task of the lost node: the driver's NodeDiedError.
+    (C.NODE_LOST, "ray.exceptions.NodeDiedError: Task failed because the node it was running on is dead or "
+                  "unavailable. Node IP: 192.0.2.2, node ID: bb615dcb033774e4c8be744c30f054fbfe5f3ab339253d46ee91d147. "
+                  "This can happen if the node was preempted, had a hardware failure, or its raylet crashed "
+                  "unexpectedly.", "Ray core worker via ray/exceptions.py NodeDiedError"),
+    # The same, what the GCS tells the driver once the node is given up.
+    (C.NODE_LOST, "\x1b[33m(raylet)\x1b[0m The node with node id: 8574f2e17c89735d4f9f150b405d8886af93b70df2c8605221882b1d "
+                  "and address: 192.0.2.2 and node name: 192.0.2.2 has been marked dead because the detector has "
+                  "missed too many heartbeats from it. This can happen when a \t(1) raylet crashes unexpectedly "
+                  "(OOM, etc.) ", "Ray gcs_node_manager.cc"),
 ]
+
+#: The driver's traceback when its actor's node died (Ray 2.60, tests/fixtures/two_nodes.py's cluster), verbatim.
+NODE_DIED_TRACEBACK = """\
+Traceback (most recent call last):
+  File "/root/.pyenv/versions/3.11.7/lib/python3.11/site-packages/ray/_private/worker.py", line 1055, in get_objects
+    raise value
+ray.exceptions.ActorDiedError: The actor died unexpectedly before finishing this task.
+\tclass_name: Rank
+\tactor_id: 82f5066969f67c86f9a7874602000000
+\tpid: 23034
+\tnamespace: 5a5f33ff-8a36-48c8-a7c0-b5ebd7854442
+\tip: 192.0.2.2
+The actor died because its node has died. Node Id: 45c521eb8e91b8d689080ed3daec0df9872e2312a009a7de8d4d6240
+\tthe actor's node was terminated unexpectedly: health check failed due to missing too many heartbeats"""
 
 #: Lines a healthy run prints that must name no class.
 HEALTHY_LINES = [
@@ -86,7 +116,8 @@ def test_each_real_line_names_its_class(cls, line, where):
     p = match_line(line)
     assert p is not None and p.cls == cls, (line, p)
     got = classify(Evidence(exit_code=1, lines=["some earlier output", line, "later output"]))
-    assert (got.cls, got.evidence, got.source) == (cls, line.strip()[:300], "log")
+    # The evidence is the line as a user reads it: Ray's colour codes dropped.
+    assert (got.cls, got.evidence, got.source) == (cls, re.sub(r"\x1b\[[0-9;]*m", "", line).strip()[:300], "log")
 
 
 def test_every_pattern_is_shown_by_a_real_line():
@@ -150,3 +181,37 @@ def test_a_lost_head_is_node_lost_and_an_unexplained_exit_is_crashed():
     assert classify(Evidence(exit_code=None, head_alive=False)).cls == C.NODE_LOST
     got = classify(Evidence(exit_code=3, lines=["[standin] step 1"]))
     assert (got.cls, got.evidence) == (C.CRASHED, "the trainer exited 3")
+
+
+def test_an_actor_whose_node_died_is_node_lost_with_the_node_line_as_evidence():
+    got = classify(Evidence(exit_code=1, lines=NODE_DIED_TRACEBACK.splitlines()))
+    assert got.cls == C.NODE_LOST and got.restartable
+    assert got.evidence.startswith("The actor died because its node has died. Node Id: 45c521eb")
+    assert "gcs_actor_manager.cc" in got.pattern_source
+
+
+def test_a_lost_node_outranks_the_engine_deaths_and_collective_timeouts_that_follow_it():
+    # The ranks left on the other nodes time out in their collectives; slime kills the engines of the lost node.
+    lines = [REAL_LINES[20][1], "Health check failed for rollout engine 3 (ray timeout or error). Killing actor.",
+             *NODE_DIED_TRACEBACK.splitlines()]
+    got = classify(Evidence(exit_code=1, lines=lines))
+    assert got.cls == C.NODE_LOST and set(got.also) == {C.COLLECTIVE_TIMEOUT, C.ENGINE_DEATH}, got
+
+
+def test_a_node_ray_marked_dead_while_the_attempt_ran_is_node_lost_when_no_line_names_the_end():
+    # The driver died of ActorUnavailableError (its actor's node vanished at once) before the GCS named the node.
+    unavailable = ("ray.exceptions.ActorUnavailableError: The actor a6375e113f6cc05daf8efe5b02000000 is unavailable: "
+                   "The actor is temporarily unavailable: RpcError: RPC error: Socket closed rpc_code: 14. The task may "
+                   "or may not have been executed on the actor.")
+    dead = ("Ray marked node caad732ab00f72c6ac7b30f3451a31672cd862c08b8026b90f25d55f (192.0.2.2, 8 GPUs) dead at "
+            "09:37:37: Unexpected termination: health check failed due to missing too many heartbeats")
+    got = classify(Evidence(exit_code=1, lines=[unavailable], ray_status="FAILED", lost_nodes=[dead]))
+    assert (got.cls, got.evidence, got.source) == (C.NODE_LOST, dead, "ray")
+    assert classify(Evidence(exit_code=1, lines=[unavailable], ray_status="FAILED")).cls == C.CRASHED
+    # The collectives of the ranks left time out: the node is the root cause.
+    got = classify(Evidence(exit_code=1, lines=[REAL_LINES[20][1]], lost_nodes=[dead]))
+    assert (got.cls, got.also) == (C.NODE_LOST, [C.COLLECTIVE_TIMEOUT])
+    # A line of a cause a node does not bring about outranks it; so does a person's stop.
+    oom = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB."
+    assert classify(Evidence(exit_code=1, lines=[oom], lost_nodes=[dead])).cls == C.CUDA_OOM
+    assert classify(Evidence(exit_code=None, ray_status="STOPPED", lost_nodes=[dead])).cls == C.STOPPED_BY_USER

@@ -114,6 +114,26 @@ PATTERNS: Tuple[Pattern, ...] = (
     # ---- CUDA out of memory
     Pattern(CUDA_OOM, r"(torch\.(cuda\.)?OutOfMemoryError|CUDA out of memory\. Tried to allocate)", "PyTorch",
             "c10/cuda/CUDACachingAllocator.cpp (torch.OutOfMemoryError); run-supervision.md 1.1"),
+    # ---- nodes and the head. Before the engines and the collectives: a lost node kills the engines and
+    # ranks on it, and the ranks left elsewhere then fail in their collectives.
+    # The driver's ray.get on an actor of the lost node raises ActorDiedError; its cause (the GCS's
+    # ActorDiedErrorContext.error_message) is this line, followed by "\tthe actor's node was terminated
+    # unexpectedly: health check failed due to missing too many heartbeats" (seen verbatim on
+    # tests/fixtures/two_nodes.py's cluster, the second raylet SIGKILLed).
+    Pattern(NODE_LOST, r"The actor died because its node has died\. Node Id: [0-9a-f]+", "Ray 2.60 (GCS)",
+            "src/ray/gcs/gcs_actor_manager.cc (compiled into ray/core/src/ray/gcs/gcs_server), raised by "
+            "python/ray/exceptions.py ActorDiedError"),
+    # A task (not an actor) of the lost node: the driver's NodeDiedError (seen verbatim on the same cluster).
+    Pattern(NODE_LOST, r"Task failed because the node it was running on is dead or unavailable\.", "Ray 2.60 (core worker)",
+            "the core worker's task manager (compiled into ray/_raylet.so), raised by python/ray/exceptions.py "
+            "NodeDiedError"),
+    # What the GCS tells every driver once its health check gives the node up (seen verbatim on the same
+    # cluster, prefixed "(raylet) "); the driver must live long enough to print it.
+    Pattern(NODE_LOST, r"has been marked dead because the detector has missed too many heartbeats", "Ray 2.60 (GCS)",
+            "src/ray/gcs/gcs_node_manager.cc (compiled into ray/core/src/ray/gcs/gcs_server)"),
+    Pattern(NODE_LOST, r"The task's local raylet died\. Check raylet\.out for more information\.", "Ray",
+            "python/ray/exceptions.py LocalRayletDiedError"),
+    Pattern(NODE_LOST, r"DUE TO NODE FAILURE", "slurmstepd", "Slurm (batch output line)", verified=False),
     # ---- rollout engines (SGLang under slime)
     Pattern(ENGINE_DEATH, r"Health check failed for rollout engine \S+ \(ray timeout or error\)\. Killing actor\.",
             "slime", "slime/utils/health_monitor.py L150-173 (fork)"),
@@ -143,10 +163,6 @@ PATTERNS: Tuple[Pattern, ...] = (
             "PyTorch (NCCL watchdog)", "torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp"),
     Pattern(COLLECTIVE_TIMEOUT, r"NCCL error: (remote process exited or there was a network error|unhandled system error)",
             "SGLang pynccl / PyTorch", "sglang pynccl_wrapper.py; torch ProcessGroupNCCL.cpp"),
-    # ---- nodes and the head
-    Pattern(NODE_LOST, r"The task's local raylet died\. Check raylet\.out for more information\.", "Ray",
-            "python/ray/exceptions.py LocalRayletDiedError"),
-    Pattern(NODE_LOST, r"DUE TO NODE FAILURE", "slurmstepd", "Slurm (batch output line)", verified=False),
     # ---- scheduler's end of the allocation
     Pattern(TIME_LIMIT, r"DUE TO TIME LIMIT", "slurmstepd", "Slurm (batch output line); run-supervision.md 1.7"),
     Pattern(PREEMPTED, r"DUE TO PREEMPTION", "slurmstepd", "Slurm (batch output line)", verified=False),
@@ -154,6 +170,17 @@ PATTERNS: Tuple[Pattern, ...] = (
     Pattern(PREEMPTED, r"CANCELLED AT \S+ DUE TO JOB REQUEUE", "slurmstepd",
             "Slurm 22.05.8 batch output on `scontrol requeue` (seen on tests/fixtures/slurm_cluster.py's cluster)"),
 )
+
+#: What a driver prints when an actor it calls cannot be reached and the GCS has not (yet) said why
+#: (Ray 2.60's ActorUnavailableError, python/ray/exceptions.py; the text after "unavailable: " from the core
+#: worker, ray/_raylet.so). Seen verbatim when the node of the actor died at once: the driver dies of it
+#: before the GCS's health check gives the node up, so it names no class by itself; the supervisor then
+#: asks Ray's node table again (supervisor/ray_runner.py).
+ACTOR_UNREACHABLE = "The actor is temporarily unavailable: RpcError"
+
+#: Classes a lost node brings about on the nodes left (their collectives with its ranks fail, the router
+#: drops its engines): when Ray marked a node dead while the attempt ran, the node is the class.
+AFTER_A_LOST_NODE = (COLLECTIVE_TIMEOUT, ENGINE_DEATH)
 
 #: SLURM job states (sacct State) that name the class by themselves (run-supervision.md 1.7).
 SLURM_STATES: Dict[str, str] = {

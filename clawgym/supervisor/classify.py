@@ -11,6 +11,7 @@ the exit code (which proves nothing on its own: Megatron's fatal ``sys.exit()`` 
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import List, Optional, Sequence
 
@@ -36,6 +37,8 @@ class Evidence:
     final_rollout: Optional[int] = None
     verdict_cls: Optional[str] = None  # a monitor's Verdict ended the attempt (e.g. "hang")
     verdict_evidence: Optional[str] = None
+    # Nodes the Ray cluster marked dead while the attempt ran (its node table), one line each.
+    lost_nodes: Sequence[str] = ()
 
 
 @dataclass(frozen=True)
@@ -56,8 +59,12 @@ class Classification:
         return C.CLASSES[self.cls].restartable
 
 
+#: Terminal colour codes (Ray colours its "(raylet)" prefixes): not part of the evidence a user reads.
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
 def _short(line: str) -> str:
-    line = line.strip()
+    line = _ANSI.sub("", line).strip()
     return line if len(line) <= EVIDENCE_CHARS else line[:EVIDENCE_CHARS - 3] + "..."
 
 
@@ -111,6 +118,8 @@ def classify(ev: Evidence) -> Classification:
     if state in C.SLURM_STATES:
         return Classification(C.SLURM_STATES[state], f"SLURM job state {ev.slurm_state}", "slurm")
     if from_log is not None:
+        if ev.lost_nodes and from_log.cls in C.AFTER_A_LOST_NODE:
+            return Classification(C.NODE_LOST, _short(ev.lost_nodes[0]), "ray", also=[from_log.cls, *from_log.also])
         return from_log
     if ev.head_alive is False:
         return Classification(C.NODE_LOST, "the Ray head no longer answers", "ray")
@@ -119,6 +128,12 @@ def classify(ev: Evidence) -> Classification:
         what = f"Ray job status STOPPED{': ' + ev.ray_message if ev.ray_message else ''}" \
             if ev.ray_status == C.RAY_STOPPED else f"SLURM job state {ev.slurm_state}"
         return Classification(C.STOPPED_BY_USER, _short(what), "ray" if ev.ray_status else "slurm")
+    if ev.lost_nodes:
+        # No line names the end, but Ray marked a node of the cluster dead while the attempt ran: a driver
+        # whose actor's node vanished at once dies of ActorUnavailableError ("The actor is temporarily
+        # unavailable: RpcError ...") before the GCS's health check names the node (seen on
+        # tests/fixtures/two_nodes.py's cluster); the node table says it afterwards.
+        return Classification(C.NODE_LOST, _short(ev.lost_nodes[0]), "ray")
     if ev.exit_code:
         return Classification(C.CRASHED, f"the trainer exited {ev.exit_code}", "exit code")
     where = f" at rollout {ev.last_rollout} of {ev.final_rollout}" if ev.last_rollout is not None else ""
