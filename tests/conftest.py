@@ -10,6 +10,7 @@ sys.path.insert(0, str(ROOT))
 pytest_plugins = [
     "tests.fixtures.checkout",
     "tests.fixtures.ray_cluster",
+    "tests.fixtures.two_nodes",
     "tests.fixtures.docker_engine",
     "tests.fixtures.slurm_cluster",
 ]
@@ -86,7 +87,7 @@ def _restore_root_logging():
 #: Test files whose tests start or watch real services, or look at every process on the machine.
 SERVICE_FILES = frozenset({
     "test_demo.py", "test_head_early.py", "test_head_ownership.py", "test_head_start.py", "test_kuberay.py",
-    "test_launch.py", "test_launcher_plugin.py", "test_loopback_head.py", "test_lost_contact.py",
+    "test_launch.py", "test_launcher_plugin.py", "test_loopback_head.py", "test_lost_contact.py", "test_lost_node.py",
     "test_ownership.py", "test_preflight.py", "test_preflight_chroot.py", "test_preflight_docker.py",
     "test_ray_head.py", "test_resume.py", "test_runs.py", "test_sandbox_none.py", "test_slurm_cluster.py",
     "test_slurm_ownership.py", "test_slurm_refusals.py", "test_snapshot.py", "test_snapshot_integrity.py",
@@ -94,7 +95,7 @@ SERVICE_FILES = frozenset({
     "test_sweep.py", "test_tuner.py", "test_tuner_local_head.py", "test_wandb_env.py",
 })
 #: Fixtures of real services: a test using one joins the group wherever it lives.
-SERVICE_FIXTURES = frozenset({"ray_cluster", "slurm_cluster", "docker_client", "docker_images", "head4", "own_head"})
+SERVICE_FIXTURES = frozenset({"ray_cluster", "two_nodes", "slurm_cluster", "docker_client", "docker_images", "head4", "own_head"})
 
 
 def pytest_collection_modifyitems(config, items):

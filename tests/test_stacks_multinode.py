@@ -1,8 +1,8 @@
 """Stacks of a job whose processes run on two nodes, through Ray's own stack endpoint.
 
-A real two-node Ray cluster on this machine: a head clawgym starts (with the environment
-clawgym's heads get, so the dashboard serves stacks) and a second raylet joined to it with its
-own agent ports. The job's driver waits in one named function on the head node and its actor
+A real two-node Ray cluster on this machine (tests/fixtures/two_nodes.py): a head with the
+environment clawgym's heads get, so the dashboard serves stacks, and a second raylet joined to it
+with its own agent ports. The job's driver waits in one named function on the head node and its actor
 waits in another on the second node; :func:`stacks.dump_via_ray` must name both, each with its
 node. A head without profiling answers 403, and the dump says how to turn it on.
 """
@@ -11,10 +11,7 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -62,64 +59,12 @@ def _stop(address: str, sid: str) -> None:
         time.sleep(0.5)
 
 
-def _ray_start(args, env) -> subprocess.Popen:
-    # --block keeps `ray start` in the foreground: stopping its process group stops that node only.
-    return subprocess.Popen(["ray", "start", *args, "--disable-usage-stats", "--block"], env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-
-
-def _stop_group(proc: subprocess.Popen) -> None:
-    if proc.poll() is not None:
-        return
-    os.killpg(proc.pid, signal.SIGTERM)
-    try:
-        proc.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
-
-
-@pytest.fixture
-def two_nodes():
-    """A head in cluster mode with the environment clawgym's heads get (the dashboard serves
-    stacks), and a second node joined to it; each stopped through the process this fixture started.
-
-    (A head clawgym starts for one machine is single-node and binds loopback only, so it takes
-    no second node: clawgym/backends/head/start.py SINGLE_NODE_ENV.)"""
-    from clawgym.backends.head import ports
-    from clawgym.launch.rayjob import dashboard_responds
-    from clawgym.plan.build import PROFILING_ENV
-
-    temp = tempfile.mkdtemp(prefix="cgst-", dir="/tmp")  # short: Ray's unix socket paths have a length limit
-    env = {**os.environ, **PROFILING_ENV}
-    env.pop("RAY_ADDRESS", None)
-    port, dash = ports.free_port(), ports.free_port()
-    head = _ray_start(["--head", "--port", str(port), "--dashboard-port", str(dash), "--dashboard-host", "127.0.0.1",
-                       "--num-cpus", "2", "--num-gpus", "0", "--temp-dir", temp], env)
-    nodes = [head]
-    try:
-        address = f"http://127.0.0.1:{dash}"
-        deadline = time.time() + 120
-        while not dashboard_responds(address) and time.time() < deadline:
-            time.sleep(1)
-        agent = [str(ports.free_port()) for _ in range(4)]
-        nodes.append(_ray_start(["--address", f"127.0.0.1:{port}", "--num-cpus", "1", "--num-gpus", "0",
-                                 "--resources", '{"second_node": 1}',
-                                 "--dashboard-agent-listen-port", agent[0], "--dashboard-agent-grpc-port", agent[1],
-                                 "--metrics-export-port", agent[2], "--runtime-env-agent-port", agent[3]], env))
-        yield address
-    finally:
-        for proc in reversed(nodes):
-            _stop_group(proc)
-        shutil.rmtree(temp, ignore_errors=True)
-
-
 def test_dump_via_ray_names_where_the_driver_and_a_rank_on_another_node_wait(two_nodes, tmp_path):
     work = tmp_path / "job"
     work.mkdir()
     (work / "job.py").write_text(JOB)
     sid = f"clawgym-stacks-{os.getpid()}"
-    address = two_nodes
+    address = two_nodes.address
     _submit(address, work, sid)
     try:
         dumped = None
