@@ -260,6 +260,8 @@ CASES.update({
     "restart-attempts-non-negative": Case(["restart.max_attempts=-1"], ["restart.max_attempts"],
                                           {"restart.max_attempts": -1}),
     "restart-poll-positive": Case(["restart.poll_s=0"], ["restart.poll_s"], {"restart.poll_s": 0.0}),
+    "restart-node-wait-non-negative": Case(["restart.node_wait_s=-1"], ["restart.node_wait_s"],
+                                           {"restart.node_wait_s": -1.0}),
     # sbatch splits a directive at a newline and expands '%' (issue 28, finding 9).
     "slurm-values-plain": Case(["cluster=slurm", "slurm.partition='gpu\n#SBATCH --x'"], ["slurm.partition"],
                                {"slurm.partition": "gpu\n#SBATCH --x"}),

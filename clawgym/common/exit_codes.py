@@ -40,6 +40,8 @@ TABLE: Tuple[ExitCode, ...] = (
              ("the trainer exited non-zero", "one or more sweep jobs failed",
               "a study (hydra/sweeper=clawgym) in which a trial was refused or failed",
               "the launcher lost contact with the Ray dashboard for ray.lost_contact_s (the job may still run)",
+              "a supervised run whose lost node did not come back within restart.node_wait_s (`clawgym resume` "
+              "goes on once it is back)",
               "clawgym runs --plot: no run logged the metric")),
     ExitCode(REFUSED, "refused", "refused before anything started: nothing was submitted, no output dir or "
              "file is left behind",

@@ -740,6 +740,11 @@ class RestartConfig:
     max_attempts: int = 3
     # Seconds between two looks at the running job (its status, the monitors of the run).
     poll_s: float = 10.0
+    # cluster=existing: after a lost node (class node-lost), how many seconds the supervisor waits for
+    # the cluster to have the GPUs the run holds free again (an autoscaler or an admin bringing the
+    # node back) before it resubmits; past that it stops the run, and `clawgym resume <save dir>` goes
+    # on once the node is back. 0: stop at once when the GPUs are short.
+    node_wait_s: float = 1800.0
 
 
 @dataclass(eq=False, repr=False)

@@ -77,7 +77,7 @@ class SupervisedRayRunner(RayJobRunner):
     """A :class:`RayJobRunner` that also copies each attempt's Ray job logs into a file of the save
     dir (the hang monitor's ``log_file``) and reads the attempt's last rollout from its events."""
 
-    def __init__(self, save: Path, address: str, backend: str, *, lost_contact_s: float) -> None:
+    def __init__(self, save: Path, address: str, backend: str, *, lost_contact_s: float, **room: Any) -> None:
         self.save = save
         self._logs: Dict[str, Path] = {}
         self._followers: Dict[str, threading.Thread] = {}
@@ -85,7 +85,7 @@ class SupervisedRayRunner(RayJobRunner):
         self.current: Optional[str] = None
         super().__init__(address, self._resume, backend=backend, last_rollout=self._last_rollout,
                          user_stopped=lambda sub: process.stop_requested(self.save) is not None,
-                         lost_contact_s=lost_contact_s)
+                         lost_contact_s=lost_contact_s, **room)  # room: RayJobRunner's wait for a lost node
 
     # ------------------------------------------------------------ attempts
 
@@ -242,10 +242,12 @@ def _supervise(save: Path, stop: threading.Event) -> int:
     backend = backend_name(config)
     address = str(sub.get("address") or "")
     lost = float((config.get("ray") or {}).get("lost_contact_s") or 300.0)
-    runner = SupervisedRayRunner(save, address, backend, lost_contact_s=lost)
+    restart = config.get("restart") or {}
+    runner = SupervisedRayRunner(save, address, backend, lost_contact_s=lost, gpus_needed=_gpus_needed(config),
+                                 node_wait_s=float(restart.get("node_wait_s", 1800.0)),
+                                 poll_s=float(restart.get("poll_s", 10.0)), node_settle_s=_health_check_s(config))
     first = str(sub["submission_id"])
     runner.adopt(first, snap)
-    restart = config.get("restart") or {}
     say(f"[clawgym] supervising {first} on {address} ({backend}); restarts at most "
         f"{restart.get('max_attempts', 3)}; pid {os.getpid()}; log {process.log_path(save)}")
 
@@ -259,3 +261,25 @@ def _supervise(save: Path, stop: threading.Event) -> int:
         if rec.stopped:  # a tuner's prune: recorded as such (never restarted either)
             rec.stop(str(stopped["by"]), str(stopped.get("why") or rec.stopped.get("why")))
     return rc
+
+
+def _gpus_needed(config: Dict[str, Any]) -> Optional[float]:
+    """The GPUs the recorded run holds (what the capacity preflight asks of the cluster); None when the
+    recorded config cannot say (a lost node is then not waited for: the resume's preflight decides)."""
+    from clawgym.plan.build import gpus_required
+
+    try:
+        return float(gpus_required(config))
+    except Exception:  # noqa: BLE001 - an older snapshot's config: no wait rather than no supervisor
+        return None
+
+
+def _health_check_s(config: Dict[str, Any]) -> float:
+    """How long Ray's GCS takes at most to give a silent node up, by the run's ray.health_check_* (the
+    values clawgym's heads get; on a cluster of your own, the guess that it was started alike)."""
+    ray = config.get("ray") or {}
+    try:
+        return (float(ray.get("health_check_period_ms", 5000)) * float(ray.get("health_check_failure_threshold", 20))
+                + float(ray.get("health_check_timeout_ms", 30000))) / 1000.0
+    except (TypeError, ValueError):
+        return 0.0

@@ -114,9 +114,21 @@ def supervise(save_dir: str | Path, config: Mapping[str, Any], runner: Runner, f
             if c.cls == C.CUDA_OOM:
                 d = replace(d, fix=_oom_fix(save, config, d.fix))
             record.stop(by, d.why, d.fix)
-            say(f"{head}; stopped for good: {d.why}" + (f"\n  fix: {d.fix}" if d.fix else ""))
+            # The fix is a line of its own, marked: the foreground launcher shows only [clawgym] lines.
+            say(f"{head}; stopped for good: {d.why}" + (f"\n[clawgym]   fix: {d.fix}" if d.fix else ""))
             return EXIT_INTERRUPTED if by == "user" else EXIT_FAILED
         say(f"{head}; resuming from {point.name}")
+        # A lost node took its GPUs with it: a runner that can wait for them does (restart.node_wait_s)
+        # before resubmitting, rather than submit a resume the capacity preflight refuses.
+        wait = getattr(runner, "wait_for_room", None)
+        short = wait(c.cls, say=say, sleep=sleep, stopped=lambda: runner.user_stopped(sub)) if callable(wait) else None
+        if short is not None:
+            by = "user" if runner.user_stopped(sub) else "supervisor"
+            why, fix = short[0], short[1].replace("<save dir>", str(save))
+            record.last.next = STOP
+            record.stop(by, why, fix or None)
+            say(f"[clawgym] stopped for good: {why}" + (f"\n[clawgym]   fix: {fix}" if fix else ""))
+            return EXIT_INTERRUPTED if by == "user" else EXIT_FAILED
         if c.cls == C.CUDA_OOM:
             point = _move_after_oom(save, config, point, say)
         sub = runner.submit(point)

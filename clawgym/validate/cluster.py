@@ -212,8 +212,8 @@ def _rule_kuberay_values(v: Collector, k) -> None:
 
 
 def rule_restart(v: Collector) -> None:
-    """The supervisor's budget and poll (clawgym/supervisor/): a negative budget or a poll of 0 s
-    has no meaning; 0 restarts is allowed (each end classified and recorded, never restarted)."""
+    """The supervisor's budget, poll and wait for a lost node (clawgym/supervisor/): a negative budget
+    or wait, or a poll of 0 s, has no meaning; 0 restarts is allowed (each end classified and recorded, never restarted)."""
     r = v.c.get("restart") or {}
     attempts = r.get("max_attempts")
     if isinstance(attempts, int) and attempts < 0:
@@ -226,3 +226,8 @@ def rule_restart(v: Collector) -> None:
         v.add("restart-poll-positive", ["restart.poll_s"],
               f"restart.poll_s={poll}: the seconds between two looks at the running job must be positive",
               "set restart.poll_s=10 (the default)")
+    wait = r.get("node_wait_s")
+    if isinstance(wait, (int, float)) and not isinstance(wait, bool) and wait < 0:
+        v.add("restart-node-wait-non-negative", ["restart.node_wait_s"],
+              f"restart.node_wait_s={wait}: the seconds to wait for a lost node's GPUs cannot be negative",
+              "set restart.node_wait_s=1800 (the default), or 0 to stop at once when a lost node's GPUs are short")

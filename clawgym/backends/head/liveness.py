@@ -6,6 +6,7 @@ import json
 import time
 import urllib.error
 import urllib.request
+from typing import List
 
 from clawgym.backends.head.processes import verified
 from clawgym.backends.head.records import HeadRecord
@@ -35,6 +36,25 @@ def agent_registered(address: str, node_ip: str, timeout: float = 2.0) -> bool:
             return resp.status == 200
     except (urllib.error.URLError, OSError, ValueError):
         return False
+
+
+def nodes_dead_since(address: str, since_ms: float, timeout: float = 10.0) -> List[str]:
+    """The nodes the cluster at ``address`` marked dead at or after ``since_ms`` (ms since the epoch),
+    each as a line: Ray's node table (the dashboard's ``/api/v0/nodes``: ``state`` DEAD, ``end_time_ms``
+    and ``state_message``, e.g. "Unexpected termination: health check failed due to missing too many
+    heartbeats"), oldest first."""
+    url = f"{address.rstrip('/')}/api/v0/nodes?limit=10000&detail=1"
+    with urllib.request.urlopen(url, timeout=timeout) as resp:
+        data = json.load(resp)
+    dead = [n for n in data.get("data", {}).get("result", {}).get("result", [])
+            if n.get("state") == "DEAD" and float(n.get("end_time_ms") or 0) >= since_ms]
+    out = []
+    for n in sorted(dead, key=lambda n: float(n.get("end_time_ms") or 0)):
+        gpus = (n.get("resources_total") or {}).get("GPU")
+        when = time.strftime("%H:%M:%S", time.localtime(float(n["end_time_ms"]) / 1000))
+        out.append(f"Ray marked node {n.get('node_id', '?')} ({n.get('node_ip', '?')}"
+                   f"{f', {gpus:g} GPUs' if gpus else ''}) dead at {when}: {n.get('state_message') or 'no reason given'}")
+    return out
 
 
 def cluster_gpus(address: str, timeout: float = 30.0, *, wait_for_node: bool = False) -> float:
