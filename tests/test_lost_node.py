@@ -14,6 +14,7 @@ never stopped by clawgym, and nothing of the run is left running.
 from __future__ import annotations
 
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -158,7 +159,7 @@ def test_a_driver_that_dies_before_ray_gives_its_node_up_is_node_lost_once_ray_m
     (tmp_path / "job").mkdir()
     (tmp_path / "job" / "job.py").write_text(RANK_JOB)
     client = JobSubmissionClient(two_nodes.address)
-    sid = client.submit_job(entrypoint="python job.py", runtime_env={"working_dir": str(tmp_path / "job")})
+    sid = client.submit_job(entrypoint=f"{sys.executable} job.py", runtime_env={"working_dir": str(tmp_path / "job")})
     deadline = time.time() + 120
     while "step 3" not in client.get_job_logs(sid):
         assert time.time() < deadline and not client.get_job_status(sid).is_terminal(), client.get_job_logs(sid)
