@@ -365,7 +365,11 @@ def test_after_an_oom_the_moved_layout_runs_in_the_same_allocation_when_it_fits(
     typed = ["model=qwen3_8b", "gpu_layout=colocate_8", "memory.gpu=h100_80gb", "health.disk_guard=false"]
     expected = after_oom(to_plain(compose(typed)), typed, gpu="h100_80gb")
     assert expected.overrides, expected.why
-    run = Launch(clawgym_checkout, env, tmp_path, f"sloom{os.getpid()}", *rollouts(6), *typed,
+    from tests.fixtures.checkout import LAUNCH_SKIPS
+
+    # The fixture checkout has no 8B weights (the stand-in reads none).
+    skips = f"skip_checks=[{','.join([*LAUNCH_SKIPS, 'checkpoint'])}]"
+    run = Launch(clawgym_checkout, env, tmp_path, f"sloom{os.getpid()}", *rollouts(6), *typed, skips,
                  "+extra_env.STANDIN_FAIL=oom@3", f"+extra_env.STANDIN_FAIL_ONCE={tmp_path}/failed-once")
     rc = run.wait()
     job = run.job_id()
