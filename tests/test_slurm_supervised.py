@@ -293,10 +293,10 @@ def test_clawgym_jobs_stop_refuses_a_slurm_job_clawgym_did_not_submit(slurm_clus
     slurm_cluster.wait_idle(timeout=60)
 
 
-@pytest.mark.parametrize("how", ["scancel", "clawgym jobs stop"])
+@pytest.mark.parametrize("how", ["scancel, read by runs", "scancel, read by show", "clawgym jobs stop"])
 def test_a_cancel_while_the_job_is_requeued_between_allocations_is_recorded_as_the_users_stop(
         slurm_cluster, clawgym_checkout, env, tmp_path, how):
-    run = Launch(clawgym_checkout, env, tmp_path, f"slpend{how[0]}{os.getpid()}", *rollouts(30, sleep=0.4))
+    run = Launch(clawgym_checkout, env, tmp_path, f"slpend{how.split()[-1]}{os.getpid()}", *rollouts(30, sleep=0.4))
     run.wait_for("[standin] saved checkpoint iter_0000003")
     job = run.job_id()
     slurm_cluster.run("scancel", "--signal=USR1", "--batch", job)
@@ -305,7 +305,7 @@ def test_a_cancel_while_the_job_is_requeued_between_allocations_is_recorded_as_t
     wait_state(slurm_cluster, job, lambda i: i.get("JobState") == "PENDING" and i.get("Restarts") == "1",
                "went back to the queue")
     slurm_cluster.run("scontrol", "hold", job)
-    if how == "scancel":
+    if how.startswith("scancel"):
         slurm_cluster.run("scancel", job)
     else:
         res = clawgym(env, "jobs", "stop", f"slurm:{job}")
@@ -313,11 +313,14 @@ def test_a_cancel_while_the_job_is_requeued_between_allocations_is_recorded_as_t
     rc = run.wait()
     out = run.output + run.job_output()
     assert rc == 130, out
-    if how == "scancel":
+    if how.startswith("scancel"):
         # Nobody recorded it yet (no supervisor ran): the first reader does, from SLURM's CANCELLED.
         assert read_attempts(run.save).stopped is None
-        listed = clawgym(env, "runs", str(run.save), "--json")
-        assert listed.returncode == 0, listed.stdout + listed.stderr
+        read = clawgym(env, "runs", str(run.save), "--json") if how.endswith("runs") else \
+            clawgym(env, "show", str(run.save), "--no-config")
+        assert read.returncode == 0, read.stdout + read.stderr
+        if how.endswith("show"):
+            assert "CANCELLED between two allocations" in read.stdout, read.stdout
     rec = read_attempts(run.save)
     assert [a.cls for a in rec.attempts] == [C.TIME_LIMIT], out
     # The resume the lead promised never came: what came next is the user's stop.

@@ -165,3 +165,16 @@ def test_a_moved_layout_runs_in_the_allocation_only_with_its_nodes_gpus_files_an
     # On this allocation's head: its address, and torch's rendezvous at its head node.
     placed = for_allocation(_plan(), "http://127.0.0.1:9", "10.0.0.5")
     assert placed.address == "http://127.0.0.1:9" and placed.runtime_env["env_vars"]["MASTER_ADDR"] == "10.0.0.5"
+
+
+def test_a_cancel_that_cut_an_attempt_before_its_end_was_recorded_is_said_so(tmp_path):
+    from clawgym.backends.slurm import close_cancelled
+
+    save = _save(tmp_path, tracker=2)
+    (tmp_path / "supervision.json").write_text('{"job_id": "7", "first_attempt": 0}\n')
+    read_attempts(save).start("sub-1", now=1.0)  # never ended: its allocation was cut
+    line = close_cancelled(str(save), str(tmp_path / "slurm_batch.sh"), "7", {"JobState": "CANCELLED",
+                                                                              "Restarts": "0"})
+    assert line == "SLURM job 7 CANCELLED (Restarts=0) before its supervisor recorded this attempt's end: scancel"
+    a = read_attempts(save).attempts[0]
+    assert (a.cls, a.checkpoint_at_end, a.next) == (C.STOPPED_BY_USER, 2, "stop")

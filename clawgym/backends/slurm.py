@@ -549,8 +549,14 @@ def close_cancelled(save_dir: str, script: str, job_id: str, info: Mapping[str, 
     if last.ended is not None and last.next != "resume":
         return None
     restarts = info.get("Restarts", "?")
-    evidence = (f"SLURM job {job_id} CANCELLED between two allocations (requeued, Restarts={restarts}): "
-                + (why or "scancel while it was pending"))
+    if last.ended is None:
+        # An allocation cut before its supervisor could record the end (SLURM's SIGKILL after KillWait, or a
+        # requeue by SLURM whose next allocation never started).
+        evidence = (f"SLURM job {job_id} CANCELLED (Restarts={restarts}) before its supervisor recorded this "
+                    f"attempt's end: " + (why or "scancel"))
+    else:
+        evidence = (f"SLURM job {job_id} CANCELLED between two allocations (requeued, Restarts={restarts}): "
+                    + (why or "scancel while it was pending"))
     if last.ended is None:
         record.end(USER_STOPPED, evidence, read_tracker(save_dir), "stop")
     else:
