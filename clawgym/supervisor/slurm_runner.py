@@ -23,6 +23,15 @@ end with the supervisor's loop (:func:`clawgym.supervisor.loop.supervise`) throu
   on), else slurmstepd's line in the job's output names it: ``CANCELLED AT <time> ***`` alone is a
   user's ``scancel`` (stopped for good, never requeued), ``... DUE TO <cause>`` the class;
 - a lost Ray head (the allocation's own) is ``node-lost``: the job is requeued, as at the lead;
+- the lead or a TERM before the run's first submission in this allocation (its Ray cluster still coming
+  up) is an attempt with no submission, requeued within the budget like any other; the batch shell
+  starts this process with USR1 ignored (its default action ends a process) and notes a lead that came
+  before the handler in ``--lead-file``;
+- after a CUDA OOM the moved layout (clawgym/supervisor/oom.py) runs in this allocation when its plan
+  (``clawgym resume <save> <move> --dry-run --plan-out``) fits it: the same nodes and GPUs per node, save
+  dir, files written at launch and servers; else the layout stays and the resume command is said;
+- a user's stop recorded by ``clawgym jobs stop slurm:<id>`` (``user_stopped.json`` naming this job) makes
+  SLURM's TERM that stop, whatever SLURM's state says;
 - on a requeued start (``SLURM_RESTART_COUNT`` > 0, sbatch(1)) it closes the attempt the previous
   allocation could not record (its class from slurmstepd's ``CANCELLED AT ... DUE TO ...`` line in the
   job's output), and resumes from the last complete checkpoint only: with no tracker it refuses
@@ -214,8 +223,8 @@ class SlurmAllocationRunner(RayJobRunner):
             moved, why = self.moved_plan(resume.overrides)
             if moved is not None:
                 # The layout after an OOM runs here: the resume's own plan (as `clawgym resume` with the
-                # move would submit it), on this allocation's head.
-                plan = moved
+                # move would submit it), on this allocation's head; later restarts here keep it.
+                plan = self.plan = moved
                 entry = with_load(plan.entrypoint, str(plan.save_dir))
                 _say(f"[clawgym] the next attempt runs with {' '.join(resume.overrides)} in this SLURM allocation "
                      f"({why})")
