@@ -178,3 +178,15 @@ def test_a_cancel_that_cut_an_attempt_before_its_end_was_recorded_is_said_so(tmp
     assert line == "SLURM job 7 CANCELLED (Restarts=0) before its supervisor recorded this attempt's end: scancel"
     a = read_attempts(save).attempts[0]
     assert (a.cls, a.checkpoint_at_end, a.next) == (C.STOPPED_BY_USER, 2, "stop")
+
+
+def test_resume_writes_a_plan_file_only_for_a_dry_run(tmp_path):
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parent.parent
+    res = subprocess.run([sys.executable, "-m", "clawgym", "resume", str(tmp_path), "--plan-out",
+                          str(tmp_path / "plan.json")], cwd=root, capture_output=True, text=True, timeout=120)
+    assert res.returncode == REFUSED and "--plan-out writes the plan of a dry run only" in res.stderr
+    assert "fix: add --dry-run" in res.stderr and "Traceback" not in res.stderr
+    assert not (tmp_path / "plan.json").exists()
