@@ -18,6 +18,14 @@ checkpoint). GPU time lost is this time x the run's GPUs; the ratio is the same.
 
     python benchmarks/bench_restart.py [--reps 3] [--mode crash] [--fail-at 3] [--poll 1]
 
+``--mode preemption`` runs both sides as SLURM runs (``cluster=slurm``) on a real one-node SLURM cluster
+(tests/fixtures/slurm_cluster.py, started here and stopped by pid) and preempts each at rollout
+``--fail-at``: the supervised job is requeued by SLURM (``scontrol requeue``, PreemptMode=REQUEUE) and
+resumed by the supervisor in its next allocation; the user's job (restart.enabled=false) is cancelled at
+the same point and the user runs ``clawgym resume <save dir>`` the instant ``scontrol`` shows it ended.
+Each side's time lost is split into SLURM's queue (to the next allocation, from slurmctld's log) and the
+start in the allocation. Its results go under ``"preemption"`` in the ``--json`` file, beside the others.
+
 Builds the fixture checkout of the tests (clawgym/demo/checkout.py) and needs Ray; starts one local
 head for the benchmark and stops exactly it at the end.
 """
@@ -123,15 +131,153 @@ def user_once(checkout: Path, address: str, work: Path, args) -> Dict[str, float
     return _measure(work, save)
 
 
+# ---------------------------------------------------------------- --mode preemption (SLURM)
+
+def _slurm_job(state: Path, deadline: float) -> str:
+    """The SLURM job a launch submitted: clawgym's own record of it (``<state dir>/slurm/``)."""
+    while time.time() < deadline:
+        for rec in sorted((state / "slurm").glob("*.json")) if (state / "slurm").is_dir() else []:
+            return str(json.loads(rec.read_text())["job_id"])
+        time.sleep(0.1)
+    raise SystemExit(f"no SLURM job recorded under {state}")
+
+
+def _wait_text(save: Path, job: str, text: str, deadline: float) -> None:
+    while time.time() < deadline:
+        for out in save.glob(f"clawgym/slurm/*/slurm-{job}.out"):
+            if text in out.read_text(errors="replace"):
+                return
+        time.sleep(0.05)
+    raise SystemExit(f"SLURM job {job} never printed {text!r}")
+
+
+def preemption_once(cluster, checkout: Path, work: Path, args, *, supervised: bool) -> Dict[str, float]:
+    """One preemption of a SLURM run at rollout ``--fail-at``, on the real one-node cluster.
+
+    supervised: SLURM's own requeue of the job (``scontrol requeue``: what a preemption does with
+    PreemptMode=REQUEUE); the supervisor in the next allocation resumes it. user: the same instant, the
+    job ends (``scancel``: a preemption with PreemptMode=CANCEL, the job of a run submitted without
+    supervision, restart.enabled=false, which is not requeued), and a watcher polling ``scontrol show job``
+    every 0.1 s runs ``clawgym resume <save dir>`` (cluster=slurm, as recorded: a new batch job) the moment
+    SLURM shows it ended."""
+    from tests.fixtures.checkout import LAUNCH_SKIPS, checkout_overrides
+
+    save = work / "run"
+    env = {**_env(work / "state"), **cluster.env}
+    # Rollouts enough that the run is still training when the preemption lands (it lands a moment after
+    # the stand-in printed rollout --fail-at, not at a given step as STANDIN_FAIL does).
+    rollouts = max(args.rollouts, args.fail_at + 8)
+    argv = [sys.executable, str(ROOT / "train.py"),
+            *checkout_overrides(checkout, skip_checks=LAUNCH_SKIPS, supervised=supervised), "cluster=slurm",
+            f"paths.save={save}", f"rollout.num_rollout={rollouts}",
+            f"restart.enabled={'true' if supervised else 'false'}", f"restart.poll_s={args.poll}",
+            f"+extra_env.STANDIN_RUN_ROLLOUTS={rollouts}", "+extra_env.STANDIN_STEP_SLEEP=0.3",
+            "+extra_env.STANDIN_SAVE_EVERY=2", f"+extra_env.STANDIN_RECORD_DIR={work / 'records'}",
+            f"hydra.run.dir={work}/hydra"]
+    deadline = time.time() + 600
+    launch = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=ROOT)
+    job = _slurm_job(work / "state", deadline)
+    _wait_text(save, job, f"[standin] rollout step {args.fail_at}", deadline)
+    failed_at = time.time()
+    if supervised:
+        cluster.run("scontrol", "requeue", job)
+        if launch.wait(timeout=600) != 0:
+            raise SystemExit(f"the supervised launch exited {launch.returncode}; see {save}/clawgym/slurm/")
+    else:
+        cluster.run("scancel", job)
+        while "JobState=CANCELLED" not in cluster.run("scontrol", "show", "job", "-o", job, check=False).stdout:
+            time.sleep(0.1)
+        # Their launcher, following the job, returns (until then it holds the save dir, as for crash mode).
+        launch.wait(timeout=120)
+        # The instant SLURM shows it ended: the user types `clawgym resume <save dir>`.
+        res = subprocess.run([sys.executable, "-m", "clawgym", "resume", str(save)], env=env, capture_output=True,
+                             text=True, timeout=600, cwd=work)
+        if res.returncode != 0:
+            raise SystemExit(f"clawgym resume exited {res.returncode}:\n{(res.stdout + res.stderr)[-3000:]}")
+    runs = _records(work)
+    if len(runs) < 2:
+        raise SystemExit(f"{work}: expected a preempted attempt and a resumed one, found {len(runs)} stand-in runs")
+    failed, resumed = runs[0], runs[1]
+    # The resumed attempt's own first step (the preempted one may log a step or two after the preemption).
+    first = _first_step_after(save, max(failed_at, float(resumed["start"])))
+    if first is None:
+        raise SystemExit(f"{save}: the resumed attempt wrote no training step")
+    redone = max(0, max(failed.get("rollouts") or [-1]) + 1 - int(resumed["start_rollout_id"]))
+    allocated = _allocated_after(cluster, failed_at)
+    return {"lost_s": first - failed_at, "redone": float(redone),
+            # Where the time goes: SLURM's queue (the next allocation's start, slurmctld's log) and the start
+            # in the allocation (preflight, Ray head, submission, the trainer's first step).
+            "queue_s": (allocated - failed_at) if allocated else float("nan"),
+            "start_s": (first - allocated) if allocated else float("nan")}
+
+
+def _allocated_after(cluster, t: float) -> Optional[float]:
+    """When slurmctld first allocated a job after ``t`` (``[time] sched: Allocate JobId=...``)."""
+    found = None
+    for line in (cluster.root / "slurmctld.log").read_text(errors="replace").splitlines():
+        if "sched: Allocate JobId=" not in line or not line.startswith("["):
+            continue
+        stamp = line[1:line.index("]")]
+        when = time.mktime(time.strptime(stamp.split(".")[0], "%Y-%m-%dT%H:%M:%S")) + float("0." + stamp.split(".")[1])
+        if when > t and found is None:
+            found = when
+    return found
+
+
+def preemption(args) -> int:
+    """``--mode preemption``: both sides on one real one-node SLURM cluster (tests/fixtures/slurm_cluster.py,
+    its daemons started here under a temp dir and stopped by pid at the end)."""
+    from clawgym.demo.checkout import build_checkout
+    from tests.fixtures.slurm_cluster import CRED_EXPIRE, start_cluster
+
+    tmp = Path(tempfile.mkdtemp(prefix="clawgym-bench-preempt-"))
+    checkout = build_checkout(tmp / "checkout")
+    cluster = start_cluster(tmp / "slurm")
+    rows: Dict[str, List[Dict[str, float]]] = {"supervised": [], "user": []}
+    try:
+        for i in range(args.reps):
+            for side in ("supervised", "user"):
+                work = tmp / f"{side}-{i}"
+                work.mkdir()
+                got = preemption_once(cluster, checkout, work, args, supervised=side == "supervised")
+                rows[side].append(got)
+                print(f"rep {i + 1} {side:10s} lost {got['lost_s']:6.1f} s (queue {got['queue_s']:5.1f} s, start in "
+                      f"the allocation {got['start_s']:5.1f} s)  redone {got['redone']:.0f}", flush=True)
+    finally:
+        cluster.stop()
+    med = {side: statistics.median(r["lost_s"] for r in rs) for side, rs in rows.items()}
+    parts = {side: {k: statistics.median(r[k] for r in rs) for k in ("queue_s", "start_s")} for side, rs in rows.items()}
+    ratio = med["supervised"] / med["user"]
+    print(f"median queue / start: supervised {parts['supervised']['queue_s']:.1f} / {parts['supervised']['start_s']:.1f} s, "
+          f"user {parts['user']['queue_s']:.1f} / {parts['user']['start_s']:.1f} s")
+    print(f"median time lost: supervised (SLURM's requeue) {med['supervised']:.1f} s, user resubmitting at once "
+          f"{med['user']:.1f} s; ratio {ratio:.2f}x (target <= 1.1x; the requeued job waits cred_expire="
+          f"{CRED_EXPIRE} s before it may start again, slurm.conf(5)); iterations redone: supervised "
+          f"{max(r['redone'] for r in rows['supervised']):.0f}, user {max(r['redone'] for r in rows['user']):.0f}")
+    if args.json:
+        # Beside the other modes' results in the same file.
+        try:
+            data = json.loads(args.json.read_text())
+        except (OSError, ValueError):
+            data = {}
+        data["preemption"] = {"mode": "preemption", "fail_at": args.fail_at, "poll_s": args.poll,
+                              "cred_expire_s": CRED_EXPIRE, "rows": rows, "median_lost_s": med, "median_parts_s": parts,
+                              "ratio": ratio}
+        args.json.write_text(json.dumps(data, indent=2) + "\n")
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--reps", type=int, default=3)
-    ap.add_argument("--mode", default="crash", help="STANDIN_FAIL mode: crash, oom, nccl")
+    ap.add_argument("--mode", default="crash", help="STANDIN_FAIL mode: crash, oom, nccl; or preemption (SLURM)")
     ap.add_argument("--fail-at", type=int, default=3)
     ap.add_argument("--rollouts", type=int, default=5)
     ap.add_argument("--poll", type=float, default=1.0, help="restart.poll_s of both sides")
     ap.add_argument("--json", type=Path, help="write the results here")
     args = ap.parse_args()
+    if args.mode == "preemption":
+        return preemption(args)
 
     from clawgym.backends.head import ports, start
     from tests.fixtures.ray_cluster import head_argv

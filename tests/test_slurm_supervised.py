@@ -231,3 +231,161 @@ def test_a_users_scancel_stops_a_supervised_slurm_run_for_good(slurm_cluster, cl
     state = slurm_cluster.run("scontrol", "show", "job", "-o", job, check=False).stdout
     assert "JobState=CANCELLED" in state and "Restarts=0" in state, state
     assert_nothing_left(slurm_cluster, job)
+
+
+def clawgym(env: Dict[str, str], *argv: str, timeout: float = 180) -> subprocess.CompletedProcess:
+    """``python -m clawgym ...`` with the launch's environment (its state dir: clawgym's SLURM records)."""
+    return subprocess.run([sys.executable, "-m", "clawgym", *argv], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def job_state(slurm_cluster, job: str) -> Dict[str, str]:
+    from clawgym.backends.slurm import parse_scontrol
+
+    return parse_scontrol(slurm_cluster.run("scontrol", "show", "job", "-o", job, check=False).stdout)
+
+
+def wait_state(slurm_cluster, job: str, ok, what: str, timeout: float = 120) -> Dict[str, str]:
+    deadline = time.time() + timeout
+    while True:
+        info = job_state(slurm_cluster, job)
+        if ok(info):
+            return info
+        assert time.time() < deadline, f"SLURM job {job} never {what}: {info}"
+        time.sleep(0.2)
+
+
+def test_clawgym_jobs_stop_of_a_slurm_run_records_the_users_stop_and_cancels_it_for_good(
+        slurm_cluster, clawgym_checkout, env, tmp_path):
+    run = Launch(clawgym_checkout, env, tmp_path, f"sljobstop{os.getpid()}", *rollouts(100000, sleep=0.2))
+    run.wait_for("[standin] rollout step 2")
+    job = run.job_id()
+    # The id the launch and `clawgym runs` show for a SLURM run.
+    res = clawgym(env, "jobs", "stop", f"slurm:{job}")
+    assert res.returncode == 0 and f"slurm:{job}: CANCELLED" in res.stdout, res.stdout + res.stderr
+    rc = run.wait()
+    out = run.output + run.job_output()
+    # The exit-code table: a run a person stopped is "interrupted".
+    assert rc == 130, out
+    rec = read_attempts(run.save)
+    assert [a.cls for a in rec.attempts] == [C.STOPPED_BY_USER], out
+    # Classified from clawgym's own record of the stop (the most trusted evidence), not from SLURM's TERM.
+    assert rec.attempts[0].evidence == "clawgym recorded the user's stop", rec.attempts[0].evidence
+    assert rec.stopped["by"] == "user" and rec.attempts[0].next == "stop" and "requeued" not in out
+    stop = json.loads((run.save / "clawgym" / "user_stopped.json").read_text())
+    assert stop["slurm_job"] == job and stop["by"] == "user"
+    info = job_state(slurm_cluster, job)
+    assert info["JobState"] == "CANCELLED" and info["Restarts"] == "0", info
+    assert_nothing_left(slurm_cluster, job)
+
+
+def test_clawgym_jobs_stop_refuses_a_slurm_job_clawgym_did_not_submit(slurm_cluster, env, tmp_path):
+    # A job of someone else's on the same cluster: never cancelled by clawgym.
+    job = slurm_cluster.run("sbatch", "--parsable", "-o", "/dev/null", "--wrap", "sleep 120").stdout.strip()
+    try:
+        res = clawgym(env, "jobs", "stop", f"slurm:{job}")
+        assert res.returncode == 2, res.stdout + res.stderr
+        assert f"no SLURM job {job} submitted by clawgym is recorded" in res.stderr and "fix:" in res.stderr
+        assert "Traceback" not in res.stderr
+        assert job_state(slurm_cluster, job)["JobState"] in ("PENDING", "RUNNING")
+    finally:
+        slurm_cluster.run("scancel", job, check=False)  # the test's own job
+    slurm_cluster.wait_idle(timeout=60)
+
+
+@pytest.mark.parametrize("how", ["scancel, read by runs", "scancel, read by show", "clawgym jobs stop"])
+def test_a_cancel_while_the_job_is_requeued_between_allocations_is_recorded_as_the_users_stop(
+        slurm_cluster, clawgym_checkout, env, tmp_path, how):
+    run = Launch(clawgym_checkout, env, tmp_path, f"slpend{how.split()[-1]}{os.getpid()}", *rollouts(30, sleep=0.4))
+    run.wait_for("[standin] saved checkpoint iter_0000003")
+    job = run.job_id()
+    slurm_cluster.run("scancel", "--signal=USR1", "--batch", job)
+    # Requeued by its supervisor at the lead: pending, no supervisor runs until its next allocation. Held
+    # there (scontrol hold), so that the cancel surely lands between the two allocations.
+    wait_state(slurm_cluster, job, lambda i: i.get("JobState") == "PENDING" and i.get("Restarts") == "1",
+               "went back to the queue")
+    slurm_cluster.run("scontrol", "hold", job)
+    if how.startswith("scancel"):
+        slurm_cluster.run("scancel", job)
+    else:
+        res = clawgym(env, "jobs", "stop", f"slurm:{job}")
+        assert res.returncode == 0 and "attempts.json" in res.stdout, res.stdout + res.stderr
+    rc = run.wait()
+    out = run.output + run.job_output()
+    assert rc == 130, out
+    if how.startswith("scancel"):
+        # Nobody recorded it yet (no supervisor ran): the first reader does, from SLURM's CANCELLED.
+        assert read_attempts(run.save).stopped is None
+        read = clawgym(env, "runs", str(run.save), "--json") if how.endswith("runs") else \
+            clawgym(env, "show", str(run.save), "--no-config")
+        assert read.returncode == 0, read.stdout + read.stderr
+        if how.endswith("show"):
+            assert "CANCELLED between two allocations" in read.stdout, read.stdout
+    rec = read_attempts(run.save)
+    assert [a.cls for a in rec.attempts] == [C.TIME_LIMIT], out
+    # The resume the lead promised never came: what came next is the user's stop.
+    assert rec.attempts[0].next == "stop" and rec.stopped["by"] == "user", rec.to_dict()
+    assert f"SLURM job {job} CANCELLED between two allocations (requeued, Restarts=1)" in rec.stopped["why"]
+    info = job_state(slurm_cluster, job)
+    assert info["JobState"] == "CANCELLED" and info["Restarts"] == "1", info
+    assert_nothing_left(slurm_cluster, job)
+
+
+def test_slurms_lead_before_the_first_submission_requeues_the_job_and_its_next_allocation_starts_the_run(
+        slurm_cluster, clawgym_checkout, env, tmp_path):
+    run = Launch(clawgym_checkout, env, tmp_path, f"slearly{os.getpid()}", *rollouts(4))
+    run.wait_for("submitted SLURM job")
+    job = run.job_id()
+    # The moment the batch shell starts the allocation's Ray head (its log appears), long before the
+    # runner can submit the run: SLURM's lead (what --signal=B:USR1@N sends near the time limit) now.
+    deadline = time.time() + 120
+    while not list((run.save / "clawgym" / "slurm").glob(f"*/ray-head-{job}.log")):
+        assert time.time() < deadline and run.proc.poll() is None, run.output
+        time.sleep(0.05)
+    slurm_cluster.run("scancel", "--signal=USR1", "--batch", job)
+    rc = run.wait()
+    out = run.output + run.job_output()
+    assert rc == 0, out
+    rec = read_attempts(run.save)
+    assert [a.cls for a in rec.attempts] == [C.TIME_LIMIT, C.FINISHED], out
+    first = rec.attempts[0]
+    assert first.submission_id is None and "before the run was submitted" in first.evidence, rec.to_dict()
+    assert first.next == "resume" and f"requeued SLURM job {job}" in out, out
+    # No trainer of the job ran before: the next allocation starts the run, as the launch would have.
+    record = json.loads((run.save / "standin_record.json").read_text())
+    assert record["env"]["SLURM_RESTART_COUNT"] == "1" and record["start_rollout_id"] == 0, record
+    assert "Traceback" not in out
+    assert_nothing_left(slurm_cluster, job)
+
+
+def test_after_an_oom_the_moved_layout_runs_in_the_same_allocation_when_it_fits(
+        slurm_cluster, clawgym_checkout, env, tmp_path):
+    from clawgym.config.compose import compose, to_plain
+    from clawgym.supervisor.oom import after_oom
+
+    # A layout the memory plan finds tight (tests/test_supervisor_oom.py): the move after an OOM keeps the
+    # GPU count, so the 1 node x 8 GPUs this batch job was granted fit it.
+    typed = ["model=qwen3_8b", "gpu_layout=colocate_8", "memory.gpu=h100_80gb", "health.disk_guard=false"]
+    expected = after_oom(to_plain(compose(typed)), typed, gpu="h100_80gb")
+    assert expected.overrides, expected.why
+    from tests.fixtures.checkout import LAUNCH_SKIPS
+
+    # The fixture checkout has no 8B weights (the stand-in reads none).
+    skips = f"skip_checks=[{','.join([*LAUNCH_SKIPS, 'checkpoint'])}]"
+    run = Launch(clawgym_checkout, env, tmp_path, f"sloom{os.getpid()}", *rollouts(6), *typed, skips,
+                 "+extra_env.STANDIN_FAIL=oom@3", f"+extra_env.STANDIN_FAIL_ONCE={tmp_path}/failed-once")
+    rc = run.wait()
+    job = run.job_id()
+    out = run.output + run.job_output()
+    assert rc == 0, out
+    rec = read_attempts(run.save)
+    assert [a.cls for a in rec.attempts] == [C.CUDA_OOM, C.FINISHED], out
+    moves = " ".join(expected.overrides)
+    assert f"the next attempt runs with {moves} in this SLURM allocation (the same 1 node(s) x 8 GPU(s))" in out, out
+    assert "requeued" not in run.output and "needs a new batch job" not in out
+    # The resumed trainer got the moved layout's flags, in the same SLURM job, from the last complete save.
+    record = json.loads((run.save / "standin_record.json").read_text())
+    argv = record["argv"]
+    assert argv[argv.index("--max-tokens-per-gpu") + 1] == "40960", argv
+    assert record["env"]["SLURM_JOB_ID"] == job and record["start_rollout_id"] == rec.attempts[1].resumed_from + 1
+    assert_nothing_left(slurm_cluster, job)

@@ -98,3 +98,95 @@ def test_where_the_jobs_supervision_began_is_kept_across_its_allocations(tmp_pat
     assert first_attempt(path, "7", 0, 2) == 2  # the first allocation: from here on
     assert first_attempt(path, "7", 1, 5) == 2  # requeued: the same job's first attempt
     assert first_attempt(path, "9", 0, 5) == 5  # another job (a new launch into the save dir)
+
+
+def test_a_requeued_start_whose_allocations_never_submitted_the_run_starts_it(tmp_path):
+    save = _save(tmp_path)  # no checkpoint: no trainer of this job ever ran
+    rec = read_attempts(save)
+    rec.start(None, now=1.0)  # SLURM's lead came before the first allocation submitted the run
+    rec.end(C.TIME_LIMIT, "SLURM's --signal=B:USR1@120 reached job 7 (before the run was submitted)", None,
+            "resume", now=2.0)
+    rc, point = prepare_requeued(str(save), CONFIG, job_id="7", restart_count=1, first=0, output=None)
+    assert rc is None and point.iteration is None
+    # Once a submission of the job ran, no checkpoint stops the run (never a silent start over).
+    rec = read_attempts(save)
+    rec.start("sub-1", now=3.0)
+    rc, _ = prepare_requeued(str(save), CONFIG, job_id="7", restart_count=2, first=0, output=None)
+    assert rc == FAILED and "no complete checkpoint" in read_attempts(save).stopped["why"]
+
+
+def test_a_cancel_between_allocations_closes_only_the_open_record_of_that_job(tmp_path):
+    from clawgym.backends.slurm import close_cancelled
+
+    save = _save(tmp_path, tracker=3)
+    job_dir = tmp_path / "jobdir"
+    job_dir.mkdir()
+    script = str(job_dir / "slurm_batch.sh")
+    rec = read_attempts(save)
+    rec.start("sub-1", now=1.0)
+    rec.end(C.TIME_LIMIT, "lead", 3, "resume", now=2.0)
+    cancelled = {"JobState": "CANCELLED", "Restarts": "1"}
+    # No allocation of job 7 recorded its supervision here: not its record to close.
+    assert close_cancelled(str(save), script, "7", cancelled) is None
+    (job_dir / "supervision.json").write_text('{"job_id": "7", "first_attempt": 0}\n')
+    # Another job's id, or a job SLURM still has: nothing closed.
+    assert close_cancelled(str(save), script, "8", cancelled) is None
+    assert close_cancelled(str(save), script, "7", {"JobState": "PENDING", "Restarts": "1"}) is None
+    line = close_cancelled(str(save), script, "7", cancelled)
+    assert line == ("SLURM job 7 CANCELLED between two allocations (requeued, Restarts=1): scancel while it was "
+                    "pending")
+    after = read_attempts(save)
+    assert after.attempts[-1].next == "stop" and after.stopped["by"] == "user" and after.stopped["why"] == line
+    # Closed once: a second reader changes nothing.
+    assert close_cancelled(str(save), script, "7", cancelled) is None
+
+
+def _plan(**kw):
+    from clawgym.plan.build import LaunchPlan
+
+    base = dict(entrypoint=["python3", "train.py"], working_dir="/w", runtime_env={"env_vars": {"MASTER_ADDR": "x"}},
+                ray_start=None, ray_start_env={}, submission_id="s", address="http://a", save_dir="/save")
+    base.update(kw)
+    return LaunchPlan(**base)
+
+
+def test_a_moved_layout_runs_in_the_allocation_only_with_its_nodes_gpus_files_and_servers():
+    from clawgym.supervisor.slurm_runner import fits_allocation, for_allocation
+
+    now = _plan()
+    same = {"nodes": 1, "gpus_per_node": 8}
+    assert fits_allocation(now, _plan(entrypoint=["python3", "train.py", "--max-tokens-per-gpu", "40960"]), same,
+                           1, 8) is None
+    assert "needs 2 node(s) x 4 GPU(s) and this allocation is 1 node(s) x 8 GPU(s)" in fits_allocation(
+        now, _plan(), {"nodes": 2, "gpus_per_node": 4}, 1, 8)
+    assert "changes the files written at launch (/save/sglang.yaml)" in fits_allocation(
+        now, _plan(files={"/save/sglang.yaml": "tp: 8"}), same, 1, 8)
+    assert "servers" in fits_allocation(now, _plan(services=[{"name": "teacher"}]), same, 1, 8)
+    # On this allocation's head: its address, and torch's rendezvous at its head node.
+    placed = for_allocation(_plan(), "http://127.0.0.1:9", "10.0.0.5")
+    assert placed.address == "http://127.0.0.1:9" and placed.runtime_env["env_vars"]["MASTER_ADDR"] == "10.0.0.5"
+
+
+def test_a_cancel_that_cut_an_attempt_before_its_end_was_recorded_is_said_so(tmp_path):
+    from clawgym.backends.slurm import close_cancelled
+
+    save = _save(tmp_path, tracker=2)
+    (tmp_path / "supervision.json").write_text('{"job_id": "7", "first_attempt": 0}\n')
+    read_attempts(save).start("sub-1", now=1.0)  # never ended: its allocation was cut
+    line = close_cancelled(str(save), str(tmp_path / "slurm_batch.sh"), "7", {"JobState": "CANCELLED",
+                                                                              "Restarts": "0"})
+    assert line == "SLURM job 7 CANCELLED (Restarts=0) before its supervisor recorded this attempt's end: scancel"
+    a = read_attempts(save).attempts[0]
+    assert (a.cls, a.checkpoint_at_end, a.next) == (C.STOPPED_BY_USER, 2, "stop")
+
+
+def test_resume_writes_a_plan_file_only_for_a_dry_run(tmp_path):
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parent.parent
+    res = subprocess.run([sys.executable, "-m", "clawgym", "resume", str(tmp_path), "--plan-out",
+                          str(tmp_path / "plan.json")], cwd=root, capture_output=True, text=True, timeout=120)
+    assert res.returncode == REFUSED and "--plan-out writes the plan of a dry run only" in res.stderr
+    assert "fix: add --dry-run" in res.stderr and "Traceback" not in res.stderr
+    assert not (tmp_path / "plan.json").exists()

@@ -45,6 +45,10 @@ RUNNER_MODULE = "clawgym.backends.slurm_run"
 SUPERVISED_RUNNER_MODULE = "clawgym.supervisor.slurm_runner"
 #: File names kept next to the launch snapshot.
 SCRIPT_FILE = "slurm_batch.sh"
+#: Beside the batch script: the SLURM job whose supervision it is and where that began in attempts.json
+#: (written by the supervised runner in the job's first allocation; read on its requeued starts and by
+#: whoever closes the record of a job cancelled between two allocations).
+SUPERVISION_FILE = "supervision.json"
 #: SLURM job states after which nothing changes.
 TERMINAL_STATES = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "OUT_OF_MEMORY",
                    "BOOT_FAIL", "DEADLINE", "SPECIAL_EXIT")
@@ -181,9 +185,13 @@ def batch_script(plan: LaunchPlan, c: Mapping[str, Any], *, plan_file: str, outp
             "  # slurm.conf's preempt_send_user_signal, a preemption). The runner records the attempt's end,",
             "  # stops the Ray job and requeues this job within restart.max_attempts; SLURM then TERMs this shell.",
             '  echo "[clawgym] SIGUSR1 received (SLURM\'s --signal lead): handing it to the supervisor" >&2',
+            "  # Noted first: a lead before the runner took USR1 (it starts with USR1 ignored) is read from here.",
+            '  : >"$LEAD_FILE"',
             '  [ -n "$runner_pid" ] && kill -USR1 "$runner_pid" 2>/dev/null',
             "  return 0",
             "}",
+            "# This allocation's note of the lead (SLURM_RESTART_COUNT: sbatch(1), set once the job was requeued).",
+            'LEAD_FILE="$LOG_DIR/usr1-$SLURM_JOB_ID-${SLURM_RESTART_COUNT:-0}"',
             "trap 'on_lead' USR1",
         ] if supervised(c) else []),
         "",
@@ -218,12 +226,14 @@ def batch_script(plan: LaunchPlan, c: Mapping[str, Any], *, plan_file: str, outp
     if supervised(c):
         # Where slurmstepd writes why an allocation ended (read on a requeued start).
         run.append(f"--slurm-output {_q(output)}")
+        run.append('--lead-file "$LEAD_FILE"')
         lines += [
             "",
             "# Supervised (restart.enabled): the runner follows the run to its end in this allocation,",
             "# restarting a crashed trainer from its last complete checkpoint, and requeues this job",
-            "# (scontrol requeue) when SLURM's USR1 says the time limit is near.",
-            " \\\n  ".join(run) + " &",
+            "# (scontrol requeue) when SLURM's USR1 says the time limit is near. It starts with USR1 ignored",
+            "# (USR1's default action ends a process): a lead before it took the signal is in $LEAD_FILE.",
+            "( trap '' USR1; exec " + " \\\n  ".join(run) + " ) &",
             "runner_pid=$!",
             "# wait returns early (status > 128) when a trapped signal arrives: wait again while it runs.",
             'wait "$runner_pid"',
@@ -434,7 +444,7 @@ def submit(script: Path, plan: LaunchPlan, *, environ: Mapping[str, str], output
     job_id = res.stdout.strip().split(";")[0]
     job = SlurmJob(job_id, output=output.replace("%j", job_id), run_name=plan.run_name,
                    submission_id=plan.submission_id)
-    record_job(job, script=str(script))
+    record_job(job, script=str(script), save_dir=str(plan.save_dir or ""))
     return job
 
 
@@ -473,15 +483,20 @@ def records_dir() -> Path:
     return state_dir() / "slurm"
 
 
-def record_job(job: SlurmJob, *, script: str) -> None:
+def record_job(job: SlurmJob, *, script: str, save_dir: str = "") -> None:
+    """The ownership record of a batch job clawgym submitted: ``clawgym jobs slurm`` lists it and
+    ``clawgym jobs stop slurm:<id>`` cancels only a job recorded here, on the cluster recorded (SLURM's
+    job ids repeat across clusters and controller resets)."""
     import json
 
     from clawgym.common.fsutil import atomic_write_text
+    from clawgym.common.ownership import slurm_cluster
 
     records_dir().mkdir(parents=True, exist_ok=True)
     atomic_write_text(records_dir() / f"{job.job_id}-{job.submission_id}.json", json.dumps(
         {"job_id": job.job_id, "run_name": job.run_name, "submission_id": job.submission_id, "script": script,
-         "output": job.output, "submitted": time.time()}, indent=2) + "\n")
+         "output": job.output, "save_dir": save_dir, "submitted": time.time(), **slurm_cluster()},
+        indent=2) + "\n")
 
 
 def list_records() -> List[Dict[str, Any]]:
@@ -494,6 +509,61 @@ def list_records() -> List[Dict[str, Any]]:
         except (OSError, ValueError):
             continue
     return sorted(out, key=lambda r: r.get("submitted", 0))
+
+
+def recorded_job(job_id: str) -> Optional[Dict[str, Any]]:
+    """clawgym's record of SLURM job ``job_id`` (the newest, when ids repeated), or None."""
+    mine = [r for r in list_records() if str(r.get("job_id")) == str(job_id)]
+    return mine[-1] if mine else None
+
+
+def close_cancelled(save_dir: str, script: str, job_id: str, info: Mapping[str, str], *,
+                    why: str = "") -> Optional[str]:
+    """Record a cancel that no supervisor could record: SLURM job ``job_id`` ended CANCELLED while its
+    run's record in ``<save>/clawgym/attempts.json`` is still open (the job was pending between two
+    allocations, requeued after its time-limit lead, a preemption or a lost head, so no supervisor ran
+    to see the scancel). The open attempt (or the resume the last one promised) becomes a stop by the
+    user; the line said, or None when there was nothing to close.
+
+    Only this job's part of the record is touched: ``supervision.json`` beside the batch script names
+    the job and its first attempt (written by its first allocation; absent: no allocation of it ran).
+    Nothing is closed while SLURM still has the job (any state but CANCELLED)."""
+    import json
+
+    from clawgym.snapshot.attempts import USER_STOPPED, read_attempts
+    from clawgym.snapshot.checkpoints import read_tracker
+
+    if info.get("JobState") != "CANCELLED" or not save_dir:
+        return None
+    try:
+        sup = json.loads((Path(script).parent / SUPERVISION_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    if str(sup.get("job_id")) != str(job_id):
+        return None
+    record = read_attempts(save_dir)
+    first = int(sup.get("first_attempt") or 0)
+    if record.stopped is not None or len(record.attempts) <= first:
+        return None
+    last = record.attempts[-1]
+    if last.ended is not None and last.next != "resume":
+        return None
+    restarts = info.get("Restarts", "?")
+    if last.ended is None:
+        # An allocation cut before its supervisor could record the end (SLURM's SIGKILL after KillWait, or a
+        # requeue by SLURM whose next allocation never started).
+        evidence = (f"SLURM job {job_id} CANCELLED (Restarts={restarts}) before its supervisor recorded this "
+                    f"attempt's end: " + (why or "scancel"))
+    else:
+        evidence = (f"SLURM job {job_id} CANCELLED between two allocations (requeued, Restarts={restarts}): "
+                    + (why or "scancel while it was pending"))
+    if last.ended is None:
+        record.end(USER_STOPPED, evidence, read_tracker(save_dir), "stop")
+    else:
+        # Its resume never came: what came next is the stop.
+        last.next = "stop"
+    record.stop("user", evidence, f"clawgym resume {save_dir}")
+    return evidence
 
 
 # ---------------------------------------------------------------- the pipeline's backend

@@ -27,7 +27,7 @@ import sys
 import time
 import urllib.request
 from pathlib import Path
-from typing import TYPE_CHECKING, Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Tuple
 
 # Only what ``reap`` needs is imported here: it runs during teardown, between SLURM's SIGTERM
 # and its SIGKILL KillWait seconds later, and the plan's imports (Hydra, OmegaConf) cost
@@ -143,10 +143,15 @@ def cluster_nodes(address: str) -> Tuple[int, float]:
     return len(nodes), float(sum((n.get("resources_total") or {}).get("GPU", 0.0) for n in nodes))
 
 
-def wait_for_nodes(address: str, nodes: int, gpus: int, timeout: float, head_pid: Optional[int] = None) -> None:
+def wait_for_nodes(address: str, nodes: int, gpus: int, timeout: float, head_pid: Optional[int] = None,
+                   until: Optional[Callable[[], bool]] = None) -> None:
+    """Wait until the allocation's Ray cluster has every node and GPU; returns early once ``until()`` is
+    true (the supervised runner: SLURM's lead or TERM came meanwhile)."""
     deadline = time.time() + timeout
     last: Tuple[int, float] = (0, 0.0)
     while True:
+        if until is not None and until():
+            return
         if not head_alive(head_pid):
             raise HeadGone()
         try:

@@ -15,6 +15,8 @@ each waits.
 
 ``stop`` of a supervised run's job (restart.enabled=true) stops the run for good: its supervisor
 records the user's stop, stops the job it follows and is never restarted (docs/guide/when-a-run-dies.md).
+``stop slurm:<SLURM id>`` (the id a SLURM run shows) records the user's stop and cancels that batch job
+(only one clawgym submitted): the supervisor in its allocation never requeues it.
 
 ``slurm`` lists the SLURM batch jobs clawgym submitted (cluster=slurm) with their state.
 
@@ -139,6 +141,8 @@ def _cmd_logs(args) -> int:
 
 
 def _cmd_stop(args) -> int:
+    if args.submission_id.startswith("slurm:"):
+        return _cmd_stop_slurm(args)
     handle, info = _handle(args)
     save = (info.metadata or {}).get("clawgym_save_dir")
     if save:
@@ -163,6 +167,24 @@ def _cmd_stop(args) -> int:
     status = handle.stop(timeout=args.timeout)
     print(f"{args.submission_id}: {status}")
     return 0 if status in ("STOPPED", "SUCCEEDED", "FAILED") else 1
+
+
+def _cmd_stop_slurm(args) -> int:
+    """``clawgym jobs stop slurm:<id>``: the id the launch and ``clawgym runs`` show for a SLURM run."""
+    job_id = args.submission_id.split(":", 1)[1]
+    if not job_id.isdigit():
+        raise _UserError(f"{args.submission_id} is not a SLURM job id (slurm:<number>)\n"
+                         f"  fix: clawgym jobs slurm lists the SLURM jobs clawgym submitted")
+    if args.address:
+        raise _UserError(f"--address names a Ray dashboard; {args.submission_id} is a SLURM job\n"
+                         f"  fix: drop --address")
+    state = clusters.stop_slurm_run(job_id, timeout=args.timeout)
+    if state == "UNKNOWN":
+        print(f"{args.submission_id}: SLURM did not report the job ended within {args.timeout:.0f}s; "
+              f"see squeue -j {job_id}", file=sys.stderr)
+        return FAILED
+    print(f"{args.submission_id}: {state}")
+    return 0
 
 
 def _cmd_stack(args) -> int:
@@ -249,7 +271,7 @@ def _cmd_slurm(args) -> int:
     print(f"{'SLURM id':<10} {'state':<12} {'run name':<40} output")
     for r, state in records:
         print(f"{r['job_id']:<10} {state:<12} {r.get('run_name', ''):<40} {r.get('output') or '-'}")
-    print("  cancel one: scancel <SLURM id>;  follow one: tail -f <output>")
+    print("  stop one for good: clawgym jobs stop slurm:<SLURM id>;  follow one: tail -f <output>")
     return 0
 
 

@@ -179,6 +179,9 @@ def run(args: argparse.Namespace) -> int:
     from clawgym.snapshot.records import recorded_launch
     from clawgym.validate import ConfigError
 
+    if getattr(args, "plan_out", None) and not args.dry_run:
+        print("clawgym resume: --plan-out writes the plan of a dry run only\n  fix: add --dry-run", file=sys.stderr)
+        return REFUSED
     try:
         snap, cfg, plan, record = build_resume(args.save_dir, args.overrides)
     except ResumeError as exc:
@@ -217,11 +220,26 @@ def run(args: argparse.Namespace) -> int:
         if banner:
             print(banner, file=sys.stderr)
             return REFUSED
+        if getattr(args, "plan_out", None):
+            _write_plan_out(args.plan_out, plan, to_plain(cfg))
         return 0
     from clawgym.pipeline.single import launch_single  # heavy imports (ray) only for real launches
 
     with recorded_launch(record):
         return _exit_code(launch_single(cfg, plan))
+
+
+def _write_plan_out(path: str, plan: Any, c: Dict[str, Any]) -> None:
+    """The resume's plan and the SLURM allocation its config asks for, as JSON: what the supervisor in a
+    SLURM allocation reads to run a moved layout there (clawgym/supervisor/slurm_runner.py)."""
+    import json
+
+    from clawgym.common.fsutil import atomic_write_text
+    from clawgym.plan.allocation import allocation
+
+    alloc = allocation(c)
+    atomic_write_text(Path(path), json.dumps({"plan": plan.to_dict(), "allocation": {
+        "nodes": alloc.nodes, "gpus_per_node": alloc.gpus_per_node}}, indent=2) + "\n")
 
 
 def add_parser(subparsers: Any) -> None:
@@ -230,5 +248,7 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument("save_dir", help="the run's save dir (paths.save)")
     p.add_argument("overrides", nargs="*", help="key=value overrides on top of the snapshot config")
     p.add_argument("--dry-run", action="store_true", help="print the diff and the plan, launch nothing")
+    p.add_argument("--plan-out", metavar="FILE",
+                   help="with --dry-run: also write the plan and the SLURM allocation it needs to FILE (JSON)")
     # Options and overrides in any order (clawgym/cli.py:main).
     p.set_defaults(func=run, intermixed="overrides")

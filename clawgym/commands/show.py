@@ -199,6 +199,11 @@ def _format_show(snap: Any, save: Any, *, config: str) -> str:
                 out.append(f"  complete checkpoints without a snapshot: `clawgym stamp {save}` places them")
         else:
             out.append("  (none)")
+        if snaps:
+            from clawgym.runs.status import settle_slurm_record
+
+            # A SLURM job cancelled between two allocations: recorded by its first reader.
+            settle_slurm_record(save, snaps[-1].path)
         out += _attempt_lines(save)
         out += _health_lines(save)
     if config != "none":

@@ -146,3 +146,76 @@ def _guarded(fn: Any, *args: Any, **kwargs: Any) -> Any:
         return fn(*args, **kwargs)
     except HeadError as err:
         raise ClusterError(str(err)) from None
+
+
+def _recorded_save(rec: Mapping[str, Any]) -> str:
+    """The save dir of a recorded SLURM job: recorded since it was; for an older record, the batch script's
+    place (``<save>/clawgym/slurm/<snapshot>/slurm_batch.sh``, clawgym.backends.slurm.job_dir)."""
+    if rec.get("save_dir"):
+        return str(rec["save_dir"])
+    where = Path(str(rec.get("script") or "")).parent
+    if where.parent.name == "slurm" and where.parent.parent.name == "clawgym":
+        return str(where.parent.parent.parent)
+    return ""
+
+
+def stop_slurm_run(job_id: str, *, timeout: float, say: Any = print) -> str:
+    """``clawgym jobs stop slurm:<id>``: stop a SLURM run clawgym submitted for good; SLURM's final state
+    of the job (``UNKNOWN`` when it did not end within ``timeout``).
+
+    Only a job of clawgym's records (``clawgym jobs slurm``), on the cluster they name. The user's stop is
+    recorded first (``user_stopped.json`` naming the job, as ``clawgym jobs stop`` of a Ray run does), so
+    the supervisor in the allocation reads SLURM's SIGTERM as a stop for good and never requeues it; then
+    ``scancel <id>`` (scancel(1): the job, pending or running, is cancelled; its steps and batch shell get
+    SIGTERM, then SIGKILL after KillWait). A job cancelled while it was pending between two allocations
+    has no supervisor to record that: its record is closed here once SLURM says CANCELLED."""
+    import time
+
+    from clawgym.backends import slurm
+    from clawgym.common.ownership import same_slurm_cluster
+    from clawgym.supervisor import process
+
+    rec = slurm.recorded_job(job_id)
+    if rec is None:
+        raise ClusterError(f"no SLURM job {job_id} submitted by clawgym is recorded; clawgym stops only the jobs it "
+                           f"submitted\n  fix: `clawgym jobs slurm` lists them (another job: scancel {job_id} "
+                           f"yourself)")
+    if same_slurm_cluster(rec) is False:
+        raise ClusterError(f"SLURM job {job_id} was submitted to cluster {rec.get('cluster')} "
+                           f"({rec.get('controller')}); scontrol here answers for another cluster, whose job "
+                           f"{job_id} is not clawgym's\n  fix: run clawgym jobs stop on a login node of "
+                           f"{rec.get('cluster')}")
+    job = slurm.SlurmJob(job_id, output=rec.get("output"))
+    try:
+        info = job.info()
+    except slurm.SlurmError as err:
+        raise ClusterError(str(err)) from None
+    state = info.get("JobState", "")
+    if not state:
+        raise ClusterError(f"SLURM does not answer about job {job_id} (scontrol show job)\n"
+                           f"  fix: try again once `squeue -j {job_id}` answers")
+    save = _recorded_save(rec)
+    if state in slurm.TERMINAL_STATES:
+        say(f"slurm:{job_id}: already {state}")
+        return state
+    if save:
+        process.request_stop(save, by="user", why=f"clawgym jobs stop slurm:{job_id}", slurm_job=job_id)
+    say(f"slurm:{job_id}: stopping the run {rec.get('run_name') or ''} for good (scancel {job_id}; it was {state})")
+    try:
+        job.cancel()
+    except slurm.SlurmError as err:
+        raise ClusterError(str(err)) from None
+    deadline = time.time() + timeout
+    while True:
+        info = job.info()
+        state = info.get("JobState", "")
+        if state in slurm.TERMINAL_STATES or time.time() > deadline:
+            break
+        time.sleep(0.5)
+    if state not in slurm.TERMINAL_STATES:
+        return "UNKNOWN"
+    closed = slurm.close_cancelled(save, str(rec.get("script") or ""), job_id, info,
+                                   why=f"clawgym jobs stop slurm:{job_id}") if save else None
+    if closed:
+        say(f"slurm:{job_id}: recorded in {save}/clawgym/attempts.json: {closed}")
+    return state

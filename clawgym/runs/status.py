@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import shutil
 import socket
+from pathlib import Path
 from typing import Any, Dict, Optional, Tuple
 from urllib.parse import urlparse
 
@@ -117,6 +118,8 @@ def resolve(run: Run, cache: Optional[StatusCache] = None) -> Run:
     sub = _submitted(run)
     sid, address = str(sub.get("submission_id") or ""), str(sub.get("address") or "")
     if sid.startswith("slurm:"):
+        job = sub.get("job") if isinstance(sub.get("job"), dict) else {}
+        _close_cancelled_slurm(run.save_dir, run.latest.path, sid.split(":", 1)[1], job)
         # SLURM job ids repeat (another cluster, a controller reset): the end the launcher
         # recorded wins, and only the cluster the run was submitted to is asked.
         if _recorded_end(run) is not None:
@@ -124,7 +127,6 @@ def resolve(run: Run, cache: Optional[StatusCache] = None) -> Run:
             return run
         from clawgym.common.ownership import same_slurm_cluster
 
-        job = sub.get("job") if isinstance(sub.get("job"), dict) else {}
         if same_slurm_cluster(job) is False:
             run.status = UNKNOWN
             run.status_detail = (f"submitted to SLURM cluster {job.get('cluster')} ({job.get('controller')}); "
@@ -147,6 +149,43 @@ def resolve(run: Run, cache: Optional[StatusCache] = None) -> Run:
     if status is None:
         _from_launcher(run, detail)
     return run
+
+
+def settle_slurm_record(save_dir: Any, snapshot: Any) -> None:
+    """What :func:`resolve` does for a SLURM run's record, for a reader that reads only the save dir
+    (``clawgym show``): ``snapshot`` is the latest launch's snapshot dir."""
+    try:
+        sub = json.loads((Path(snapshot) / "submitted.json").read_text())
+    except (OSError, ValueError):
+        return
+    sid = str(sub.get("submission_id") or "")
+    if sid.startswith("slurm:"):
+        _close_cancelled_slurm(Path(save_dir), Path(snapshot), sid.split(":", 1)[1],
+                               sub.get("job") if isinstance(sub.get("job"), dict) else {})
+
+
+def _close_cancelled_slurm(save_dir: Path, snapshot: Path, job_id: str, job: Dict[str, Any]) -> None:
+    """A supervised SLURM run whose job was cancelled while pending between two allocations (requeued):
+    no supervisor ran to record it, so the first reader that finds SLURM's CANCELLED for a job whose
+    record is still open records it as the user's stop (clawgym.backends.slurm.close_cancelled). SLURM is
+    asked only when the record is open, and only the cluster the run was submitted to."""
+    from clawgym.snapshot.attempts import read_attempts
+
+    record = read_attempts(save_dir)
+    last = record.last
+    if record.stopped is not None or last is None or (last.ended is not None and last.next != "resume"):
+        return
+    if shutil.which("scontrol") is None:
+        return
+    from clawgym.backends.slurm import SCRIPT_FILE, SlurmJob, close_cancelled, job_dir
+    from clawgym.common.ownership import same_slurm_cluster
+
+    if same_slurm_cluster(job) is not True:
+        return
+    try:
+        close_cancelled(str(save_dir), str(job_dir(str(snapshot)) / SCRIPT_FILE), job_id, SlurmJob(job_id).info())
+    except OSError:
+        pass  # a read-only save dir: the record stays as the supervisor left it
 
 
 def _recorded_end(run: Run) -> Optional[Dict[str, Any]]:

@@ -19,6 +19,9 @@ from typing import Any, Dict, List, Optional
 from clawgym.common.fsutil import atomic_write_text
 from clawgym.common.savedir import ATTEMPTS_RELPATH
 FORMAT = 1
+#: The class of an attempt a person stopped (clawgym.supervisor.classes.STOPPED_BY_USER, named here for
+#: the writers below the supervisor: a SLURM job cancelled between two allocations is closed by its reader).
+USER_STOPPED = "stopped-by-user"
 
 
 @dataclass

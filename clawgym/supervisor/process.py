@@ -137,10 +137,15 @@ def spawn(save_dir: str | os.PathLike, environ: Mapping[str, str]) -> Dict[str, 
 _CHILDREN: Dict[int, "subprocess.Popen[bytes]"] = {}
 
 
-def request_stop(save_dir: str | os.PathLike, by: str = "user", why: str = "") -> None:
-    """Record that the run is stopped for good (never restarted); what the runner's ``user_stopped`` reads."""
-    atomic_write_text(user_stop_path(save_dir),
-                      json.dumps({"by": by, "why": why, "at": time.time(), "pid": os.getpid()}) + "\n")
+def request_stop(save_dir: str | os.PathLike, by: str = "user", why: str = "",
+                 slurm_job: Optional[str] = None) -> None:
+    """Record that the run is stopped for good (never restarted); what the runner's ``user_stopped`` reads.
+    ``slurm_job``: the SLURM job the stop is for (``clawgym jobs stop slurm:<id>``): the supervisor in that
+    job's allocation honours only a stop naming its own job (an earlier launch's stop is history)."""
+    data: Dict[str, Any] = {"by": by, "why": why, "at": time.time(), "pid": os.getpid()}
+    if slurm_job is not None:
+        data["slurm_job"] = str(slurm_job)
+    atomic_write_text(user_stop_path(save_dir), json.dumps(data) + "\n")
 
 
 def stop_requested(save_dir: str | os.PathLike) -> Optional[Dict[str, Any]]:

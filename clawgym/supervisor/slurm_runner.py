@@ -23,6 +23,15 @@ end with the supervisor's loop (:func:`clawgym.supervisor.loop.supervise`) throu
   on), else slurmstepd's line in the job's output names it: ``CANCELLED AT <time> ***`` alone is a
   user's ``scancel`` (stopped for good, never requeued), ``... DUE TO <cause>`` the class;
 - a lost Ray head (the allocation's own) is ``node-lost``: the job is requeued, as at the lead;
+- the lead or a TERM before the run's first submission in this allocation (its Ray cluster still coming
+  up) is an attempt with no submission, requeued within the budget like any other; the batch shell
+  starts this process with USR1 ignored (its default action ends a process) and notes a lead that came
+  before the handler in ``--lead-file``;
+- after a CUDA OOM the moved layout (clawgym/supervisor/oom.py) runs in this allocation when its plan
+  (``clawgym resume <save> <move> --dry-run --plan-out``) fits it: the same nodes and GPUs per node, save
+  dir, files written at launch and servers; else the layout stays and the resume command is said;
+- a user's stop recorded by ``clawgym jobs stop slurm:<id>`` (``user_stopped.json`` naming this job) makes
+  SLURM's TERM that stop, whatever SLURM's state says;
 - on a requeued start (``SLURM_RESTART_COUNT`` > 0, sbatch(1)) it closes the attempt the previous
   allocation could not record (its class from slurmstepd's ``CANCELLED AT ... DUE TO ...`` line in the
   job's output), and resumes from the last complete checkpoint only: with no tracker it refuses
@@ -49,7 +58,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional
 
 from clawgym.backends import slurm_run
-from clawgym.backends.slurm import parse_scontrol
+from clawgym.backends.slurm import SUPERVISION_FILE, parse_scontrol
 from clawgym.common.exit_codes import DONE, FAILED, INTERRUPTED, REFUSED
 from clawgym.supervisor import classes as C
 from clawgym.supervisor.classify import Evidence, match_line
@@ -59,8 +68,6 @@ from clawgym.supervisor.resume_point import ResumePoint, resume_point
 from clawgym.snapshot.attempts import read_attempts
 from clawgym.snapshot.checkpoints import read_tracker
 
-#: File beside the batch script: where this SLURM job's supervision began in attempts.json.
-SUPERVISION_FILE = "supervision.json"
 #: Seconds the runner gives the Ray job to stop once the allocation ends (the batch script's
 #: teardown waits 6 s for the runner before it kills Ray).
 QUICK_STOP_S = 3.0
@@ -117,12 +124,46 @@ class AllocationEnds(Exception):
         self.failure = failure
 
 
+def fits_allocation(current: Any, moved: Any, alloc: Mapping[str, Any], nodes: int, gpus_per_node: int) -> Optional[str]:
+    """None when the plan of a moved layout can run in this allocation, else why not: the same nodes and GPUs
+    per node (what the batch job was granted), the same save dir, and the same files written at launch and
+    servers (those were written and started for the launch's plan; another set needs a new launch)."""
+    want = (int(alloc.get("nodes") or 0), int(alloc.get("gpus_per_node") or 0))
+    if want != (nodes, gpus_per_node):
+        return (f"needs {want[0]} node(s) x {want[1]} GPU(s) and this allocation is {nodes} node(s) x "
+                f"{gpus_per_node} GPU(s)")
+    if str(moved.save_dir) != str(current.save_dir):
+        return f"saves to {moved.save_dir}, not {current.save_dir}"
+    if dict(moved.files or {}) != dict(current.files or {}):
+        return "changes the files written at launch (" + ", ".join(
+            sorted(set(moved.files or {}) ^ set(current.files or {}) or
+                   [k for k in moved.files if moved.files.get(k) != (current.files or {}).get(k)])) + ")"
+    if list(moved.services or []) != list(current.services or []):
+        return "changes the servers started in the job (services.*)"
+    return None
+
+
+def for_allocation(plan: Any, address: str, head_ip: str) -> Any:
+    """The plan as it runs in this allocation: its Ray address, and the master address of torch's
+    rendezvous at this allocation's head (the launch planned it before SLURM picked the nodes)."""
+    env = dict(plan.runtime_env.get("env_vars", {}))
+    if "MASTER_ADDR" in env:
+        env["MASTER_ADDR"] = head_ip
+        env["no_proxy"] = ",".join(dict.fromkeys(["127.0.0.1", str(head_ip)]))
+    return replace(plan, runtime_env={**plan.runtime_env, "env_vars": env}, address=address)
+
+
+class EndsBeforeSubmission(Exception):
+    """SLURM's lead or its TERM (or a lost head) came before the run's first submission in this allocation."""
+
+
 class SlurmAllocationRunner(RayJobRunner):
     """The loop's Runner inside a SLURM allocation: Ray jobs on the allocation's own head, and the
     allocation's end (SLURM's USR1 lead, its TERM) turned into the attempt's evidence."""
 
     def __init__(self, address: str, plan: Any, secrets: Mapping[str, str], *, job_id: str, restart_count: int,
-                 lead_s: int, head_pid: Optional[int] = None, output: Optional[str] = None):
+                 lead_s: int, head_pid: Optional[int] = None, output: Optional[str] = None, head_ip: str = "",
+                 nodes: int = 1, gpus_per_node: int = 0):
         super().__init__(address, self._submit_plan, backend="slurm", last_rollout=self._last_rollout_saved,
                          lost_contact_s=60.0)
         self.plan = plan
@@ -131,6 +172,10 @@ class SlurmAllocationRunner(RayJobRunner):
         self.restart_count = restart_count
         self.lead_s = lead_s
         self.head_pid = head_pid
+        # This allocation: its head's address for torch's rendezvous, and what SLURM granted.
+        self.head_ip = head_ip
+        self.nodes = nodes
+        self.gpus_per_node = gpus_per_node
         self.ending: Optional[str] = None  # "lead" (USR1), "term" (SIGTERM) or "head" (the head is gone)
         self.wake = threading.Event()
         self._stopped: set = set()
@@ -155,6 +200,9 @@ class SlurmAllocationRunner(RayJobRunner):
 
     # -- submitting
     def submit_first(self, resume: Optional[ResumePoint]) -> str:
+        if self.ending is not None:
+            # The allocation ends before the run was submitted: cmd_run records it (nothing to stop).
+            raise EndsBeforeSubmission(self.ending)
         return self._submit_plan(resume)
 
     def _submit_plan(self, resume: Optional[ResumePoint]) -> str:
@@ -171,14 +219,22 @@ class SlurmAllocationRunner(RayJobRunner):
             f"{plan.submission_id}-r{self.restart_count}a{self._number}"
         entry = plan.entrypoint if resume is None or resume.iteration is None else \
             with_load(plan.entrypoint, str(plan.save_dir))
-        plan = replace(plan, entrypoint=entry, submission_id=sid)
         if resume is not None and resume.overrides:
-            # The batch job was sized and planned for the launch's layout: a layout move after an OOM cannot
-            # be made inside this allocation. Said, not hidden; the same OOM at the same iteration again
-            # stops the run with the memory plan's advice (the recovery table's guard).
-            _say(f"[clawgym] inside this SLURM allocation the next attempt keeps the launch's layout "
-                 f"({' '.join(resume.overrides)} needs a new batch job: clawgym resume {plan.save_dir} "
-                 f"{' '.join(resume.overrides)})")
+            moved, why = self.moved_plan(resume.overrides)
+            if moved is not None:
+                # The layout after an OOM runs here: the resume's own plan (as `clawgym resume` with the
+                # move would submit it), on this allocation's head; later restarts here keep it.
+                plan = self.plan = moved
+                entry = with_load(plan.entrypoint, str(plan.save_dir))
+                _say(f"[clawgym] the next attempt runs with {' '.join(resume.overrides)} in this SLURM allocation "
+                     f"({why})")
+            else:
+                # Said, not hidden; the same OOM at the same iteration again stops the run with the memory
+                # plan's advice (the recovery table's guard).
+                _say(f"[clawgym] inside this SLURM allocation the next attempt keeps the launch's layout: "
+                     f"{' '.join(resume.overrides)} {why}; it needs a new batch job: clawgym resume "
+                     f"{plan.save_dir} {' '.join(resume.overrides)}")
+        plan = replace(plan, entrypoint=entry, submission_id=sid)
         if resume is not None and resume.iteration is not None:
             _say(f"[clawgym] submitting {sid} with --load {plan.save_dir} (resumes after {resume.name})")
         handle = slurm_run.submit_when_ready(self.address, plan, self.secrets, timeout=120.0, head_pid=self.head_pid)
@@ -189,6 +245,35 @@ class SlurmAllocationRunner(RayJobRunner):
         t.start()
         self._followers[sid] = t
         return sid
+
+    def moved_plan(self, overrides: tuple) -> tuple:
+        """(the plan of the resume with ``overrides``, fitted to this allocation; or None, and why not).
+
+        The plan is built the way the Ray supervisor's restart builds it: ``clawgym resume <save>
+        <overrides> --dry-run`` (validation and the memory plan included), run as a program (the face:
+        this layer does not import it), which writes the plan and the allocation its config asks for."""
+        import tempfile
+
+        save = str(self.plan.save_dir)
+        with tempfile.TemporaryDirectory(prefix="clawgym-move-") as tmp:
+            out = os.path.join(tmp, "moved.json")
+            res = subprocess.run([sys.executable, "-m", "clawgym", "resume", save, *overrides, "--dry-run",
+                                  "--plan-out", out], capture_output=True, text=True, timeout=300,
+                                 stdin=subprocess.DEVNULL)
+            try:
+                data = json.loads(Path(out).read_text())
+            except (OSError, ValueError):
+                tail = (res.stderr or res.stdout).strip().splitlines()[-1:] or [f"exit status {res.returncode}"]
+                return None, f"cannot be planned here (clawgym resume --dry-run: {tail[0]})"
+        from clawgym.plan.build import LaunchPlan
+
+        moved = LaunchPlan.from_dict(data["plan"])
+        why = fits_allocation(self.plan, moved, data.get("allocation") or {}, self.nodes, self.gpus_per_node)
+        if why is not None:
+            return None, why
+        moved = for_allocation(moved, self.address, self.head_ip)
+        return replace(moved, submission_id=self.plan.submission_id, log_file=self.plan.log_file), \
+            f"the same {self.nodes} node(s) x {self.gpus_per_node} GPU(s)"
 
     def _end_allocation(self, resume: Optional[ResumePoint]) -> None:
         """The loop chose to resume but this allocation ends: requeue the batch job (unless SLURM
@@ -244,17 +329,7 @@ class SlurmAllocationRunner(RayJobRunner):
         except Exception:
             ev = Evidence(head_alive=slurm_run.head_alive(self.head_pid), last_rollout=self._last_rollout_saved())
         if self.ending == "lead":
-            info = scontrol_job(self.job_id)
-            left = None
-            limit, run = _seconds(info.get("TimeLimit", "")), _seconds(info.get("RunTime", ""))
-            if limit is not None and run is not None:
-                left = limit - run
-            preempted = left is not None and left > self.lead_s + SIGNAL_RESOLUTION_S
-            cls = C.PREEMPTED if preempted else C.TIME_LIMIT
-            what = (f"{left} s left of the time limit {info.get('TimeLimit')}" if left is not None
-                    else "the time limit is near")
-            line = (f"SLURM's --signal=B:USR1@{self.lead_s} reached job {self.job_id} ({what}"
-                    + ("; more than the lead: a preemption (preempt_send_user_signal)" if preempted else "") + ")")
+            cls, line = self.lead_cause()
             return replace(ev, verdict_cls=cls, verdict_evidence=line, stopped_by_user=False)
         if self.ending == "term":
             cause, line = self.term_cause()
@@ -263,6 +338,30 @@ class SlurmAllocationRunner(RayJobRunner):
             return replace(ev, verdict_cls=cause, verdict_evidence=line, stopped_by_user=False)
         return ev
 
+    def lead_cause(self) -> tuple:
+        """(class, evidence) of SLURM's USR1 lead: a time limit, or a preemption when more than the lead
+        is left (slurm.conf(5) preempt_send_user_signal)."""
+        info = scontrol_job(self.job_id)
+        left = None
+        limit, run = _seconds(info.get("TimeLimit", "")), _seconds(info.get("RunTime", ""))
+        if limit is not None and run is not None:
+            left = limit - run
+        preempted = left is not None and left > self.lead_s + SIGNAL_RESOLUTION_S
+        cls = C.PREEMPTED if preempted else C.TIME_LIMIT
+        what = (f"{left} s left of the time limit {info.get('TimeLimit')}" if left is not None
+                else "the time limit is near")
+        line = (f"SLURM's --signal=B:USR1@{self.lead_s} reached job {self.job_id} ({what}"
+                + ("; more than the lead: a preemption (preempt_send_user_signal)" if preempted else "") + ")")
+        return cls, line
+
+    def recorded_stop(self) -> Optional[Dict[str, Any]]:
+        """The user's stop of this SLURM job that ``clawgym jobs stop slurm:<id>`` recorded before its scancel
+        (``user_stopped.json`` naming this job; one naming another job is an earlier launch's)."""
+        from clawgym.supervisor.process import stop_requested
+
+        stop = stop_requested(self.plan.save_dir) if self.plan.save_dir else None
+        return stop if stop and str(stop.get("slurm_job")) == self.job_id else None
+
     def term_cause(self) -> tuple:
         """(class, evidence) of SLURM's SIGTERM, once: SLURM's own record says it is requeuing the job
         (scontrol's Restarts past this allocation's SLURM_RESTART_COUNT), or slurmstepd's line in the job's
@@ -270,6 +369,11 @@ class SlurmAllocationRunner(RayJobRunner):
         PREEMPTION / NODE FAILURE" names the class). Both seen on slurm-wlm 22.05.8 (during an scancel
         scontrol still reads JobState=COMPLETING, so the state alone cannot tell)."""
         if self._term is not None:
+            return self._term
+        stop = self.recorded_stop()
+        if stop is not None:
+            # The user's own record wins over what SLURM's state and output can tell.
+            self._term = (C.STOPPED_BY_USER, f"{stop.get('why') or 'a user stop'}: SLURM's SIGTERM to job {self.job_id}")
             return self._term
         info = scontrol_job(self.job_id)
         restarts = info.get("Restarts", "0")
@@ -373,6 +477,20 @@ def prepare_requeued(save: str, config: Mapping[str, Any], *, job_id: str, resta
     if record.stopped and record.stopped.get("by") == "user":
         _say(f"[clawgym] SLURM requeued job {job_id}, but the run was stopped by the user: not resumed")
         return INTERRUPTED, point
+    from clawgym.supervisor.process import stop_requested
+
+    stop = stop_requested(save)
+    if stop and str(stop.get("slurm_job")) == job_id:
+        # `clawgym jobs stop slurm:<id>` while the job was pending, its scancel racing this start.
+        line = f"{stop.get('why') or 'a user stop'} while SLURM job {job_id} was between two allocations"
+        last = record.last
+        if last is not None and last.ended is None:
+            record.end(C.STOPPED_BY_USER, line, point.iteration, "stop")
+        elif last is not None and last.next == RESUME:
+            last.next = "stop"
+        record.stop("user", line, f"clawgym resume {save}")
+        _say(f"[clawgym] SLURM started job {job_id} again, but the run was stopped by the user: not resumed")
+        return INTERRUPTED, point
     last = record.last
     if last is not None and last.ended is None:
         cls, line = cut_evidence(output, job_id, restart_count)
@@ -390,6 +508,11 @@ def prepare_requeued(save: str, config: Mapping[str, Any], *, job_id: str, resta
     elif last is not None and last.next not in (None, RESUME):
         _say(f"[clawgym] SLURM requeued job {job_id}, but its run ended ({last.next}): nothing to resume")
         return (DONE if last.next == "done" else FAILED), point
+    if point.iteration is None and never_submitted(read_attempts(save).attempts[first:]):
+        # No allocation of this job got as far as submitting the run (SLURM's lead came first): no trainer
+        # of it ran, nothing can be lost, and the run starts as its launch would have.
+        _say(f"[clawgym] no allocation of SLURM job {job_id} submitted the run yet: starting it")
+        return None, point
     if point.iteration is None:
         # Never a silent start over: slime would train again from --ref-load at rollout 0.
         why = f"refusing to restart the run from scratch: {point.problem}"
@@ -403,19 +526,63 @@ def prepare_requeued(save: str, config: Mapping[str, Any], *, job_id: str, resta
     return None, point
 
 
+def never_submitted(attempts: List[Any]) -> bool:
+    """True when the job's attempts (one or more) all ended before the run was submitted."""
+    return bool(attempts) and all(a.submission_id is None for a in attempts)
+
+
+def ends_before_submission(save: str, config: Mapping[str, Any], runner: SlurmAllocationRunner,
+                           resume: Optional[ResumePoint], first: int) -> int:
+    """The allocation ends before its run was submitted (SLURM's USR1 lead while the Ray cluster came up,
+    or its TERM, or the head died): an attempt with no submission, recorded like any other, then the
+    job is requeued within the budget (its next allocation resumes from the last complete checkpoint, or
+    starts the run when none of its allocations submitted it yet), or its end is said and recorded."""
+    record = read_attempts(save)
+    record.start(None, resumed_from=resume.iteration if resume is not None else None)
+    ours = record.attempts[first:]
+    point = resume_point(save)
+    restart = config.get("restart") or {}
+    max_attempts = int(restart.get("max_attempts", 3))
+    if runner.ending == "term":
+        cls, line = runner.term_cause()
+    elif runner.ending == "lead":
+        cls, line = runner.lead_cause()
+    else:
+        cls, line = C.NODE_LOST, f"the Ray head of SLURM job {runner.job_id} exited before the run was submitted"
+    line += " (before the run was submitted in this allocation)"
+    fresh = point.iteration is None and never_submitted(ours)
+    if fresh and cls != C.STOPPED_BY_USER and len(ours) - 1 < max_attempts:
+        d_action, why, fix = RESUME, "", None
+    else:
+        d = decide(ours, cls, "slurm", max_attempts, point.iteration, enabled=True)
+        d_action, why, fix = d.action, d.why, d.fix
+    record.end(cls, line, point.iteration, d_action)
+    title = C.CLASSES[cls].title
+    head = f"[clawgym] attempt {len(ours)} of {max_attempts + 1}: {title} (evidence: {line})"
+    if d_action != RESUME:
+        by = "user" if cls == C.STOPPED_BY_USER else "supervisor"
+        record.stop(by, why, fix)
+        _say(f"{head}; stopped for good: {why}" + (f"\n  fix: {fix}" if fix else ""))
+        return INTERRUPTED if by == "user" else FAILED
+    _say(f"{head}; " + ("the run was not submitted yet: its next allocation starts it" if fresh
+                        else f"resuming from {point.name} in the next allocation"))
+    try:
+        runner._end_allocation(point if point.iteration is not None else None)
+    except AllocationEnds as ends:
+        if ends.failure is None:
+            return DONE
+        record = read_attempts(save)
+        record.stop("supervisor", ends.failure, f"clawgym resume {save}")
+    return FAILED
+
+
 # ---------------------------------------------------------------- the batch script's step
 
 def cmd_run(args: argparse.Namespace) -> int:
     from clawgym.launch import rayjob as L
     from clawgym.supervisor.loop import supervise
 
-    plan = slurm_run.load_plan(args.plan)
-    env = dict(plan.runtime_env.get("env_vars", {}))
-    if "MASTER_ADDR" in env:
-        env["MASTER_ADDR"] = args.head_ip
-        env["no_proxy"] = ",".join(dict.fromkeys(["127.0.0.1", str(args.head_ip)]))
-    plan.runtime_env = {**plan.runtime_env, "env_vars": env}
-    plan.address = args.address
+    plan = for_allocation(slurm_run.load_plan(args.plan), args.address, args.head_ip)
     secrets = L.resolve_secrets(plan, os.environ)
     config = _load_config(args.snapshot)
     job_id = os.environ.get("SLURM_JOB_ID", "")
@@ -425,9 +592,14 @@ def cmd_run(args: argparse.Namespace) -> int:
     output = (args.slurm_output or "").replace("%j", job_id) or None
     runner = SlurmAllocationRunner(args.address, plan, secrets, job_id=job_id, restart_count=restart_count,
                                    lead_s=int(((config.get("slurm") or {}).get("signal_delay_s")) or 120),
-                                   head_pid=args.head_pid, output=output)
+                                   head_pid=args.head_pid, output=output, head_ip=args.head_ip,
+                                   nodes=args.nodes, gpus_per_node=args.gpus // max(1, args.nodes))
     signal.signal(signal.SIGUSR1, runner.on_signal)
     signal.signal(signal.SIGTERM, runner.on_signal)
+    if args.lead_file and os.path.exists(args.lead_file):
+        # SLURM's lead reached the batch shell before this handler was installed (the shell keeps USR1
+        # ignored for this process until then, and notes the lead in this file): it counts the same.
+        runner.on_signal(signal.SIGUSR1, None)
     first = first_attempt(supervision_file(args.snapshot, save), job_id, restart_count,
                           len(read_attempts(save).attempts))
     resume: Optional[ResumePoint] = None
@@ -440,10 +612,14 @@ def cmd_run(args: argparse.Namespace) -> int:
             return rc
     watcher = None
     try:
-        slurm_run.wait_for_nodes(args.address, args.nodes, args.gpus, args.wait_nodes, head_pid=args.head_pid)
-        if runner.ending is not None:
-            return INTERRUPTED if runner.ending == "term" else FAILED
-        sub = runner.submit_first(resume)
+        try:
+            slurm_run.wait_for_nodes(args.address, args.nodes, args.gpus, args.wait_nodes, head_pid=args.head_pid,
+                                     until=lambda: runner.ending is not None)
+            sub = runner.submit_first(resume)
+        except (EndsBeforeSubmission, slurm_run.HeadGone):
+            if runner.ending is None:
+                raise
+            return ends_before_submission(save, config, runner, resume, first)
         if args.snapshot:
             from clawgym.snapshot.checkpoints import start_checkpoint_watcher
 
@@ -476,6 +652,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     sub = p.add_subparsers(dest="cmd", required=True)
     sp = slurm_run.add_run_arguments(sub.add_parser("run"))
     sp.add_argument("--slurm-output", help="sbatch's --output pattern (%%j: the job id)")
+    sp.add_argument("--lead-file", help="where the batch shell notes SLURM's USR1 lead that came before this "
+                                        "process could take it")
     sp.set_defaults(func=cmd_run)
     args = p.parse_args(argv)
     return int(args.func(args) or 0)

@@ -74,9 +74,13 @@ on_lead() {
   # slurm.conf's preempt_send_user_signal, a preemption). The runner records the attempt's end,
   # stops the Ray job and requeues this job within restart.max_attempts; SLURM then TERMs this shell.
   echo "[clawgym] SIGUSR1 received (SLURM's --signal lead): handing it to the supervisor" >&2
+  # Noted first: a lead before the runner took USR1 (it starts with USR1 ignored) is read from here.
+  : >"$LEAD_FILE"
   [ -n "$runner_pid" ] && kill -USR1 "$runner_pid" 2>/dev/null
   return 0
 }
+# This allocation's note of the lead (SLURM_RESTART_COUNT: sbatch(1), set once the job was requeued).
+LEAD_FILE="$LOG_DIR/usr1-$SLURM_JOB_ID-${SLURM_RESTART_COUNT:-0}"
 trap 'on_lead' USR1
 
 # Preflight inside the allocation: the GPUs SLURM granted and free per-job ports on this node.
@@ -93,12 +97,14 @@ head_pid=$!
 
 # Supervised (restart.enabled): the runner follows the run to its end in this allocation,
 # restarting a crashed trainer from its last complete checkpoint, and requeues this job
-# (scontrol requeue) when SLURM's USR1 says the time limit is near.
-"${SUPERVISED[@]}" run "$PLAN" --address "http://127.0.0.1:$DASHBOARD_PORT" --nodes "$NODES" \
+# (scontrol requeue) when SLURM's USR1 says the time limit is near. It starts with USR1 ignored
+# (USR1's default action ends a process): a lead before it took the signal is in $LEAD_FILE.
+( trap '' USR1; exec "${SUPERVISED[@]}" run "$PLAN" --address "http://127.0.0.1:$DASHBOARD_PORT" --nodes "$NODES" \
   --gpus "$((NODES * GPUS_PER_NODE))" --head-ip "$HEAD_IP" --head-pid "$head_pid" \
   --wait-nodes 300 \
   --snapshot /shared/ClawGym-RL/exp/run/clawgym/snapshots/clawgym-run-20260101_000000 \
-  --slurm-output /shared/ClawGym-RL/exp/run/clawgym/slurm/clawgym-run-20260101_000000/slurm-%j.out &
+  --slurm-output /shared/ClawGym-RL/exp/run/clawgym/slurm/clawgym-run-20260101_000000/slurm-%j.out \
+  --lead-file "$LEAD_FILE" ) &
 runner_pid=$!
 # wait returns early (status > 128) when a trapped signal arrives: wait again while it runs.
 wait "$runner_pid"
