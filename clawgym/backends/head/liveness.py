@@ -6,7 +6,7 @@ import json
 import time
 import urllib.error
 import urllib.request
-from typing import List
+from typing import List, Optional
 
 from clawgym.backends.head.processes import verified
 from clawgym.backends.head.records import HeadRecord
@@ -74,11 +74,27 @@ def cluster_gpus(address: str, timeout: float = 30.0, *, wait_for_node: bool = F
         time.sleep(0.2)
 
 
+#: The processes without which a head is no head: its GCS and its raylet (the node's scheduler).
+CORE_PROCESSES = ("gcs_server", "raylet")
+
+
+def core_gone(rec: HeadRecord) -> Optional[str]:
+    """Words naming the recorded core processes of a head that are gone (``gcs_server pid 12``),
+    or None while every recorded one runs, or when the record names none (a head recorded before
+    they were up: nothing can be concluded from it).
+
+    Asked by the run's supervisor when a head clawgym started stops answering: a head whose GCS or
+    raylet is gone cannot come back, so there is nothing to wait ``ray.lost_contact_s`` for."""
+    core = [p for p in rec.processes if p.name.startswith(CORE_PROCESSES)]
+    gone = [p for p in core if verified(p.pid, p.create_time) is None]
+    return ", ".join(f"{p.name} pid {p.pid}" for p in gone) or None
+
+
 def head_state(rec: HeadRecord, *, patience: float = 10.0) -> str:
     """"alive", "unresponsive" (GCS and raylet run, the dashboard does not answer within
     ``patience`` seconds, e.g. on an overloaded machine) or "dead" (GCS or raylet gone)."""
-    core = [p for p in rec.processes if p.name.startswith(("gcs_server", "raylet"))]
-    if not core or any(verified(p.pid, p.create_time) is None for p in core):
+    core = [p for p in rec.processes if p.name.startswith(CORE_PROCESSES)]
+    if not core or core_gone(rec):
         return "dead"
     deadline = time.time() + patience
     while True:

@@ -174,6 +174,19 @@ def record_lock(dashboard_port: int):
 
 
 def remove_record(rec: HeadRecord) -> None:
+    """Remove the record of ``rec``, only while the file still records that head (same marker).
+
+    A head replaced on the same dashboard port (a lost head's successor, started by the run's
+    supervisor) has its record at the same path: removing it there would leave a running head
+    that nobody recorded."""
+    try:
+        current = json.loads(rec.path.read_text())
+    except FileNotFoundError:
+        return
+    except (OSError, ValueError):
+        current = {}  # unreadable (half-written by hand?): ours to remove, as before
+    if isinstance(current, dict) and current.get("marker") not in (None, rec.marker):
+        return
     try:
         rec.path.unlink()
     except FileNotFoundError:
