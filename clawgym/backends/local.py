@@ -354,6 +354,26 @@ class LocalHead(RayJobsBackend):
                      "it is stopped when this launch ends")
         _say("\n".join(lines))
 
+    def _lost(self, rec: Any, current: Any) -> None:
+        """This launch's head was lost while it ran, and its record cleared (by the run's supervisor,
+        which replaced it, or by a later launch's settle): nothing of it is kept or stopped by name
+        but its own leftovers (by its marker); the head recorded on that port now is not this
+        launch's, and is ended by its owner."""
+        import shutil
+
+        from clawgym.backends.head import processes as head_processes
+
+        left = head_processes.record_processes(rec)
+        if left:
+            head_processes.terminate(left, grace=3.0)
+        shutil.rmtree(rec.temp_dir, ignore_errors=True)
+        now = ""
+        if current is not None:
+            owners = ", ".join(f"pid {int(u['pid'])}" for u in current.users) or "none alive"
+            now = f"; the head there now is another one (its users: {owners}), ended by its owner"
+        _say(f"[clawgym] the Ray head this launch started at {rec.dashboard_address} was lost during the run"
+             + (f" ({len(left)} leftover processes of it stopped)" if left else "") + now)
+
     def close(self, *, keep: bool, reason: str = "", ignore_jobs: Sequence[str] = ()) -> None:
         from clawgym.backends.head import (
             jobs as head_jobs,
@@ -368,6 +388,10 @@ class LocalHead(RayJobsBackend):
         self._closed = True
         rec, addr = self.record, self.record.dashboard_address
         with head_records.record_lock(rec.dashboard_port):
+            current = head_records.load_record(rec.dashboard_port)
+            if current is None or current.marker != rec.marker:
+                self._lost(rec, current)
+                return
             rec, others = head_users.leave_head(rec, keep=keep, reason=reason)
             if keep:
                 _say(f"[clawgym] keeping the Ray head at {addr} ({reason or 'ray.keep_head=true'}); "
