@@ -308,7 +308,7 @@ class JobHandle:
             return None
 
     def follow(self, *, echo: bool = True, lost_contact_after: float = 300.0, stop_on_interrupt: bool = True,
-               log_mode: str = "a", say: Any = None) -> int:
+               log_mode: str = "a", say: Any = None, handed_over: Optional[Callable[[], Optional[str]]] = None) -> int:
         """Stream the job's output to the console and ``plan.log_file`` until it ends.
 
         Returns 0 (succeeded), 1 (failed), 130 (stopped, or Ctrl-C here, which stops the
@@ -317,6 +317,11 @@ class JobHandle:
         run). Losing contact is said at once, with a countdown while retrying; ``say``
         (default: stderr) receives those lines. Ray streams the log from its start:
         ``log_mode="w"`` rewrites the log file.
+
+        ``handed_over``: asked while the dashboard does not answer; a line (said, then
+        :data:`EXIT_LOST_CONTACT` returned at once) when someone else has taken the job's end
+        in hand: the run's supervisor knows the head is dead, or has ended the attempt, so there
+        is nothing left to wait ``lost_contact_after`` for.
         """
         say = say or _stderr_line
         log = None
@@ -357,6 +362,10 @@ class JobHandle:
                 status = self._status_or_none()
                 now = time.time()
                 if status is None:
+                    taken = handed_over() if handed_over is not None else None
+                    if taken:
+                        say(taken)
+                        return EXIT_LOST_CONTACT
                     if lost_since is None:
                         lost_since, next_countdown = now, now + _countdown_step(lost_contact_after)
                         say(f"[clawgym] lost contact with the Ray dashboard at {self.address} (job "

@@ -342,6 +342,24 @@ class Pipeline(LaunchChecks):
                 f"{j.supervisor['log']}; stop the run for good: clawgym jobs stop {j.submission_id}"
                 + (f" --address {self.backend.address}" if getattr(self.backend, 'address', None) else ""))
 
+    @staticmethod
+    def _supervisor_took_over(j: PipelineJob) -> Optional[Callable[[], Optional[str]]]:
+        """For a supervised job: asked while its dashboard is silent, a line once the supervisor has
+        ended the first attempt (e.g. its local head is dead): the launcher then follows the
+        supervisor at once instead of waiting ray.lost_contact_s for a head that will not answer."""
+        if j.supervisor is None:
+            return None
+        save, first = j.supervisor["save_dir"], int(j.supervisor.get("first_attempt", 1))
+
+        def ended() -> Optional[str]:
+            from clawgym.snapshot.attempts import read_attempts
+
+            if any(a.number == first and a.ended is not None for a in read_attempts(save).attempts):
+                return (f"[clawgym] the Ray dashboard at {j.handle.address} no longer answers and the run's "
+                        f"supervisor has ended attempt {first}: following the supervisor")
+            return None
+        return ended
+
     def _follow_supervisor(self, j: PipelineJob, *, echo: bool) -> int:
         """After the first attempt: the supervisor's decisions (and, with ``echo``, each later
         attempt's output) until it ends; its exit status. Ctrl-C stops the run for good."""
@@ -441,7 +459,8 @@ class Pipeline(LaunchChecks):
         try:
             # Supervised: Ctrl-C is handled below (the run is stopped for good through its supervisor).
             j.exit_code = int(j.handle.follow(lost_contact_after=float(j.cfg.ray.lost_contact_s),
-                                              stop_on_interrupt=j.supervisor is None))
+                                              stop_on_interrupt=j.supervisor is None,
+                                              handed_over=self._supervisor_took_over(j)))
         finally:
             if j.watcher is not None and not self.hangup:
                 j.watcher.stop()
@@ -475,7 +494,8 @@ class Pipeline(LaunchChecks):
         try:
             j.exit_code = int(j.handle.follow(echo=False, lost_contact_after=float(j.cfg.ray.lost_contact_s),
                                               say=lambda text: say(f"[sweep {self._elapsed()}] job #{j.num}: "
-                                                                   + text.replace("[clawgym] ", "", 1))))
+                                                                   + text.replace("[clawgym] ", "", 1)),
+                                              handed_over=self._supervisor_took_over(j)))
             if j.supervisor is not None and not self.hangup:
                 # The job ends when its supervisor ends (a restart is the same job, in the same save dir).
                 j.exit_code = self._follow_supervisor(j, echo=False)
