@@ -31,6 +31,8 @@ class Evidence:
     ray_message: Optional[str] = None
     slurm_state: Optional[str] = None  # sacct State, e.g. TIMEOUT, PREEMPTED, NODE_FAIL, CANCELLED
     head_alive: Optional[bool] = None  # False: the Ray head (or the cluster) no longer answers
+    # Why the head is known lost beyond its silence (a head clawgym started whose GCS or raylet is gone).
+    head_lost: Optional[str] = None
     stopped_by_user: bool = False  # clawgym recorded a user's stop (clawgym jobs stop, Ctrl-C)
     # The last rollout the trainer logged and the run's last (num_rollout - 1); finished needs both.
     last_rollout: Optional[int] = None
@@ -122,7 +124,8 @@ def classify(ev: Evidence) -> Classification:
             return Classification(C.NODE_LOST, _short(ev.lost_nodes[0]), "ray", also=[from_log.cls, *from_log.also])
         return from_log
     if ev.head_alive is False:
-        return Classification(C.NODE_LOST, "the Ray head no longer answers", "ray")
+        return Classification(C.NODE_LOST, _short("the Ray head no longer answers"
+                                                  + (f": {ev.head_lost}" if ev.head_lost else "")), "ray")
     if ev.ray_status == C.RAY_STOPPED or state == "CANCELLED":
         # Stopped by someone other than this clawgym (a `ray job stop`, an `scancel`): a person.
         what = f"Ray job status STOPPED{': ' + ev.ray_message if ev.ray_message else ''}" \

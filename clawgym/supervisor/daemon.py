@@ -26,7 +26,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from clawgym.common.exit_codes import FAILED, REFUSED
 from clawgym.common.savedir import ATTEMPT_LOG_PATTERN, SNAPSHOTS_RELPATH, SUBMITTED_FILE
@@ -83,9 +83,21 @@ class SupervisedRayRunner(RayJobRunner):
         self._followers: Dict[str, threading.Thread] = {}
         self._events: Dict[str, Optional[Path]] = {}
         self.current: Optional[str] = None
+        # The local head this supervisor started in place of a lost one (its record), while it owns it.
+        self.head: Any = None
         super().__init__(address, self._resume, backend=backend, last_rollout=self._last_rollout,
                          user_stopped=lambda sub: process.stop_requested(self.save) is not None,
-                         lost_contact_s=lost_contact_s, **room)  # room: RayJobRunner's wait for a lost node
+                         lost_contact_s=lost_contact_s, head_lost=self._why_lost,
+                         **room)  # room: RayJobRunner's wait for a lost node
+
+    def _why_lost(self) -> Optional[str]:
+        """Why the local head the job runs on is lost for good (its recorded GCS or raylet is gone);
+        None elsewhere: an existing cluster's head is not ours to judge, its silence decides."""
+        if self.backend != "local" or not self.address:
+            return None
+        from clawgym.backends.head.lost import why_lost
+
+        return why_lost(self.address)
 
     # ------------------------------------------------------------ attempts
 
@@ -119,8 +131,9 @@ class SupervisedRayRunner(RayJobRunner):
 
         handle = JobHandle(self.address, sub, None, redact=list(env_secrets().values()), log_file=str(path))
         try:
+            # A head known dead ends the copy at once: the classifier waits for its end (evidence()).
             handle.follow(echo=False, stop_on_interrupt=False, lost_contact_after=self.lost_contact_s,
-                          say=lambda text: None)
+                          say=lambda text: None, handed_over=self._why_lost)
         except Exception as exc:  # noqa: BLE001 - the log copy is a help, never the supervisor's end
             say(f"[clawgym] copying the logs of {sub} stopped: {exc}")
 
@@ -143,11 +156,21 @@ class SupervisedRayRunner(RayJobRunner):
         """``clawgym resume <save dir>`` as a person would type it (submitted detached, no second
         supervisor: CLAWGYM_SUPERVISOR_ID is in our environment), then its submission."""
         before, _ = newest_submission(self.save)
+        from clawgym.launch.rayjob import dashboard_responds
+
+        # A local head that no longer answers is replaced before the restart (started here, owned
+        # here); the restart's `clawgym resume` joins it as any launch with the same settings would.
+        head = self._replace_head() if self.backend == "local" and not dashboard_responds(self.address) else None
         # After an OOM the resume point carries the layout with more headroom (supervisor/oom.py).
-        argv = [sys.executable, "-m", "clawgym", "resume", str(self.save), *point.overrides]
-        say(f"[clawgym] running: clawgym resume {' '.join([str(self.save), *point.overrides])}")
-        res = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=sys.stdout, stderr=subprocess.STDOUT,
-                             cwd=str(self.save), timeout=RESUME_TIMEOUT_S)
+        overrides = [*point.overrides, *(head[1] if head else [])]
+        argv = [sys.executable, "-m", "clawgym", "resume", str(self.save), *overrides]
+        say(f"[clawgym] running: clawgym resume {' '.join([str(self.save), *overrides])}")
+        try:
+            res = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=sys.stdout, stderr=subprocess.STDOUT,
+                                 cwd=str(self.save), timeout=RESUME_TIMEOUT_S)
+        finally:
+            if head is not None:
+                self._head_up(head[0])
         snap, sub = newest_submission(self.save)
         if res.returncode != 0 or snap is None or snap == before or not sub.get("submission_id"):
             raise ResumeFailed(f"`clawgym resume {self.save}` exited {res.returncode} without a new submission "
@@ -158,6 +181,87 @@ class SupervisedRayRunner(RayJobRunner):
         # The restart was submitted detached: its checkpoints are stamped with its snapshot here.
         self._watch(snap)
         return str(sub["submission_id"])
+
+    # ------------------------------------------------------------ a lost local head
+
+    def _replace_head(self) -> Tuple[Any, List[str]]:
+        """Clear the lost head away and begin its replacement, owned by this supervisor; (the head's
+        start running in the background, the overrides the restart needs). Raises ResumeFailed."""
+        from clawgym.backends.head import lost
+        from clawgym.backends.head.records import HeadError
+
+        old = lost.recorded_head(self.address)
+        try:
+            if old is not None:
+                if not lost.why_lost(self.address):
+                    # Silent for ray.lost_contact_s with its GCS and raylet still running: never on a guess.
+                    raise HeadError(f"the Ray head at {self.address} has not answered for {self.lost_contact_s:.0f}s "
+                                    "(ray.lost_contact_s) but its GCS and raylet still run: it is never stopped on a "
+                                    f"guess\n  fix: stop it (clawgym jobs stop-head --address {self.address} --force), "
+                                    f"then `clawgym resume {self.save}`")
+                t0 = time.time()
+                n = lost.clear(old, say=say)
+                say(f"[clawgym] the lost Ray head at {self.address} is gone"
+                    + (f" ({n} processes of it stopped in {time.time() - t0:.1f}s)" if n else "")
+                    + f"; its record {old.path} removed")
+            if self.head is not None and (old is None or old.marker == self.head.marker):
+                self.head = None  # the head this supervisor started was the one lost
+            _, snap_config = _newest_config(self.save)
+            start, overrides = lost.begin_replacement(snap_config, os.environ)
+        except HeadError as err:
+            raise ResumeFailed(str(err)) from None
+        # Owned from its record on (written before `ray start` ran: this process is its only user).
+        head = {"dashboard_address": start.address, "marker": start.marker, "dashboard_port": start.port,
+                "started": start.start}
+        # `head`: the one this supervisor owns now; `heads_started`: every one it started (what it
+        # must have left nothing of at its end).
+        started = list(process.read_record(self.save).get("heads_started") or []) + [head]
+        process.update_record(self.save, head=head, heads_started=started)
+        ports = f" on other ports ({' '.join(overrides)}: the recorded ones are taken)" if overrides else ""
+        say(f"[clawgym] starting a new local Ray head at {start.address}{ports}; this supervisor (pid "
+            f"{os.getpid()}) owns it and ends it when the run ends, as the launch's own head would be")
+        done: Dict[str, Any] = {}
+
+        def finish() -> None:
+            try:
+                # Recorded as started the moment its dashboard answers: the restart joins it then.
+                done["record"] = start.finish(lambda address: None)
+            except BaseException as exc:  # noqa: BLE001 - reported once the restart is back
+                done["error"] = exc
+
+        thread = threading.Thread(target=finish, daemon=True, name="clawgym-new-head")
+        thread.start()
+        return (thread, done, start), overrides
+
+    def _head_up(self, begun: Tuple[threading.Thread, Dict[str, Any], Any]) -> None:
+        thread, done, start = begun
+        thread.join()
+        if "error" in done:
+            process.update_record(self.save, head=None)
+            raise ResumeFailed(f"the new local Ray head at {start.address} did not start: {done['error']}")
+        self.head = done["record"]
+        say(f"[clawgym] the new local Ray head at {self.head.dashboard_address} is up (GCS "
+            f"{self.head.gcs_address}, {len(self.head.processes)} processes recorded in {self.head.path})")
+
+    def release_head(self, config: Mapping[str, Any], rc: int) -> None:
+        """At the run's end: the head this supervisor started ends as the launch's own head would
+        have (pipeline ``_close``): kept for a detached launch and for ray.keep_head=true (unless a
+        person stopped the run), stopped otherwise."""
+        head, self.head = self.head, None
+        if head is None:
+            return
+        from clawgym.backends.head import lost
+        from clawgym.common.exit_codes import INTERRUPTED
+
+        ray = config.get("ray") or {}
+        if ray.get("detach"):
+            keep, reason = True, "ray.detach=true: a detached run's head is kept"
+        else:
+            keep, reason = bool(ray.get("keep_head")) and rc != INTERRUPTED, "ray.keep_head=true"
+        try:
+            lost.release(head, keep=keep, reason=reason, say=say)
+        finally:
+            process.update_record(self.save, head=None)
 
     def _watch(self, snap: Path) -> None:
         from types import SimpleNamespace
@@ -175,6 +279,14 @@ class SupervisedRayRunner(RayJobRunner):
 
 class ResumeFailed(Exception):
     pass
+
+
+def _newest_config(save: Path) -> Tuple[Optional[Path], Dict[str, Any]]:
+    """(the newest submitted snapshot, its resolved config): what a restart resumes."""
+    from clawgym.snapshot.read import load_snapshot
+
+    snap, _ = newest_submission(save)
+    return snap, (load_snapshot(snap).config if snap is not None else {})
 
 
 def main(argv: Optional[list] = None) -> int:
@@ -254,7 +366,12 @@ def _supervise(save: Path, stop: threading.Event) -> int:
     def sleep(seconds: float) -> None:
         stop.wait(seconds)
 
-    rc = supervise(save, config, runner, first, say=say, sleep=sleep)
+    try:
+        rc = supervise(save, config, runner, first, say=say, sleep=sleep)
+    except BaseException:
+        runner.release_head(config, FAILED)
+        raise
+    runner.release_head(config, rc)
     stopped = process.stop_requested(save)
     if stopped and stopped.get("by") not in (None, "user"):
         rec = read_attempts(save)

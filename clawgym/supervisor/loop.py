@@ -24,7 +24,7 @@ from clawgym.snapshot.health import record_trip
 from clawgym.supervisor.classify import Evidence, classify
 from clawgym.supervisor.health import monitors_for
 from clawgym.supervisor.monitor import RunState, Verdict
-from clawgym.supervisor.recovery import DONE, RESUME, STOP, Decision, decide
+from clawgym.supervisor.recovery import DONE, RESUME, STOP, Decision, decide, recovery
 from clawgym.supervisor.resume_point import ResumePoint, resume_point
 
 
@@ -117,7 +117,8 @@ def supervise(save_dir: str | Path, config: Mapping[str, Any], runner: Runner, f
             # The fix is a line of its own, marked: the foreground launcher shows only [clawgym] lines.
             say(f"{head}; stopped for good: {d.why}" + (f"\n[clawgym]   fix: {d.fix}" if d.fix else ""))
             return EXIT_INTERRUPTED if by == "user" else EXIT_FAILED
-        say(f"{head}; resuming from {point.name}")
+        how = recovery(c.cls, runner.backend).note
+        say(f"{head}; " + (f"{how}; " if how else "") + f"resuming from {point.name}")
         # A lost node took its GPUs with it: a runner that can wait for them does (restart.node_wait_s)
         # before resubmitting, rather than submit a resume the capacity preflight refuses.
         wait = getattr(runner, "wait_for_room", None)

@@ -32,7 +32,7 @@ class RayJobRunner:
                  last_rollout: Callable[[], Optional[int]] = lambda: None,
                  user_stopped: Callable[[str], bool] = lambda sub: False, lost_contact_s: float = 300.0,
                  gpus_needed: Optional[float] = None, node_wait_s: float = 1800.0, poll_s: float = 10.0,
-                 node_settle_s: float = 0.0):
+                 node_settle_s: float = 0.0, head_lost: Callable[[], Optional[str]] = lambda: None):
         self.address = address
         # What the run holds (clawgym.plan.build.gpus_required) and how long a lost node's GPUs are
         # waited for (restart.node_wait_s), every poll_s (restart.poll_s).
@@ -47,6 +47,10 @@ class RayJobRunner:
         self._last_rollout = last_rollout
         self._user_stopped = user_stopped
         self.lost_contact_s = lost_contact_s
+        # Why the head is known lost without waiting lost_contact_s (a local head whose GCS or raylet
+        # is gone: clawgym.backends.head.lost), or None; asked only while the dashboard is silent.
+        self._head_lost = head_lost
+        self.lost_why: Optional[str] = None
         self._silent_since: Optional[float] = None
         self._handles: dict = {}
 
@@ -57,24 +61,31 @@ class RayJobRunner:
 
     def submit(self, resume: ResumePoint) -> str:
         self._silent_since = None
-        return self._resubmit(resume)
+        sub = self._resubmit(resume)
+        self.lost_why = None
+        return sub
 
     def running(self, sub: str) -> bool:
-        """True while Ray says the job runs; False once it is terminal, or once the dashboard has
-        not answered for ``lost_contact_s`` (ray.lost_contact_s: the head is taken for lost)."""
+        """True while Ray says the job runs; False once it is terminal, once the dashboard is silent
+        and the head is known lost (``head_lost``), or once the dashboard has not answered for
+        ``lost_contact_s`` (ray.lost_contact_s: the head is taken for lost)."""
         if dashboard_responds(self.address, timeout=5.0):
             self._silent_since = None
             try:
                 return self.handle(sub).status() not in TERMINAL
             except Exception:
                 return True  # a dashboard between two answers: ask again at the next poll
+        self.lost_why = self._head_lost()
+        if self.lost_why:
+            return False  # a head that cannot come back: no need to wait lost_contact_s
         now = time.time()
         self._silent_since = self._silent_since or now
         return now - self._silent_since < self.lost_contact_s
 
     def evidence(self, sub: str) -> Evidence:
         if not dashboard_responds(self.address, timeout=5.0):
-            return Evidence(head_alive=False, last_rollout=self._last_rollout())
+            return Evidence(head_alive=False, head_lost=self.lost_why or self._head_lost(),
+                            last_rollout=self._last_rollout())
         client = self.handle(sub).client
         info = client.get_job_info(sub)
         message = info.message or ""

@@ -25,6 +25,9 @@ class Recovery:
     action: str
     # How, on this backend, in words a user reads (the console line and the guide say it).
     how: str
+    # Said in the attempt's console line before "resuming from ...", where a restart does more than
+    # resubmit (a new local head): None for a plain resubmission.
+    note: Optional[str] = None
 
 
 def _table() -> Dict[Tuple[str, str], Recovery]:
@@ -49,7 +52,8 @@ def _table() -> Dict[Tuple[str, str], Recovery]:
     # A lost local head: its GPUs must be free before a new head can take them.
     t[(C.NODE_LOST, "local")] = Recovery(
         RESUME, "a new local head started once the old one's GPUs are free, then resubmitted from the last "
-        "complete checkpoint")
+        "complete checkpoint",
+        note="a new local head is started once what is left of the old one is gone (its GPUs free)")
     return t
 
 
