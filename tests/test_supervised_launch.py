@@ -35,10 +35,10 @@ def _env(tmp_path: Path) -> Dict[str, str]:
 
 
 def _argv(checkout: Path, tmp_path: Path, save: Path, where: List[str], *, rollouts: int = 5, fail: str = "",
-          extra: List[str] = ()) -> List[str]:
+          extra: List[str] = (), step_sleep: float = 0.3) -> List[str]:
     from tests.fixtures.checkout import LAUNCH_SKIPS, checkout_overrides
 
-    standin = [f"+extra_env.STANDIN_RUN_ROLLOUTS={rollouts}", "+extra_env.STANDIN_STEP_SLEEP=0.3",
+    standin = [f"+extra_env.STANDIN_RUN_ROLLOUTS={rollouts}", f"+extra_env.STANDIN_STEP_SLEEP={step_sleep}",
                "+extra_env.STANDIN_SAVE_EVERY=2", f"+extra_env.STANDIN_RECORD_DIR={tmp_path / 'records'}"]
     if fail:
         standin += [f"+extra_env.STANDIN_FAIL={fail}", f"+extra_env.STANDIN_FAIL_ONCE={tmp_path / 'failed-once'}"]
@@ -255,6 +255,92 @@ def test_on_a_local_head_the_head_stays_up_through_the_restart_and_is_stopped_at
     assert not sup_process.alive(sup_process.read_record(save))
     for r in runs:
         assert r["end"] is not None
+
+
+def _kill_head(state: Path, dashboard_port: int) -> List[str]:
+    """SIGKILL the GCS, raylet and dashboard of the head clawgym recorded on that port: found through
+    clawgym's own head record (pid + create time verified), never by a process search. The names killed."""
+    from clawgym.backends.head.processes import verified
+    from clawgym.backends.head.records import HeadRecord
+
+    rec = HeadRecord.from_dict(json.loads((state / "heads" / f"{dashboard_port}.json").read_text()))
+    killed = []
+    for p in rec.processes:
+        proc = verified(p.pid, p.create_time)
+        if proc is None:
+            continue
+        cmd = " ".join(proc.cmdline())
+        if p.name.startswith(("gcs_server", "raylet")) or "dashboard/dashboard.py" in cmd:
+            proc.send_signal(signal.SIGKILL)
+            killed.append(p.name)
+    return killed
+
+
+def test_a_lost_local_head_is_replaced_once_its_processes_are_gone_and_the_run_finishes_with_no_one_typing(
+        clawgym_checkout, tmp_path):
+    """python train.py on a head clawgym starts; its GCS, raylet and dashboard are SIGKILLed after a
+    checkpoint. The supervisor sees the head is dead from its record (no ray.lost_contact_s wait: it
+    is 600 s here), stops what is left of it, starts a new head on the recorded ports, owned by itself,
+    resumes from the tracker's iteration, and at the end stops that head: nothing is left running or
+    recorded."""
+    from clawgym.backends.head.processes import find_processes
+    from clawgym.launch.rayjob import dashboard_responds
+
+    save, state = tmp_path / "run", tmp_path / "state"
+    head = _own_head()
+    port = int(head[1].split("=")[1])
+    address = f"http://127.0.0.1:{port}"
+    proc = subprocess.Popen(_argv(clawgym_checkout, tmp_path, save, head, rollouts=10, step_sleep=1.0,
+                                  extra=["ray.lost_contact_s=600"]),
+                            env=_env(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT)
+    try:
+        tracker = save / "latest_checkpointed_iteration.txt"
+        deadline = time.time() + 150
+        while not tracker.exists() and time.time() < deadline and proc.poll() is None:
+            time.sleep(0.1)
+        assert tracker.exists(), "the run never saved a checkpoint"
+        old = json.loads((state / "heads" / f"{port}.json").read_text())
+        killed_at = time.time()
+        killed = _kill_head(state, port)
+        assert {"gcs_server", "raylet"} <= set(killed), killed
+        out, _ = proc.communicate(timeout=240)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, out[-6000:]
+    rec = read_attempts(save)
+    assert [a.cls for a in rec.attempts] == [C.NODE_LOST, C.FINISHED], out[-4000:]
+    lost = rec.attempts[0]
+    assert "gcs_server" in lost.evidence and "gone" in lost.evidence, lost.evidence
+    # Seen dead from the record, not after ray.lost_contact_s (600 s).
+    assert lost.ended - killed_at < 60, lost.ended - killed_at
+    # Resumed from the tracker the lost attempt left, by a stand-in that loaded it.
+    runs = _records(tmp_path)
+    assert len(runs) == 2 and "--load" in runs[1]["argv"]
+    assert rec.attempts[1].resumed_from == lost.checkpoint_at_end is not None
+    assert runs[1]["start_rollout_id"] == lost.checkpoint_at_end + 1
+    assert runs[1]["rollouts"][-1] == 9 and runs[0]["end"] is not None, runs
+    # What the console said (the supervisor's lines, followed by the launcher).
+    assert "attempt 1 of 4: node or head lost" in out and "a new local head" in out, out[-4000:]
+    assert f"resuming from iter_{lost.checkpoint_at_end:07d}" in out
+    # The new head: on the recorded ports (they were free), owned by the supervisor, stopped at the end.
+    subs = sorted(json.loads(p.read_text())["address"]
+                  for p in (save / "clawgym" / "snapshots").glob("*/submitted.json"))
+    assert subs == [address, address], subs
+    srec = sup_process.read_record(save)
+    assert srec["exit_code"] == 0 and srec.get("head") is None and len(srec["heads_started"]) == 1, srec
+    new = srec["heads_started"][0]
+    assert new["marker"] != old["marker"] and new["dashboard_address"] == address
+    assert not dashboard_responds(address, timeout=2.0), "the new head was left running"
+    # Nothing of either head is left: found by their markers (every process of a head carries it).
+    for h in (old, new):
+        left = find_processes(sid=None, marker=h["marker"], since=float(h.get("start_time", h.get("started", 0))))
+        assert not left, f"processes of the head {h['marker']} left: {sorted(left)}"
+    assert not list((state / "heads").glob("*.json")), "a head record was left"
+    assert not sup_process.alive(srec)
+    shown = subprocess.run([sys.executable, "-m", "clawgym", "show", str(save), "--no-config"], env=_env(tmp_path),
+                           capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert C.NODE_LOST in shown.stdout and "gcs_server" in shown.stdout, shown.stdout
 
 
 def test_ctrl_c_in_the_foreground_stops_a_supervised_run_for_good(clawgym_checkout, ray_cluster, tmp_path):
