@@ -120,6 +120,8 @@ class RayJobRunner:
             return ()
 
     def stop(self, sub: str) -> None:
+        if not dashboard_responds(self.address, timeout=5.0) and self._head_lost():
+            return  # the job died with its head: nothing is left to stop (and nobody would answer)
         self.handle(sub).stop()
 
     def user_stopped(self, sub: str) -> bool:
