@@ -35,6 +35,11 @@ from clawgym.backends.head.users import leave_head
 
 #: How long :func:`clear` waits for the old head's processes to be gone after stopping them.
 CLEAR_TIMEOUT_S = 60.0
+#: Seconds between SIGTERM and SIGKILL for what is left of a dead head. A live head's daemons get
+#: 3 s to shut down in order; without their GCS, Ray's agents and autoscaler monitor try to report
+#: their end to it and outlive any grace (seen: 3 of 11 still there after 3 s), and a trainer whose
+#: head is gone has nothing to save (slime saves nothing on a signal): a second is its chance to exit.
+DEAD_HEAD_GRACE_S = 1.0
 
 
 def recorded_head(address: str) -> Optional[HeadRecord]:
@@ -79,7 +84,7 @@ def clear(rec: HeadRecord, *, say: Callable[[str], None], timeout: float = CLEAR
         if left:
             say(f"[clawgym] stopping the {len(left)} processes left of the lost Ray head at "
                 f"{rec.dashboard_address} (through its record {rec.path}); its GPUs are free once they are gone")
-        stop_head(current, grace=3.0, quiet=True)
+        stop_head(current, grace=DEAD_HEAD_GRACE_S, quiet=True)
     deadline = time.time() + timeout
     while record_processes(rec):
         if time.time() > deadline:
