@@ -248,3 +248,28 @@ def test_a_second_oom_at_the_same_point_stops_with_the_memory_plans_advice(tmp_p
     out = "\n".join(lines)
     assert "the memory plan's advice" in out and all(ln in out for ln in advice), out
     assert all(ln in rec.stopped["fix"] for ln in advice)
+
+
+class LostHeadRunner(ProcessRunner):
+    """The first attempt's head is lost at rollout 1 while its trainer runs on (a driver orphaned by
+    its head) and saves the run's last rollout before anything stops it."""
+
+    def evidence(self, sub: str) -> Evidence:
+        ev = super().evidence(sub)
+        if sub == "attempt-1":
+            return Evidence(head_alive=False, head_lost="its gcs_server pid 1 is gone", last_rollout=1)
+        return ev
+
+
+def test_a_lost_head_whose_trainer_saved_the_last_rollout_is_done_not_resumed_into_an_empty_attempt(tmp_path):
+    save = tmp_path / "save"
+    save.mkdir()
+    runner = LostHeadRunner(save, {"STANDIN_RUN_ROLLOUTS": "4", "STANDIN_STEP_SLEEP": "0.02"})
+    lines: List[str] = []
+    config = {"restart": {"enabled": True, "max_attempts": 3, "poll_s": 0.05}, "rollout": {"num_rollout": 4}}
+    rc = supervise(save, config, runner, runner.start(load=False), say=lines.append)
+    rec, out = read_attempts(save), "\n".join(lines)
+    assert rc == 0 and runner.loads == [], out
+    assert [(a.cls, a.checkpoint_at_end, a.next) for a in rec.attempts] == [(C.NODE_LOST, 3, "done")]
+    assert rec.stopped["by"] == "finished"
+    assert "node or head lost" in out and "iter_0000003 is the run's last rollout" in out, out

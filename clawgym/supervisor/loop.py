@@ -95,6 +95,12 @@ def supervise(save_dir: str | Path, config: Mapping[str, Any], runner: Runner, f
         c = replace(c, evidence=redact_text(c.evidence, config))
         point = resume_point(save)
         d = decide(ours, c.cls, runner.backend, max_attempts, point.iteration, enabled=enabled)
+        if d.action == RESUME and final is not None and point.iteration is not None and point.iteration >= final:
+            # The run's last rollout is saved complete (e.g. a trainer that ran on after its local head
+            # was lost, until what was left of the head was stopped): a resume would train nothing and
+            # end "early" at once, again and again.
+            d = Decision(DONE, f"its last complete checkpoint {point.name} is the run's last rollout "
+                         f"({final} of {final}): nothing is left to train")
         if verdict is not None and verdict.action == "stop" and d.action == RESUME:
             d = Decision(STOP, f"{c.title}: its monitor stops the run for good", "see the evidence; fix, then "
                          "`clawgym resume <save dir>`")
@@ -107,7 +113,10 @@ def supervise(save_dir: str | Path, config: Mapping[str, Any], runner: Runner, f
                 f"(evidence: {c.evidence})")
         if d.action == DONE:
             record.stop("finished", d.why)
-            say(f"{head}; the run is done" if len(ours) > 1 else f"[clawgym] {d.why}")
+            if c.cls != C.FINISHED:
+                say(f"{head}; the run is done: {d.why}")
+            else:
+                say(f"{head}; the run is done" if len(ours) > 1 else f"[clawgym] {d.why}")
             return EXIT_DONE
         if d.action == STOP:
             by = "user" if c.cls == C.STOPPED_BY_USER else "supervisor"
