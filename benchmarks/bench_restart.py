@@ -9,6 +9,15 @@ once at rollout ``--fail-at`` (``STANDIN_FAIL=<mode>@K`` with ``STANDIN_FAIL_ONC
 - **user**: ``restart.enabled=false``; a watcher polls the job's status every 0.1 s (faster than any
   person) and runs ``clawgym resume <save dir>`` the moment Ray says the job ended.
 
+``--mode lost-head``: the run starts its own local head (``ray.address=`` empty, clawgym's head on
+free ports) and the head dies at rollout ``--fail-at``: its GCS, raylet and dashboard are SIGKILLed,
+found through clawgym's own head record. The supervised side goes on with no one typing; the user,
+the instant the head is gone, presses Ctrl-C in the launcher (whose save dir is held while it runs)
+and types ``clawgym resume <save dir>`` the moment it has exited; that resume starts a new head too.
+The failure is the kill; the next attempt's first training step is the first event in its own
+TensorBoard folder (the old trainer may log a step or two more before what is left of the head is
+stopped: those count as redone).
+
 Measured per side, as the issue defines it: the **time lost** from the failure (the stand-in's own
 record of its end) to the next attempt's first training step (the first TensorBoard event the
 resumed attempt writes), and the **iterations redone** (rollouts the failed attempt logged beyond
@@ -16,7 +25,7 @@ the checkpoint the next attempt loaded). Printed: each repetition, the medians, 
 supervised / user (the target is <= 1.1x, with no iteration redone beyond the last complete
 checkpoint). GPU time lost is this time x the run's GPUs; the ratio is the same.
 
-    python benchmarks/bench_restart.py [--reps 3] [--mode crash] [--fail-at 3] [--poll 1]
+    python benchmarks/bench_restart.py [--reps 3] [--mode crash|oom|nccl|lost-head] [--fail-at 3] [--poll 1]
 
 ``--mode preemption`` runs both sides as SLURM runs (``cluster=slurm``) on a real one-node SLURM cluster
 (tests/fixtures/slurm_cluster.py, started here and stopped by pid) and preempts each at rollout
@@ -60,14 +69,26 @@ def _argv(checkout: Path, work: Path, save: Path, address: str, *, mode: str, fa
           supervised: bool, poll: float) -> List[str]:
     from tests.fixtures.checkout import LAUNCH_SKIPS, checkout_overrides
 
+    if mode == LOST_HEAD:
+        # Its own head on free ports (8 declared GPUs, as the tests' heads); the stand-in fails by itself never.
+        from clawgym.backends.head.ports import free_port
+
+        where = [f"ray.port={free_port()}", f"ray.dashboard_port={free_port()}", "ray.num_gpus=8"]
+        fail: List[str] = []
+    else:
+        where = [f"ray.address={address}"]
+        fail = [f"+extra_env.STANDIN_FAIL={mode}@{fail_at}", f"+extra_env.STANDIN_FAIL_ONCE={work / 'failed-once'}"]
     return [sys.executable, str(ROOT / "train.py"),
             *checkout_overrides(checkout, skip_checks=LAUNCH_SKIPS, supervised=supervised),
-            f"ray.address={address}", f"paths.save={save}", f"rollout.num_rollout={rollouts}",
+            *where, f"paths.save={save}", f"rollout.num_rollout={rollouts}",
             f"restart.enabled={'true' if supervised else 'false'}", f"restart.poll_s={poll}",
             f"+extra_env.STANDIN_RUN_ROLLOUTS={rollouts}", "+extra_env.STANDIN_STEP_SLEEP=0.3",
             "+extra_env.STANDIN_SAVE_EVERY=2", f"+extra_env.STANDIN_RECORD_DIR={work / 'records'}",
-            f"+extra_env.STANDIN_FAIL={mode}@{fail_at}", f"+extra_env.STANDIN_FAIL_ONCE={work / 'failed-once'}",
-            f"hydra.run.dir={work}/hydra"]
+            *fail, f"hydra.run.dir={work}/hydra"]
+
+
+#: ``--mode`` of a head killed mid-run (no STANDIN_FAIL: the stand-in itself never fails).
+LOST_HEAD = "lost-head"
 
 
 def _records(work: Path) -> List[dict]:
@@ -84,16 +105,90 @@ def _first_step_after(save: Path, t: float) -> Optional[float]:
     return min(walls) if walls else None
 
 
-def _measure(work: Path, save: Path) -> Dict[str, float]:
+def _first_step_of(save: Path, submission_id: str) -> Optional[float]:
+    """Wall time of the first step event in one attempt's own TensorBoard folder."""
+    from clawgym.runs.events import read_scalars
+
+    folder = save / "tensorboard" / submission_id
+    walls = [p.wall_time for tag, pts in read_scalars(folder).items() for p in pts] if folder.is_dir() else []
+    return min(walls) if walls else None
+
+
+def _measure(work: Path, save: Path, failed_at: Optional[float] = None) -> Dict[str, float]:
+    """``failed_at``: when the failure happened, when the stand-in's own end is not it (a killed head)."""
     runs = _records(work)
     if len(runs) < 2:
         raise SystemExit(f"{work}: expected a failed attempt and a resumed one, found {len(runs)} stand-in runs")
     failed, resumed = runs[0], runs[1]
-    first = _first_step_after(save, failed["end"])
+    if failed_at is None:
+        failed_at = failed["end"]
+        first = _first_step_after(save, failed_at)
+    else:
+        first = _first_step_of(save, resumed["submission_id"])
     if first is None:
         raise SystemExit(f"{save}: the resumed attempt wrote no training step")
     redone = max(0, max(failed.get("rollouts") or [-1]) + 1 - int(resumed["start_rollout_id"]))
-    return {"lost_s": first - failed["end"], "redone": float(redone)}
+    return {"lost_s": first - failed_at, "redone": float(redone)}
+
+
+def _kill_head_at(work: Path, save: Path, launch: "subprocess.Popen", fail_at: int) -> float:
+    """Once the stand-in logged rollout ``fail_at``, SIGKILL the GCS, raylet and dashboard of the head
+    clawgym recorded for this run (found through its head record, pid + create time verified); the
+    time of the kill."""
+    import signal
+
+    from clawgym.backends.head.processes import verified
+    from clawgym.backends.head.records import HeadRecord
+
+    deadline = time.time() + 300
+    while not any(fail_at in (r.get("rollouts") or []) for r in _records(work)):
+        if launch.poll() is not None or time.time() > deadline:
+            raise SystemExit(f"{work}: the run never reached rollout {fail_at} (launcher exit {launch.poll()})")
+        time.sleep(0.02)
+    sub = json.loads(next(save.glob("clawgym/snapshots/*/submitted.json")).read_text())
+    port = int(str(sub["address"]).rsplit(":", 1)[1])
+    rec = HeadRecord.from_dict(json.loads((work / "state" / "heads" / f"{port}.json").read_text()))
+    killed_at = time.time()
+    for p in rec.processes:
+        proc = verified(p.pid, p.create_time)
+        if proc is not None and (p.name.startswith(("gcs_server", "raylet"))
+                                 or "dashboard/dashboard.py" in " ".join(proc.cmdline())):
+            proc.send_signal(signal.SIGKILL)
+    return killed_at
+
+
+def lost_head_once(checkout: Path, work: Path, args, *, supervised: bool) -> Dict[str, float]:
+    import signal
+
+    save = work / "run"
+    env = _env(work / "state")
+    with open(work / "launch.log", "w") as log:
+        launch = subprocess.Popen(_argv(checkout, work, save, "", mode=LOST_HEAD, fail_at=args.fail_at,
+                                        rollouts=args.rollouts, supervised=supervised, poll=args.poll),
+                                  env=env, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
+        try:
+            killed_at = _kill_head_at(work, save, launch, args.fail_at)
+            if not supervised:
+                # The instant the head is gone: Ctrl-C in the launcher (it holds the save dir while it runs) ...
+                launch.send_signal(signal.SIGINT)
+            rc = launch.wait(timeout=600)
+        finally:
+            if launch.poll() is None:
+                launch.kill()
+    if supervised and rc != 0:
+        raise SystemExit(f"supervised launch exited {rc}: see {work / 'launch.log'}")
+    if not supervised:
+        # ... and `clawgym resume <save dir>` the moment it has exited (it starts a new head).
+        res = subprocess.run([sys.executable, "-m", "clawgym", "resume", str(save)], env=env, capture_output=True,
+                             text=True, timeout=600, cwd=work)
+        if res.returncode != 0:
+            raise SystemExit(f"clawgym resume exited {res.returncode}:\n{(res.stdout + res.stderr)[-3000:]}")
+    return _measure(work, save, failed_at=killed_at)
+
+
+def _leftover_heads(work: Path) -> List[str]:
+    """Heads still recorded in a side's state dir once it ended (there should be none)."""
+    return [str(p) for p in (work / "state" / "heads").glob("*.json")]
 
 
 def supervised_once(checkout: Path, address: str, work: Path, args) -> Dict[str, float]:
@@ -270,7 +365,8 @@ def preemption(args) -> int:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--reps", type=int, default=3)
-    ap.add_argument("--mode", default="crash", help="STANDIN_FAIL mode: crash, oom, nccl; or preemption (SLURM)")
+    ap.add_argument("--mode", default="crash", help=f"STANDIN_FAIL mode: crash, oom, nccl; or preemption (SLURM); or "
+                    f"{LOST_HEAD} (the run's own local head killed at rollout --fail-at)")
     ap.add_argument("--fail-at", type=int, default=3)
     ap.add_argument("--rollouts", type=int, default=5)
     ap.add_argument("--poll", type=float, default=1.0, help="restart.poll_s of both sides")
@@ -285,27 +381,47 @@ def main() -> int:
 
     tmp = Path(tempfile.mkdtemp(prefix="clawgym-bench-restart-"))
     checkout = build_checkout(tmp / "checkout")
-    rec = start.start_head(head_argv(port=ports.free_port(), dashboard_port=ports.free_port()), {}, secrets={},
-                           quiet=True)
+    lost = args.mode == LOST_HEAD
+    # A lost head's runs start their own heads; the other modes share one for the benchmark.
+    rec = None if lost else start.start_head(head_argv(port=ports.free_port(), dashboard_port=ports.free_port()), {},
+                                             secrets={}, quiet=True)
     rows: Dict[str, List[Dict[str, float]]] = {"supervised": [], "user": []}
     try:
         for i in range(args.reps):
             for side, fn in (("supervised", supervised_once), ("user", user_once)):
                 work = tmp / f"{side}-{i}"
                 work.mkdir()
-                got = fn(checkout, rec.dashboard_address, work, args)
+                if lost:
+                    got = lost_head_once(checkout, work, args, supervised=side == "supervised")
+                    left = _leftover_heads(work)
+                    if left:
+                        raise SystemExit(f"{side}: head records left after the run: {left}")
+                else:
+                    got = fn(checkout, rec.dashboard_address, work, args)
                 rows[side].append(got)
                 print(f"rep {i + 1} {side:10s} lost {got['lost_s']:6.1f} s  redone {got['redone']:.0f}", flush=True)
     finally:
-        start.stop_head(rec, quiet=True)
+        if rec is not None:
+            start.stop_head(rec, quiet=True)
     med = {side: statistics.median(r["lost_s"] for r in rs) for side, rs in rows.items()}
     ratio = med["supervised"] / med["user"]
     print(f"median time lost: supervised {med['supervised']:.1f} s, user typing resume {med['user']:.1f} s; "
           f"ratio {ratio:.2f}x (target <= 1.1x); iterations redone: supervised "
           f"{max(r['redone'] for r in rows['supervised']):.0f}, user {max(r['redone'] for r in rows['user']):.0f}")
     if args.json:
-        args.json.write_text(json.dumps({"mode": args.mode, "fail_at": args.fail_at, "poll_s": args.poll,
-                                         "rows": rows, "median_lost_s": med, "ratio": ratio}, indent=2) + "\n")
+        # One file for every mode: the crash's results at the top (as before), another mode's under its
+        # name beside them (as "preemption").
+        result = {"mode": args.mode, "fail_at": args.fail_at, "poll_s": args.poll, "rows": rows,
+                  "median_lost_s": med, "ratio": ratio}
+        try:
+            data = json.loads(args.json.read_text())
+        except (OSError, ValueError):
+            data = {}
+        if args.mode == "crash":
+            data.update(result)
+        else:
+            data[args.mode] = result
+        args.json.write_text(json.dumps(data, indent=2) + "\n")
     return 0
 
 
