@@ -135,7 +135,8 @@ ARROWS: Dict[Tuple[str, str], str] = {
     ("clawgym.supervisor", "clawgym.plan"): "the backends the recovery table is keyed by",
     ("clawgym.supervisor", "clawgym.launch"): "a Ray job's record, logs and stop, by its submission id",
     ("clawgym.supervisor", "clawgym.backends"): "the supervisor inside a SLURM allocation runs the batch job's steps "
-                                                "(wait for the nodes, submit to the in-allocation head)",
+                                                "(wait for the nodes, submit to the in-allocation head); a lost "
+                                                "local head is replaced by one the supervisor owns",
     ("clawgym.supervisor", "clawgym.search"): "after an OOM, the layout search's next layout with more headroom",
     ("clawgym.preflight", "clawgym.backends"): "the ports a local head being started holds, the cluster's GPUs",
     ("clawgym.preflight", "clawgym.common"): "ownership records, ports, exit codes",

@@ -44,4 +44,6 @@ Modules, from the bottom up:
 - :mod:`.settle`: what an earlier launch left on the head's dashboard port (reuse, clean up,
   replace or refuse).
 - :mod:`.jobs`: the jobs still running on a cluster.
+- :mod:`.lost`: a head lost mid-run (its recorded GCS or raylet gone): known dead without waiting,
+  what is left of it stopped through its record, replaced by a head the run's supervisor owns.
 """
