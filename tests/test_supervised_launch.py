@@ -343,6 +343,58 @@ def test_a_lost_local_head_is_replaced_once_its_processes_are_gone_and_the_run_f
     assert C.NODE_LOST in shown.stdout and "gcs_server" in shown.stdout, shown.stdout
 
 
+def test_a_lost_local_heads_ports_taken_meanwhile_the_new_head_goes_on_free_ports_and_the_run_finishes(
+        clawgym_checkout, tmp_path):
+    """The lost head's GCS port is taken by another process the moment its gcs_server dies: the
+    supervisor's new head goes on free ports, the restart is told them (ray.port, ray.dashboard_port),
+    and the other process's port is never touched. (The dashboard port stays held by what is left of
+    the head until the supervisor stops it.)"""
+    import socket
+
+    from clawgym.launch.rayjob import dashboard_responds
+
+    save, state = tmp_path / "run", tmp_path / "state"
+    head = _own_head()
+    gcs_port, port = int(head[0].split("=")[1]), int(head[1].split("=")[1])
+    proc = subprocess.Popen(_argv(clawgym_checkout, tmp_path, save, head, rollouts=10, step_sleep=1.0,
+                                  extra=["ray.lost_contact_s=600"]),
+                            env=_env(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT)
+    squatter = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    squatter.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # past the killed GCS's TIME_WAITs
+    try:
+        tracker = save / "latest_checkpointed_iteration.txt"
+        deadline = time.time() + 150
+        while not tracker.exists() and time.time() < deadline and proc.poll() is None:
+            time.sleep(0.1)
+        assert tracker.exists(), "the run never saved a checkpoint"
+        _kill_head(state, port)
+        deadline = time.time() + 10
+        while True:  # the port is free once the killed dashboard's socket is closed
+            try:
+                squatter.bind(("127.0.0.1", gcs_port))
+                break
+            except OSError:
+                assert time.time() < deadline, f"port {gcs_port} never came free"
+                time.sleep(0.05)
+        squatter.listen(1)
+        out, _ = proc.communicate(timeout=240)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        squatter.close()
+    assert proc.returncode == 0, out[-6000:]
+    assert [a.cls for a in read_attempts(save).attempts] == [C.NODE_LOST, C.FINISHED], out[-4000:]
+    assert "on other ports (ray.port=" in out, out[-4000:]
+    addresses = [json.loads(p.read_text())["address"]
+                 for p in sorted((save / "clawgym" / "snapshots").glob("*/submitted.json"))]
+    assert len(addresses) == 2 and addresses[0] == f"http://127.0.0.1:{port}" and addresses[1] != addresses[0]
+    srec = sup_process.read_record(save)
+    assert srec["heads_started"][0]["dashboard_address"] == addresses[1] and srec.get("head") is None
+    assert not dashboard_responds(addresses[1], timeout=2.0), "the new head was left running"
+    assert not list((state / "heads").glob("*.json")), "a head record was left"
+    assert squatter.fileno() == -1  # closed by this test only: nobody else touched it
+
+
 def test_ctrl_c_in_the_foreground_stops_a_supervised_run_for_good(clawgym_checkout, ray_cluster, tmp_path):
     save = tmp_path / "run"
     proc = subprocess.Popen(_argv(clawgym_checkout, tmp_path, save, ray_cluster.overrides(), rollouts=1000),
