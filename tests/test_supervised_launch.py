@@ -395,6 +395,44 @@ def test_a_lost_local_heads_ports_taken_meanwhile_the_new_head_goes_on_free_port
     assert squatter.fileno() == -1  # closed by this test only: nobody else touched it
 
 
+def test_a_detached_runs_lost_head_is_replaced_and_the_new_head_is_kept_at_the_end_as_the_launchs_own_was(
+        clawgym_checkout, tmp_path):
+    """ray.detach=true: the launcher is gone when the head dies; the supervisor replaces it and, at the
+    run's end, keeps the new head as the detached launch kept its own (recorded as kept, with why),
+    for `clawgym jobs stop-head` to stop."""
+    from clawgym.launch.rayjob import dashboard_responds
+
+    save, state, env = tmp_path / "run", tmp_path / "state", _env(tmp_path)
+    head = _own_head()
+    port = int(head[1].split("=")[1])
+    address = f"http://127.0.0.1:{port}"
+    res = subprocess.run(_argv(clawgym_checkout, tmp_path, save, head, rollouts=10, step_sleep=1.0,
+                               extra=["ray.detach=true", "ray.lost_contact_s=600"]),
+                         env=env, capture_output=True, text=True, timeout=240, cwd=ROOT)
+    assert res.returncode == 0, (res.stdout + res.stderr)[-3000:]
+    try:
+        tracker = save / "latest_checkpointed_iteration.txt"
+        deadline = time.time() + 150
+        while not tracker.exists() and time.time() < deadline:
+            time.sleep(0.1)
+        assert tracker.exists(), "the run never saved a checkpoint"
+        _kill_head(state, port)
+        srec = _wait_supervisor_end(save, timeout=200)
+        assert srec["exit_code"] == 0, sup_process.log_path(save).read_text()[-3000:]
+        assert [a.cls for a in read_attempts(save).attempts] == [C.NODE_LOST, C.FINISHED]
+        new = srec["heads_started"][0]
+        assert dashboard_responds(address, timeout=5.0), "the detached run's new head was stopped"
+        rec = json.loads((state / "heads" / f"{port}.json").read_text())
+        assert rec["marker"] == new["marker"] and rec["kept"] and "ray.detach=true" in rec["kept_reason"], rec
+        assert "keeping the Ray head" in sup_process.log_path(save).read_text()
+    finally:
+        stop = subprocess.run([sys.executable, "-m", "clawgym", "jobs", "stop-head", "--address", address],
+                              env=env, capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert stop.returncode == 0, stop.stdout + stop.stderr
+    assert not dashboard_responds(address, timeout=2.0)
+    assert not list((state / "heads").glob("*.json")), "a head record was left"
+
+
 def test_ctrl_c_in_the_foreground_stops_a_supervised_run_for_good(clawgym_checkout, ray_cluster, tmp_path):
     save = tmp_path / "run"
     proc = subprocess.Popen(_argv(clawgym_checkout, tmp_path, save, ray_cluster.overrides(), rollouts=1000),
