@@ -27,7 +27,14 @@ ADDED_ENV = {
 
 #: W&B settings clawgym gives a job with W&B on (run tags, notes, its config file): metadata of
 #: the W&B run, not of the training.
-ADDED_WANDB_ENV = ("WANDB_TAGS", "WANDB_NOTES", "WANDB_SWEEP_PARAM_PATH")
+ADDED_WANDB_ENV = {
+    "WANDB_TAGS": "clawgym's W&B run metadata",
+    "WANDB_NOTES": "clawgym's W&B run metadata",
+    "WANDB_SWEEP_PARAM_PATH": "clawgym's W&B run metadata",
+    # clawgym/trainer/wandb_env.py run_id: every attempt and resume of a save dir logs to one W&B run.
+    "WANDB_RUN_ID": "one W&B run per save dir: every attempt and `clawgym resume` of the run logs to it",
+    "WANDB_RESUME": "one W&B run per save dir: every attempt and `clawgym resume` of the run logs to it",
+}
 
 #: Wildcard bind addresses: clawgym binds loopback unless asked (sglang.api_host).
 WILDCARDS = ("0.0.0.0", "::", "")
@@ -100,7 +107,7 @@ def compare(script: Launch, ours: Launch, reg: Any, secret_targets: Sequence[str
             d.note = ADDED_ENV[d.name]
             deliberate.append(d)
         elif d.script is MISSING_VALUE and d.name in ADDED_WANDB_ENV:
-            d.note = "clawgym's W&B run metadata"
+            d.note = ADDED_WANDB_ENV[d.name]
             deliberate.append(d)
         elif d.name == "TENSORBOARD_DIR" and d.script is MISSING_VALUE and events:
             # Both write events (--use-tensorboard); clawgym names the folder: the run's save dir.
