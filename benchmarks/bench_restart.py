@@ -179,11 +179,16 @@ def lost_head_once(checkout: Path, work: Path, args, *, supervised: bool) -> Dic
         raise SystemExit(f"supervised launch exited {rc}: see {work / 'launch.log'}")
     if not supervised:
         # ... and `clawgym resume <save dir>` the moment it has exited (it starts a new head).
-        res = subprocess.run([sys.executable, "-m", "clawgym", "resume", str(save)], env=env, capture_output=True,
-                             text=True, timeout=600, cwd=work)
-        if res.returncode != 0:
-            raise SystemExit(f"clawgym resume exited {res.returncode}:\n{(res.stdout + res.stderr)[-3000:]}")
+        _user_resumes(save, env, work)
     return _measure(work, save, failed_at=killed_at)
+
+
+def _user_resumes(save: Path, env: Dict[str, str], work: Path) -> None:
+    """The user's side: ``clawgym resume <save dir>``, typed the instant the run is seen to have died."""
+    res = subprocess.run([sys.executable, "-m", "clawgym", "resume", str(save)], env=env, capture_output=True,
+                         text=True, timeout=600, cwd=work)
+    if res.returncode != 0:
+        raise SystemExit(f"clawgym resume exited {res.returncode}:\n{(res.stdout + res.stderr)[-3000:]}")
 
 
 def _leftover_heads(work: Path) -> List[str]:
@@ -219,10 +224,7 @@ def user_once(checkout: Path, address: str, work: Path, args) -> Dict[str, float
         time.sleep(0.1)
     launch.wait(timeout=120)
     # The instant Ray says it ended: the user types `clawgym resume <save dir>`.
-    res = subprocess.run([sys.executable, "-m", "clawgym", "resume", str(save)], env=env, capture_output=True,
-                         text=True, timeout=600, cwd=work)
-    if res.returncode != 0:
-        raise SystemExit(f"clawgym resume exited {res.returncode}:\n{(res.stdout + res.stderr)[-3000:]}")
+    _user_resumes(save, env, work)
     return _measure(work, save)
 
 
@@ -285,10 +287,7 @@ def preemption_once(cluster, checkout: Path, work: Path, args, *, supervised: bo
         # Their launcher, following the job, returns (until then it holds the save dir, as for crash mode).
         launch.wait(timeout=120)
         # The instant SLURM shows it ended: the user types `clawgym resume <save dir>`.
-        res = subprocess.run([sys.executable, "-m", "clawgym", "resume", str(save)], env=env, capture_output=True,
-                             text=True, timeout=600, cwd=work)
-        if res.returncode != 0:
-            raise SystemExit(f"clawgym resume exited {res.returncode}:\n{(res.stdout + res.stderr)[-3000:]}")
+        _user_resumes(save, env, work)
     runs = _records(work)
     if len(runs) < 2:
         raise SystemExit(f"{work}: expected a preempted attempt and a resumed one, found {len(runs)} stand-in runs")

@@ -13,7 +13,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Dict, List
+from typing import Dict, List, Optional
 
 import pytest
 
@@ -61,6 +61,15 @@ def _wait_supervisor_end(save: Path, timeout: float = 150.0) -> dict:
         time.sleep(0.5)
     raise AssertionError(f"the supervisor of {save} did not end: {sup_process.read_record(save)}\n"
                          + sup_process.log_path(save).read_text()[-3000:])
+
+
+def _wait_for_a_checkpoint(save: Path, proc: Optional[subprocess.Popen] = None, timeout: float = 150.0) -> None:
+    """Until the run's first complete checkpoint (its tracker) is there, while its launcher (if any) runs."""
+    tracker = save / "latest_checkpointed_iteration.txt"
+    deadline = time.time() + timeout
+    while not tracker.exists() and time.time() < deadline and (proc is None or proc.poll() is None):
+        time.sleep(0.1)
+    assert tracker.exists(), "the run never saved a checkpoint"
 
 
 def _assert_nothing_left(save: Path, tmp_path: Path, address: str) -> None:
@@ -294,11 +303,7 @@ def test_a_lost_local_head_is_replaced_once_its_processes_are_gone_and_the_run_f
                                   extra=["ray.lost_contact_s=600"]),
                             env=_env(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT)
     try:
-        tracker = save / "latest_checkpointed_iteration.txt"
-        deadline = time.time() + 150
-        while not tracker.exists() and time.time() < deadline and proc.poll() is None:
-            time.sleep(0.1)
-        assert tracker.exists(), "the run never saved a checkpoint"
+        _wait_for_a_checkpoint(save, proc)
         old = json.loads((state / "heads" / f"{port}.json").read_text())
         killed_at = time.time()
         killed = _kill_head(state, port)
@@ -362,11 +367,7 @@ def test_a_lost_local_heads_ports_taken_meanwhile_the_new_head_goes_on_free_port
     squatter = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     squatter.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # past the killed GCS's TIME_WAITs
     try:
-        tracker = save / "latest_checkpointed_iteration.txt"
-        deadline = time.time() + 150
-        while not tracker.exists() and time.time() < deadline and proc.poll() is None:
-            time.sleep(0.1)
-        assert tracker.exists(), "the run never saved a checkpoint"
+        _wait_for_a_checkpoint(save, proc)
         _kill_head(state, port)
         deadline = time.time() + 10
         while True:  # the port is free once the killed dashboard's socket is closed
@@ -411,11 +412,7 @@ def test_a_detached_runs_lost_head_is_replaced_and_the_new_head_is_kept_at_the_e
                          env=env, capture_output=True, text=True, timeout=240, cwd=ROOT)
     assert res.returncode == 0, (res.stdout + res.stderr)[-3000:]
     try:
-        tracker = save / "latest_checkpointed_iteration.txt"
-        deadline = time.time() + 150
-        while not tracker.exists() and time.time() < deadline:
-            time.sleep(0.1)
-        assert tracker.exists(), "the run never saved a checkpoint"
+        _wait_for_a_checkpoint(save)
         _kill_head(state, port)
         srec = _wait_supervisor_end(save, timeout=200)
         assert srec["exit_code"] == 0, sup_process.log_path(save).read_text()[-3000:]

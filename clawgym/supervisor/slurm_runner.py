@@ -569,10 +569,15 @@ def ends_before_submission(save: str, config: Mapping[str, Any], runner: SlurmAl
     try:
         runner._end_allocation(point if point.iteration is not None else None)
     except AllocationEnds as ends:
-        if ends.failure is None:
-            return DONE
-        record = read_attempts(save)
-        record.stop("supervisor", ends.failure, f"clawgym resume {save}")
+        return _allocation_ended(save, ends)
+    return FAILED
+
+
+def _allocation_ended(save: str, ends: "AllocationEnds") -> int:
+    """The exit status of an allocation that ended (requeued: DONE), its failure recorded as the stop."""
+    if ends.failure is None:
+        return DONE
+    read_attempts(save).stop("supervisor", ends.failure, f"clawgym resume {save}")
     return FAILED
 
 
@@ -627,11 +632,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         return supervise(save, config, runner, sub, say=_say, sleep=runner.sleep,
                          resumed_from=resume.iteration if resume is not None else None, first_attempt=first)
     except AllocationEnds as ends:
-        if ends.failure is None:
-            return DONE
-        record = read_attempts(save)
-        record.stop("supervisor", ends.failure, f"clawgym resume {save}")
-        return FAILED
+        return _allocation_ended(save, ends)
     except L.LaunchError as err:
         print(f"[clawgym] {err}", file=sys.stderr, flush=True)
         return FAILED
