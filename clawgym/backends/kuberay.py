@@ -377,10 +377,10 @@ class KubeRayHandle:
             time.sleep(poll)
 
     def follow(self, *, echo: bool = True, lost_contact_after: float = 300.0, stop_on_interrupt: bool = True,
-               log_mode: str = "a", say: Any = None) -> int:
+               log_mode: str = "a", say: Any = None, handed_over: Any = None) -> int:
         ray = self.ray or self.wait_for_job()
         return ray.follow(echo=echo, lost_contact_after=lost_contact_after, stop_on_interrupt=stop_on_interrupt,
-                          log_mode=log_mode, **({"say": say} if say is not None else {}))
+                          log_mode=log_mode, handed_over=handed_over, **({"say": say} if say is not None else {}))
 
     def status(self) -> str:
         if self.ray is not None:

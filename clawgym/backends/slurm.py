@@ -608,7 +608,9 @@ class SlurmHandle:
                f"{self._info.get('ExitCode', '?')}"
 
     def follow(self, *, echo: bool = True, lost_contact_after: float = 300.0, stop_on_interrupt: bool = True,
-               log_mode: str = "a", say: Any = None) -> int:
+               log_mode: str = "a", say: Any = None, handed_over: Any = None) -> int:
+        # handed_over: the Ray handles' way to end while a supervisor beside the launch has the job in hand;
+        # a SLURM run's supervisor lives in its allocation and the launcher follows the job itself.
         if echo:
             return self.job.follow(stop_on_interrupt=stop_on_interrupt, lost_contact_after=lost_contact_after)
         # A sweep: report SLURM's state changes (a queued job waits for GPUs as PENDING).
