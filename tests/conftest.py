@@ -72,35 +72,21 @@ def _restore_root_logging():
     root.setLevel(level)
 
 
-# ---------------------------------------------------------------- two workers, services on one
+# ---------------------------------------------------------------- two workers, a file on one
 #
 # README's test command runs the suite on two pytest-xdist workers (``-n 2 --dist loadgroup``).
-# Every test that starts or watches a real service (a Ray head, the SLURM cluster, the Docker
-# engine, Chromium, W&B's service) or scans this machine's processes is in one group, so those
-# run one after another on one worker as they always did: none sees another's heads, ports,
-# containers or processes. The other tests only compute or run clawgym's own short-lived commands
-# (compose, validation, dry runs, the layout search, the importer's jail); each file is a group of its
-# own, so its module fixtures are made once. One of them starts a head: tests/test_docs_commands.py
-# runs `clawgym demo` as the docs do, with a state dir of its own and on free ports, beside the
-# services (a head of its own, found by nobody else's record or marker).
-
-#: Test files whose tests start or watch real services, or look at every process on the machine.
-SERVICE_FILES = frozenset({
-    "test_demo.py", "test_head_early.py", "test_head_ownership.py", "test_head_start.py", "test_kuberay.py",
-    "test_launch.py", "test_launcher_plugin.py", "test_loopback_head.py", "test_lost_contact.py", "test_lost_node.py",
-    "test_ownership.py", "test_preflight.py", "test_preflight_chroot.py", "test_preflight_docker.py",
-    "test_ray_head.py", "test_resume.py", "test_runs.py", "test_sandbox_none.py", "test_slurm_cluster.py",
-    "test_slurm_ownership.py", "test_slurm_refusals.py", "test_snapshot.py", "test_snapshot_integrity.py",
-    "test_snapshot_watcher.py", "test_stacks_multinode.py", "test_supervised_launch.py", "test_supervisor_disk.py", "test_supervisor_hang.py", "test_supervisor_ray.py",
-    "test_sweep.py", "test_tuner.py", "test_tuner_local_head.py", "test_wandb_env.py",
-})
-#: Fixtures of real services: a test using one joins the group wherever it lives.
-SERVICE_FIXTURES = frozenset({"ray_cluster", "two_nodes", "slurm_cluster", "docker_client", "docker_images", "head4", "own_head"})
+# Each test file is a group: all its tests run on one worker, one after another, so a module
+# fixture (a 12-trial study, a demo run, a head of its own) is made once, not once per worker.
+# Two files run side by side, services included: every test that starts a Ray head, a SLURM
+# cluster, containers or a supervisor does so on free ports, with a state dir and a marker of its
+# own, and stops or checks only what it recorded, so it never sees another test's heads,
+# ports, containers or processes as its own (the rule the product follows too).
+#
+# The hook runs first: pytest-xdist's worker adds ``@<group>`` to each test id in its own
+# ``pytest_collection_modifyitems``, and a marker added after that is never seen by the scheduler.
 
 
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
     for item in items:
-        if item.path.name in SERVICE_FILES or SERVICE_FIXTURES & set(getattr(item, "fixturenames", ())):
-            item.add_marker(pytest.mark.xdist_group("services"))
-        else:
-            item.add_marker(pytest.mark.xdist_group(item.path.name))
+        item.add_marker(pytest.mark.xdist_group(item.path.name))
