@@ -82,11 +82,19 @@ def _restore_root_logging():
 # own, and stops or checks only what it recorded, so it never sees another test's heads,
 # ports, containers or processes as its own (the rule the product follows too).
 #
+# One exception: every test of the SLURM cluster (tests/fixtures/slurm_cluster.py, one per worker
+# that asks for it) is in one group. Each cluster numbers its jobs from 1 and the tests find a job's
+# processes by its id, so two clusters at once would take each other's jobs for their own.
+#
 # The hook runs first: pytest-xdist's worker adds ``@<group>`` to each test id in its own
 # ``pytest_collection_modifyitems``, and a marker added after that is never seen by the scheduler.
+
+#: The group of every test that uses the SLURM cluster fixture.
+SLURM_GROUP = "slurm-cluster"
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
     for item in items:
-        item.add_marker(pytest.mark.xdist_group(item.path.name))
+        slurm = "slurm_cluster" in getattr(item, "fixturenames", ())
+        item.add_marker(pytest.mark.xdist_group(SLURM_GROUP if slurm else item.path.name))
