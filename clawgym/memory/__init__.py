@@ -43,6 +43,12 @@ class MemoryPlan:
     def to_dict(self) -> Dict[str, Any]:
         return asdict(self)
 
+    @property
+    def actor_peak_gib(self) -> float:
+        """The actor's peak per GPU: its training phase where the plan has one (colocated, taking turns
+        with the engines), else the actor GPU's peak."""
+        return float(self.phases.get("train_phase_gib", self.phases["actor_gpu_peak_gib"]))
+
 
 def _gpu(c: Mapping[str, Any], gpu: Any) -> Dict[str, Any]:
     mem = (c.get("memory") or {})

@@ -208,20 +208,15 @@ def lower_actor_peak(c: Mapping[str, Any], gpu: Any, below_gib: float) -> List[T
     re-evaluated with the memory plan, fewest keys first, then the lowest peak."""
     ec = effective_config(c)
     base = plain_memory_plan(ec, gpu)
-    before = _actor_gib(base)
+    before = base.actor_peak_gib
     out: List[Tuple[List[str], float, float]] = []
     for mv in _moves(ec):
         after = evaluate_plan(_apply(ec, mv), gpu)
-        peak = _actor_gib(after)
+        peak = after.actor_peak_gib
         # The actor's side lower, and the GPU's peak no higher than today's (a plan at its edge stays at it).
         if peak < below_gib and (after.fits or after.phases["peak_gib"] <= base.phases["peak_gib"]):
             out.append(([f"{k}={_render(v)}" for k, v in mv], before, peak))
     return sorted(out, key=lambda x: (len(x[0]), x[2]))
-
-
-def _actor_gib(plan: Any) -> float:
-    # The training phase's peak where the plan has one (a colocated actor), the actor GPU's peak else.
-    return float(plan.phases.get("train_phase_gib", plan.phases["actor_gpu_peak_gib"]))
 
 
 # ---------------------------------------------------------------- memory plan with advice

@@ -342,8 +342,8 @@ def _search(c: Mapping[str, Any], *, gpus: int, gpus_per_node: Optional[int], gp
             # The margin is the actor's: the measured points are actor phases; SGLang's pool is the share of
             # the GPU that mem_fraction_static asks for, no estimate.
             # Colocated, the actor's phase is the train phase (beside SGLang's offloaded residue).
-            actor_peak_gib=round(_actor_peak(plan), 2),
-            in_margin=_actor_peak(plan) > plan.gpu_memory_gib * MEMORY_PLAN_LOW_RATIO + 1e-6))
+            actor_peak_gib=round(plan.actor_peak_gib, 2),
+            in_margin=plan.actor_peak_gib > plan.gpu_memory_gib * MEMORY_PLAN_LOW_RATIO + 1e-6))
     layouts = _order(layouts)[:top]
     result = SearchResult(layouts=layouts, refused=refused.summary(), gpus=gpus, gpus_per_node=per_node, gpu=name,
                           user_overrides=list(user_overrides), considered=considered)
@@ -355,10 +355,6 @@ def _search(c: Mapping[str, Any], *, gpus: int, gpus_per_node: Optional[int], gp
     return result
 
 
-def _actor_peak(plan: MemoryPlan) -> float:
-    return float(plan.phases.get("train_phase_gib", plan.phases["actor_gpu_peak_gib"]))
-
-
 def usable_gib(c: Mapping[str, Any], gpu: Optional[str] = None) -> float:
     """The GPU memory a layout of ``c`` may plan with (``memory.gpu_memory_gib`` or the GPU table's)."""
     return _gpu_entry(c, gpu)[1]
@@ -368,7 +364,7 @@ def actor_peak_gib(c: Mapping[str, Any], gpu: Optional[str] = None) -> float:
     """The memory plan's actor peak per GPU (training and log-prob passes) of resolved config ``c``."""
     from clawgym.memory import memory_plan as plain_memory_plan
 
-    return _actor_peak(plain_memory_plan(effective_config(c), gpu))
+    return plain_memory_plan(effective_config(c), gpu).actor_peak_gib
 
 
 def model_errors(c: Mapping[str, Any]) -> List[str]:
