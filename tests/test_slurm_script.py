@@ -236,3 +236,27 @@ def test_an_unsupervised_run_is_neither_requeued_nor_signalled_usr1():
     assert not any(ln.startswith("--signal=B:USR1") for ln in lines)
     text = script_for(["restart.enabled=false"])
     assert "clawgym.supervisor" not in text and "on_lead" not in text
+
+
+def test_reap_kills_a_process_once_and_does_not_wait_for_it_to_die():
+    """A process reap already killed is passed over by its next passes: one that takes long to die (its
+    memory being freed, a disk that stalls) keeps its environment meanwhile, and waiting for it spent
+    reap's whole timeout of the teardown's time before SLURM's SIGKILL."""
+    import time
+
+    from clawgym.backends import slurm_run
+
+    marker = f"reaponce-{os.getpid()}-{time.time_ns()}"
+    proc = subprocess.Popen(["sleep", "60"], env={**os.environ, "CLAWGYM_HEAD_ID": marker})
+    try:
+        who = (proc.pid, slurm_run._start_time(str(proc.pid)))
+        # Already killed by an earlier pass: passed over, nothing signalled.
+        assert slurm_run._kill_marked(marker, set(), {who: None}) == []
+        assert proc.poll() is None
+        done: dict = {}
+        assert slurm_run._kill_marked(marker, set(), done) == [proc.pid] and who in done
+        assert proc.wait(timeout=10) == -9
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()

@@ -287,46 +287,58 @@ def cmd_worker(args) -> int:
 REAP_TIMEOUT = 8.0
 
 
-def _kill_marked(marker: str, protected: set) -> List[int]:
+def _start_time(pid: str) -> str:
+    """The process's start time in clock ticks (/proc/<pid>/stat field 22): with the pid, who it is."""
+    with open(f"/proc/{pid}/stat", "rb") as fh:
+        return fh.read().rsplit(b")", 1)[1].split()[19].decode()
+
+
+def _kill_marked(marker: str, protected: set, done: Dict[Tuple[int, str], None]) -> List[int]:
     """SIGKILL each live process of this node whose environment holds the job's marker, as it
-    is found (a process that forks fast gets little time to). Returns the pids signalled."""
+    is found (a process that forks fast gets little time to), unless it is in ``done`` (killed by an
+    earlier pass: a dying process keeps its environment until its memory is gone, and killing it
+    again changes nothing). Adds each one signalled to ``done``; returns their pids."""
     want = f"{head_records.MARKER_ENV}={marker}".encode()
     killed = []
     for entry in os.scandir("/proc"):
         if not entry.name.isdigit() or int(entry.name) in protected:
             continue
         try:
+            who = (int(entry.name), _start_time(entry.name))
+            if who in done:
+                continue
             with open(f"/proc/{entry.name}/environ", "rb") as fh:
                 # A zombie's environment reads empty: it is dead already.
                 if want not in fh.read().split(b"\0"):
                     continue
-            os.kill(int(entry.name), signal.SIGKILL)
-        except OSError:
+            os.kill(who[0], signal.SIGKILL)
+        except (OSError, IndexError):
             continue
-        killed.append(int(entry.name))
+        done[who] = None
+        killed.append(who[0])
     return killed
 
 
 def reap(timeout: float = REAP_TIMEOUT) -> List[int]:
     """SIGKILL every process of this node that carries this job's marker (not us, not our ancestors).
 
-    Pass after pass until one finds nothing: a process forked by a dying one (a raylet
-    starting a worker, a driver's shell its next command) behind a pass carries the marker
-    too and would otherwise outlive the job.
+    Pass after pass until one finds no process it has not killed already: a process forked by a
+    dying one (a raylet starting a worker, a driver's shell its next command) behind a pass carries
+    the marker too and would otherwise outlive the job. Processes already killed are not waited for
+    (SLURM's SIGKILL of the job follows KillWait seconds after its SIGTERM), so the teardown goes on
+    at once instead of spending ``timeout`` on a process that takes long to die.
     """
     marker = os.environ.get(head_records.MARKER_ENV)
     if not marker:
         return []
     protected = head_processes.protected_pids()
-    killed: Dict[int, None] = {}  # ordered, no repeats
+    done: Dict[Tuple[int, str], None] = {}  # ordered, no repeats
     end = time.monotonic() + timeout
     while time.monotonic() < end:
-        found = _kill_marked(marker, protected)
-        if not found:
+        if not _kill_marked(marker, protected, done):
             break
-        killed.update(dict.fromkeys(found))
-        time.sleep(0.05)  # let the kernel finish the kills before looking again
-    return list(killed)
+        time.sleep(0.05)  # let a dying process's last forks show before looking again
+    return [pid for pid, _ in done]
 
 
 def cmd_reap(args) -> int:
