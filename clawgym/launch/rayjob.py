@@ -534,6 +534,34 @@ def ports_of(plan: LaunchPlan) -> List[int]:
     return found
 
 
+#: Ray's job head's answer while it knows no agent of the head node to run a job (its
+#: ray/dashboard/modules/job/job_head.py submit_job, after waiting WAIT_AVAILABLE_AGENT_TIMEOUT = 10 s
+#: of its own): a cluster whose head agent is not registered yet, e.g. seconds after `ray start` on a
+#: loaded node. Ray says to try again.
+NO_AGENT_YET = "No available agent to submit job, please try again later"
+#: How long a submission is posted again while Ray answers :data:`NO_AGENT_YET`.
+AGENT_WAIT_S = 60.0
+
+
+def post_when_agent_ready(post: Callable[[], str], *, wait_s: float = AGENT_WAIT_S,
+                          say: Callable[[str], None] = lambda line: None) -> str:
+    """``post()`` (a submission), posted again while Ray answers that no agent is there yet, for up to
+    ``wait_s`` seconds; any other answer, or that one past ``wait_s``, is raised as it came."""
+    end = time.monotonic() + wait_s
+    said = False
+    while True:
+        try:
+            return post()
+        except Exception as exc:
+            if NO_AGENT_YET not in str(exc) or time.monotonic() >= end:
+                raise
+            if not said:
+                say(f"[clawgym] Ray's job API has no agent to run the job yet (\"{NO_AGENT_YET}\"); "
+                    f"posting it again for up to {wait_s:.0f} s")
+                said = True
+            time.sleep(1.0)
+
+
 def submit(address: str, plan: LaunchPlan, *, secrets: Mapping[str, str], pass_secrets: bool = False,
            started_here: bool = False, working_dir_package: Optional[str] = None,
            before_post: Optional[Callable[[], None]] = None) -> JobHandle:
@@ -579,8 +607,10 @@ def submit(address: str, plan: LaunchPlan, *, secrets: Mapping[str, str], pass_s
             if upload is not None:
                 upload(runtime_env)
             before_post()
-        sid = client.submit_job(entrypoint=shlex.join(plan.job_entrypoint), submission_id=plan.submission_id,
-                                runtime_env=runtime_env, metadata=metadata)
+        sid = post_when_agent_ready(
+            lambda: client.submit_job(entrypoint=shlex.join(plan.job_entrypoint), submission_id=plan.submission_id,
+                                      runtime_env=runtime_env, metadata=metadata),
+            say=lambda line: print(line, flush=True))
     except Exception as exc:
         raise LaunchError(f"Ray refused job {plan.submission_id} at {address}: {exc}\n"
                           f"  fix: check paths.slime (the job's working dir) and the cluster's state "
