@@ -62,9 +62,12 @@ def test_a_submission_ray_refuses_for_want_of_an_agent_is_posted_again_then_refu
         posts.append(time.monotonic())
         return client.submit_job(entrypoint="true")
 
-    with pytest.raises(RuntimeError, match=rayjob.NO_AGENT_YET):
+    with pytest.raises(RuntimeError, match=rayjob.NO_AGENT_YET) as refused:
         # Ray itself waits 10 s for an agent before each refusal: 12 s leaves room for exactly one more post.
         rayjob.post_when_agent_ready(post, wait_s=12.0, say=said.append)
+    # The launch's error then says what is missing and where to look, not to check the working dir.
+    fix = rayjob.refusal_fix(refused.value, head_without_agent)
+    assert "dashboard agent did not register" in fix and "dashboard_agent.log" in fix and "paths.slime" not in fix
     # Ray's answer came (after its own wait), clawgym said so once and posted again before giving up.
     assert len(posts) >= 2
     assert len(said) == 1 and "posting it again for up to 12 s" in said[0]
@@ -78,6 +81,7 @@ def test_any_other_refusal_is_raised_at_once():
         posts.append(1)
         raise RuntimeError("Request failed with status code 400: bad runtime env")
 
-    with pytest.raises(RuntimeError, match="bad runtime env"):
+    with pytest.raises(RuntimeError, match="bad runtime env") as refused:
         rayjob.post_when_agent_ready(post, wait_s=60.0)
     assert posts == [1]
+    assert "paths.slime" in rayjob.refusal_fix(refused.value, "http://127.0.0.1:8265")

@@ -562,6 +562,18 @@ def post_when_agent_ready(post: Callable[[], str], *, wait_s: float = AGENT_WAIT
             time.sleep(1.0)
 
 
+def refusal_fix(exc: Exception, address: str) -> str:
+    """What to do about Ray's refusal ``exc`` of a submission to ``address``."""
+    if NO_AGENT_YET in str(exc):
+        # Seen here: a head whose agent port (ray start --dashboard-agent-listen-port, 52365 by default)
+        # was taken by another process never got an agent and refused every job this way.
+        return (f"the head node's dashboard agent did not register within {AGENT_WAIT_S:.0f} s: read "
+                f"dashboard_agent.log in the head's Ray session logs (<ray temp dir>/session_latest/logs/); a port "
+                f"it needs may be taken (--dashboard-agent-listen-port, 52365 by default)")
+    return (f"check paths.slime (the job's working dir) and the cluster's state "
+            f"(clawgym jobs list --address {address})")
+
+
 def submit(address: str, plan: LaunchPlan, *, secrets: Mapping[str, str], pass_secrets: bool = False,
            started_here: bool = False, working_dir_package: Optional[str] = None,
            before_post: Optional[Callable[[], None]] = None) -> JobHandle:
@@ -613,8 +625,7 @@ def submit(address: str, plan: LaunchPlan, *, secrets: Mapping[str, str], pass_s
             say=lambda line: print(line, flush=True))
     except Exception as exc:
         raise LaunchError(f"Ray refused job {plan.submission_id} at {address}: {exc}\n"
-                          f"  fix: check paths.slime (the job's working dir) and the cluster's state "
-                          f"(clawgym jobs list --address {address})") from exc
+                          f"  fix: {refusal_fix(exc, address)}") from exc
     sys.stdout.write(f"[clawgym] submitted job {sid} to {address}\n")
     sys.stdout.flush()
     handle = JobHandle(address, sid, plan, redact=list(secrets.values()))
